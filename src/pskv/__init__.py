@@ -1,0 +1,54 @@
+"""pskv: a parameter server for distributed machine learning.
+
+Layout: the public API is exactly what this file re-exports; the modules (node, worker, table,
+store, server, transport, protocol, coordinator, ...) are internal. See README.md.
+"""
+
+from . import updaters as updaters
+from .errors import BarrierTimeout as BarrierTimeout
+from .errors import ClosedError as ClosedError
+from .errors import ClusterError as ClusterError
+from .errors import CoordinatorUnreachable as CoordinatorUnreachable
+from .errors import DTypeError as DTypeError
+from .errors import KeyOutOfRange as KeyOutOfRange
+from .errors import NodeFailure as NodeFailure
+from .errors import ProtocolError as ProtocolError
+from .errors import PskvError as PskvError
+from .errors import RemoteError as RemoteError
+from .errors import ShapeError as ShapeError
+from .errors import TableError as TableError
+from .errors import TableMismatch as TableMismatch
+from .errors import TransportError as TransportError
+from .errors import UnknownTable as UnknownTable
+from .config import ConfigError as ConfigError
+from .future import Future as Future
+from .future import wait as wait
+from .node import Node as Node
+from .node import init as init
+from .table import Constant as Constant
+from .table import Normal as Normal
+from .table import Uniform as Uniform
+from .table import Zeros as Zeros
+from .updaters import Adagrad as Adagrad
+from .updaters import Adam as Adam
+from .updaters import SGD as SGD
+from .worker import Table as Table
+from .worker import Worker as Worker
+
+__version__ = "0.1.0"
+
+__all__ = sorted([
+    "Adagrad", "Adam", "BarrierTimeout", "ClosedError", "ClusterError", "ConfigError", "Constant",
+    "CoordinatorUnreachable", "DTypeError", "Future", "KeyOutOfRange", "Node", "NodeFailure", "Normal",
+    "ProtocolError", "PskvError", "RemoteError", "SGD", "ShapeError", "Table", "TableError", "TableMismatch",
+    "TransportError", "Uniform", "UnknownTable", "Worker", "Zeros", "init", "updaters", "wait",
+])
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith("pskv.") and not isinstance(_obj, type(updaters)):
+        try:
+            _obj.__module__ = "pskv"
+        except (AttributeError, TypeError):
+            pass
+del _name, _obj

@@ -1,0 +1,114 @@
+"""Node configuration: the one reader of the PSKV_* environment variables.
+
+`launch.py` is the only writer of these variables; any cluster manager (SLURM, Kubernetes,
+torchrun) may set them instead. Every default below carries its reason.
+
+| variable | meaning | default |
+| --- | --- | --- |
+| PSKV_COORDINATOR | host:port of the coordinator | unset: a 1-node cluster in this process |
+| PSKV_NUM_NODES | number of node processes | 1 |
+| PSKV_RANK | this node's rank, 0..N-1 | 0 |
+| PSKV_HOST | address this node binds and announces | 127.0.0.1 |
+| PSKV_THREADS | default worker threads for node.run() | 1 |
+| PSKV_FAILURE_TIMEOUT | seconds of silence before a peer counts as failed | 10 |
+| PSKV_HEARTBEAT_INTERVAL | seconds between heartbeats | 0.5 |
+| PSKV_RENDEZVOUS_TIMEOUT | seconds to wait for all nodes to join | 60 |
+| PSKV_TEST_DROP_RATE | test only: fraction of outgoing data messages dropped | 0 |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Mapping
+
+from .errors import PskvError
+
+_PREFIX = "PSKV_"
+
+
+class ConfigError(PskvError, ValueError):
+    """A PSKV_* variable or a config value is malformed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeConfig:
+    coordinator: str | None = None  # None: start a private 1-node cluster (no launcher needed)
+    num_nodes: int = 1
+    rank: int = 0
+    host: str = "127.0.0.1"  # loopback by default: never expose a port by accident
+    threads: int = 1
+    failure_timeout: float = 10.0  # long enough for a GC pause or a numba compile, short enough to notice
+    heartbeat_interval: float = 0.5  # 20 heartbeats per failure_timeout: one lost packet is no failure
+    rendezvous_timeout: float = 60.0  # ssh-started nodes and first numba compiles can take a while
+    test_drop_rate: float = 0.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "NodeConfig":
+        """Read PSKV_* from `environ` (default os.environ); keyword overrides win."""
+        env = os.environ if environ is None else environ
+        values: dict = {}
+        for field in dataclasses.fields(cls):
+            raw = env.get(_PREFIX + field.name.upper())
+            if raw is None or raw == "":
+                continue
+            values[field.name] = _parse(field, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if self.num_nodes < 1:
+            raise ConfigError(f"PSKV_NUM_NODES is {self.num_nodes}; it must be at least 1")
+        if not 0 <= self.rank < self.num_nodes:
+            raise ConfigError(
+                f"PSKV_RANK is {self.rank} but PSKV_NUM_NODES is {self.num_nodes}; "
+                f"ranks run from 0 to {self.num_nodes - 1}"
+            )
+        if self.num_nodes > 1 and not self.coordinator:
+            raise ConfigError(
+                f"PSKV_NUM_NODES is {self.num_nodes} but PSKV_COORDINATOR is not set; "
+                "start the nodes with `pskv launch` or set PSKV_COORDINATOR=host:port"
+            )
+        if self.coordinator:
+            split_address(self.coordinator)
+        for name in ("failure_timeout", "heartbeat_interval", "rendezvous_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"PSKV_{name.upper()} is {getattr(self, name)}; it must be > 0")
+        if self.threads < 1:
+            raise ConfigError(f"PSKV_THREADS is {self.threads}; it must be at least 1")
+
+    def to_env(self) -> dict[str, str]:
+        """The PSKV_* variables that describe this config (used by launch.py)."""
+        out = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None and value != field.default:
+                out[_PREFIX + field.name.upper()] = str(value)
+        return out
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """'host:port' or '[::1]:port' -> (host, port); raises ConfigError on anything else."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"address {address!r} is not host:port (e.g. 127.0.0.1:5100)")
+    return host.strip("[]"), int(port)
+
+
+def zmq_url(host: str, port: int) -> str:
+    """tcp:// URL for host and port; IPv6 literals get brackets."""
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+def _parse(field: dataclasses.Field, raw: str):
+    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
+    try:
+        if kind.startswith("int"):
+            return int(raw)
+        if kind.startswith("float"):
+            return float(raw)
+    except ValueError:
+        raise ConfigError(f"{_PREFIX}{field.name.upper()}={raw!r} is not a number") from None
+    return raw

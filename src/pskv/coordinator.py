@@ -1,0 +1,345 @@
+"""Coordinator: rendezvous, table declarations, barriers, orderly shutdown and heartbeats.
+
+`Coordinator` is the service (one per cluster: in `pskv launch`, or in node 0 when none runs);
+`CoordinatorClient` is each node's side of it. Both speak control messages (protocol.control).
+
+    node  -- HELLO{rank,address} -->  coordinator    all N joined: WELCOME{cluster, addresses}
+    node  -- TABLE_DECL{seq,spec} ->  coordinator    all agree: TABLE_OK, else TABLE_OK{error}
+    node  -- BARRIER{gen} -------->   coordinator    all alive nodes arrived: BARRIER_RELEASE{gen}
+    node  -- BYE ----------------->   coordinator    all said BYE: SHUTDOWN_OK
+    node  -- HEARTBEAT / ABORT --->   coordinator    silence > failure_timeout or ABORT: NODE_FAILED{rank}
+    coordinator -- TICK (every heartbeat_interval) -> nodes: a silent coordinator is a failure too
+
+Threads and ownership: `Coordinator` runs in its own thread, pskv-coord, which owns its
+Transport and all of its state; other threads reach it only through `_control`, a
+SimpleQueue (report_failure, close). `CoordinatorClient` is fed by the node's pskv-server
+thread (`handle`, `check`) and called by any thread (`declare`, `barrier`, `bye`); its state
+is guarded by `_cond`, which is never held while sending.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from typing import Callable
+
+from .config import NodeConfig
+from .errors import BarrierTimeout, CoordinatorUnreachable, NodeFailure, TableMismatch
+from .protocol import COORDINATOR, Header, Kind, control
+from .transport import Transport
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator:
+    """The cluster's coordinator service. `start()` it, give nodes `address`, `close()` it."""
+
+    def __init__(self, num_nodes: int, host: str = "127.0.0.1", port: int = 0,
+                 config: NodeConfig | None = None) -> None:
+        self.num_nodes = num_nodes
+        self.config = config or NodeConfig()
+        self._transport = Transport(host, port=port, linger=2.0, send_timeout=self.config.failure_timeout)
+        self.address = self._transport.address
+        self.cluster = random.randrange(1, 1 << 32)
+        self._control: queue.SimpleQueue = queue.SimpleQueue()  # (verb, args) from other threads
+        self._thread = threading.Thread(target=self._run, name="pskv-coord", daemon=True)
+        # state below: pskv-coord only
+        self._addresses: dict[int, str] = {}
+        self._state: dict[int, str] = {}  # rank -> "alive" | "bye" | "failed"
+        self._last_seen: dict[int, float] = {}
+        self._decls: dict[int, dict[int, dict]] = {}  # seq -> rank -> table config
+        self._barriers: dict[int, set[int]] = {}  # generation -> ranks arrived
+        self._welcomed = False
+        self._finished = False
+        self.failures: list[tuple[int, str]] = []  # (rank, reason), for the launcher's report
+
+    def start(self) -> "Coordinator":
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def report_failure(self, rank: int, reason: str) -> None:
+        """Tell every node that `rank` failed (e.g. its process exited). Any thread."""
+        self._control.put(("fail", (rank, reason)))
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the thread and close the sockets. Idempotent."""
+        if self._thread.is_alive():
+            self._control.put(("close", None))
+            self._thread.join(timeout)
+        elif not self._thread.ident:
+            self._transport.close()
+
+    # ---- pskv-coord thread --------------------------------------------------------------------
+    def _run(self) -> None:
+        interval = self.config.heartbeat_interval
+        next_tick = time.monotonic()
+        try:
+            while not self._finished:
+                if not self._drain_control():
+                    break
+                frames = self._transport.recv(min(0.05, interval))
+                if frames is not None:
+                    self._receive(frames)
+                now = time.monotonic()
+                if now >= next_tick:
+                    next_tick = now + interval
+                    self._tick(now)
+        except Exception:
+            log.exception("coordinator crashed")
+        finally:
+            self._transport.close()
+
+    def _drain_control(self) -> bool:
+        while True:
+            try:
+                verb, args = self._control.get_nowait()
+            except queue.Empty:
+                return True
+            if verb == "close":
+                return False
+            if verb == "fail":
+                self._fail(*args)
+
+    def _receive(self, frames: list) -> None:
+        from .protocol import ProtocolError, control_payload, unpack_header
+        try:
+            header = unpack_header(frames[0].bytes)
+            payload = control_payload(header, frames)
+        except ProtocolError as exc:
+            log.warning("coordinator dropped a message: %s", exc)
+            return
+        rank = header.sender
+        if header.kind == Kind.HELLO:
+            self._hello(rank, payload)
+            return
+        if header.cluster != self.cluster or rank not in self._state:
+            log.warning("coordinator dropped %r: not from this cluster", header)
+            return
+        self._last_seen[rank] = time.monotonic()
+        handler = {Kind.TABLE_DECL: self._decl, Kind.BARRIER: self._barrier, Kind.BYE: self._bye,
+                   Kind.ABORT: lambda r, p: self._fail(r, p.get("reason", "aborted"))}.get(header.kind)
+        if handler is not None:
+            handler(rank, payload)
+
+    def _send(self, rank: int, kind: Kind, payload: dict | None = None) -> None:
+        try:
+            self._transport.send(rank, control(kind, self.cluster, COORDINATOR, payload))
+        except Exception as exc:  # a dead node's full queue must not stop the coordinator
+            log.warning("coordinator could not send %s to node %d: %s", kind.name, rank, exc)
+
+    def _broadcast(self, kind: Kind, payload: dict | None = None, states=("alive",)) -> None:
+        for rank, state in self._state.items():
+            if state in states:
+                self._send(rank, kind, payload)
+
+    def _hello(self, rank: int, p: dict) -> None:
+        address = str(p.get("address", ""))
+        if not address:
+            return
+        self._transport.set_address(rank, address)
+        problem = None
+        if p.get("num_nodes") != self.num_nodes:
+            problem = f"node {rank} thinks the cluster has {p.get('num_nodes')} nodes, the coordinator {self.num_nodes}"
+        elif not 0 <= rank < self.num_nodes:
+            problem = f"rank {rank} is outside [0, {self.num_nodes})"
+        elif rank in self._addresses or self._welcomed:
+            problem = f"rank {rank} joined twice (first from {self._addresses.get(rank)}, now from {address})"
+        if problem:
+            self._send(rank, Kind.ABORT, {"reason": problem + "; check PSKV_RANK and PSKV_NUM_NODES"})
+            return
+        self._addresses[rank] = address
+        self._state[rank] = "alive"
+        self._last_seen[rank] = time.monotonic()
+        log.info("node %d joined from %s (%d/%d)", rank, address, len(self._addresses), self.num_nodes)
+        if len(self._addresses) == self.num_nodes:
+            self._welcomed = True
+            self._broadcast(Kind.WELCOME, {"addresses": {str(r): a for r, a in self._addresses.items()}})
+
+    def _decl(self, rank: int, p: dict) -> None:
+        seq = int(p["seq"])
+        got = self._decls.setdefault(seq, {})
+        got[rank] = p["spec"]
+        if all(r in got for r, s in self._state.items() if s == "alive"):
+            del self._decls[seq]
+            first = got[min(got)]
+            bad = [r for r in sorted(got) if got[r] != first]
+            error = None
+            if bad:
+                error = (f"table declaration #{seq} differs between nodes: node {min(got)} declared {first} "
+                         f"but node {bad[0]} declared {got[bad[0]]}; declare every table the same way and in "
+                         "the same order on every node")
+            self._broadcast(Kind.TABLE_OK, {"seq": seq, "error": error})
+
+    def _barrier(self, rank: int, p: dict) -> None:
+        gen = int(p["gen"])
+        self._barriers.setdefault(gen, set()).add(rank)
+        self._release_barriers()
+
+    def _release_barriers(self) -> None:
+        alive = {r for r, s in self._state.items() if s == "alive"}
+        for gen in sorted(self._barriers):
+            if alive <= self._barriers[gen]:
+                del self._barriers[gen]
+                self._broadcast(Kind.BARRIER_RELEASE, {"gen": gen})
+
+    def _bye(self, rank: int, p: dict) -> None:
+        self._state[rank] = "bye"
+        self._release_barriers()  # a node that left no longer holds barriers up
+        if all(s != "alive" for s in self._state.values()):
+            self._broadcast(Kind.SHUTDOWN_OK, states=("bye",))
+            self._finished = True
+
+    def _fail(self, rank: int, reason: str) -> None:
+        if self._state.get(rank) in ("failed", "bye") and not reason.startswith("process exited"):
+            return
+        if self._state.get(rank) == "failed":
+            return
+        self._state[rank] = "failed"
+        self.failures.append((rank, reason))
+        log.error("node %d failed: %s", rank, reason)
+        self._broadcast(Kind.NODE_FAILED, {"rank": rank, "address": self._addresses.get(rank, ""),
+                                           "reason": reason}, states=("alive", "bye"))
+
+    def _tick(self, now: float) -> None:
+        if not self._welcomed:
+            if now - self._started > self.config.rendezvous_timeout:
+                missing = sorted(set(range(self.num_nodes)) - set(self._addresses))
+                reason = (f"only {len(self._addresses)} of {self.num_nodes} nodes joined within "
+                          f"{self.config.rendezvous_timeout:g} s; missing ranks {missing}")
+                self._broadcast(Kind.ABORT, {"reason": reason, "missing": missing})
+                self._finished = True
+            return
+        self._broadcast(Kind.TICK)
+        for rank, state in list(self._state.items()):
+            silent = now - self._last_seen[rank]
+            if state == "alive" and silent > self.config.failure_timeout:
+                self._fail(rank, f"missed heartbeats, last seen {silent:.1f} s ago")
+
+
+class CoordinatorClient:
+    """A node's side of the coordinator. `handle()` and `check()` are fed by pskv-server."""
+
+    def __init__(self, send: Callable[[list], None], rank: int, config: NodeConfig,
+                 on_failure: Callable[[NodeFailure], None]) -> None:
+        self._send_frames = send
+        self.rank = rank
+        self.config = config
+        self._on_failure = on_failure
+        self._cond = threading.Condition()  # guards everything below; never held while sending
+        self.cluster = 0
+        self.addresses: dict[int, str] | None = None
+        self.failure: Exception | None = None
+        self._abort: str | None = None
+        self._decl_seq = 0
+        self._decl_results: dict[int, str | None] = {}
+        self._barrier_gen = 0
+        self._released: set[int] = set()
+        self._shutdown_ok = False
+        self._last_heard = time.monotonic()
+        self._last_beat = 0.0
+
+    def _send(self, kind: Kind, payload: dict | None = None) -> None:
+        self._send_frames(control(kind, self.cluster, self.rank, payload))
+
+    # ---- calls from any thread ------------------------------------------------------------------
+    def join(self, address: str, num_nodes: int) -> dict[int, str]:
+        """Announce this node and wait for all others; returns rank -> address of every node."""
+        self._send(Kind.HELLO, {"address": address, "num_nodes": num_nodes})
+        timeout = self.config.rendezvous_timeout + 5  # the coordinator's own verdict comes first
+        self._wait(lambda: self.addresses is not None, timeout, lambda: CoordinatorUnreachable(
+            f"node {self.rank}: no answer from the coordinator at {self.config.coordinator} within {timeout:g} s; "
+            "is it running and reachable (PSKV_COORDINATOR)?"))
+        return self.addresses
+
+    def declare(self, spec: dict) -> None:
+        """Collective: wait until every node declared its table #seq; TableMismatch if they differ."""
+        with self._cond:
+            seq = self._decl_seq
+            self._decl_seq += 1
+        self._send(Kind.TABLE_DECL, {"seq": seq, "spec": spec})
+        self._wait(lambda: seq in self._decl_results, None, None)
+        with self._cond:
+            error = self._decl_results.pop(seq)
+        if error:
+            raise TableMismatch(error)
+
+    def barrier(self, timeout: float | None = None) -> None:
+        """Node-level barrier over all alive nodes."""
+        with self._cond:
+            gen = self._barrier_gen
+            self._barrier_gen += 1
+        self._send(Kind.BARRIER, {"gen": gen})
+        self._wait(lambda: gen in self._released, timeout, lambda: BarrierTimeout(
+            f"barrier #{gen} did not complete within {timeout} s on node {self.rank}"))
+
+    def bye(self, timeout: float | None = None) -> bool:
+        """Orderly leave: wait until every node said bye. False if that did not happen."""
+        self._send(Kind.BYE)
+        try:
+            self._wait(lambda: self._shutdown_ok, timeout, lambda: TimeoutError("bye"))
+        except (NodeFailure, CoordinatorUnreachable, TimeoutError):
+            return False
+        return True
+
+    def abort(self, reason: str) -> None:
+        self._send(Kind.ABORT, {"reason": reason})
+
+    def _wait(self, ready: Callable[[], bool], timeout: float | None, on_timeout) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not ready():
+                if self._abort is not None:
+                    raise CoordinatorUnreachable(f"node {self.rank}: the coordinator aborted: {self._abort}")
+                if self.failure is not None:
+                    raise self.failure
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise on_timeout()
+                self._cond.wait(0.2 if left is None else min(0.2, left))
+
+    # ---- pskv-server thread ---------------------------------------------------------------------
+    def handle(self, header: Header, payload: dict) -> None:
+        kind = header.kind
+        with self._cond:
+            self._last_heard = time.monotonic()
+            if kind == Kind.WELCOME:
+                self.cluster = header.cluster
+                self.addresses = {int(r): a for r, a in payload["addresses"].items()}
+            elif kind == Kind.TABLE_OK:
+                self._decl_results[int(payload["seq"])] = payload.get("error")
+            elif kind == Kind.BARRIER_RELEASE:
+                self._released.add(int(payload["gen"]))
+            elif kind == Kind.SHUTDOWN_OK:
+                self._shutdown_ok = True
+            elif kind == Kind.ABORT:
+                self._abort = str(payload.get("reason", "unknown reason"))
+            self._cond.notify_all()
+        if kind == Kind.NODE_FAILED:
+            self._fail(NodeFailure(f"node {payload['rank']} ({payload.get('address', '?')}) failed: "
+                                   f"{payload.get('reason')}; this cluster cannot continue without it",
+                                   int(payload["rank"]), str(payload.get("address", ""))))
+
+    def check(self, now: float) -> None:
+        """Send a heartbeat when due; declare the coordinator dead after failure_timeout of silence."""
+        if self.addresses is None or self.failure is not None or self._shutdown_ok:
+            return
+        if now - self._last_beat >= self.config.heartbeat_interval:
+            self._last_beat = now
+            self._send(Kind.HEARTBEAT)
+        silent = now - self._last_heard
+        if silent > self.config.failure_timeout:
+            self._fail(NodeFailure(
+                f"the coordinator ({self.config.coordinator or 'in-process'}) has been silent for {silent:.1f} s; "
+                "node 0 or the launcher probably died", -1, self.config.coordinator or ""))
+
+    def _fail(self, exc: NodeFailure) -> None:
+        with self._cond:
+            if self.failure is not None:
+                return
+            self.failure = exc
+            self._cond.notify_all()
+        self._on_failure(exc)

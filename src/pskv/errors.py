@@ -1,0 +1,102 @@
+"""The exception tree of pskv. Every error pskv raises on purpose is a PskvError.
+
+```
+PskvError
+├── TableError
+│   ├── UnknownTable(TableError, KeyError)        no table of that name was declared
+│   ├── KeyOutOfRange(TableError, IndexError)     a key the table does not have
+│   ├── ShapeError(TableError, ValueError)        keys/values of the wrong shape
+│   ├── DTypeError(TableError, TypeError)         a dtype that cannot be cast safely
+│   └── TableMismatch(TableError, ValueError)     nodes declared one table differently
+├── ClusterError
+│   ├── NodeFailure        a peer stopped answering; .node_id .address
+│   ├── BarrierTimeout     a barrier did not complete; .missing (node ids)
+│   └── CoordinatorUnreachable
+├── TransportError         ZeroMQ failed; __cause__ is the zmq.ZMQError
+├── ProtocolError          a peer sent frames we cannot decode (version skew, garbage)
+├── RemoteError            a server answered our request with an error; .node_id
+└── ClosedError(PskvError, RuntimeError)   *your* code closed this Node/Worker, then used it
+```
+
+Classify by who caused it: ClosedError means the caller closed it (do not retry), NodeFailure
+means something outside broke it. Messages say what happened with the actual values, then
+what pskv did and what to do next; one sentence, lower-case start, no final period.
+"""
+
+from __future__ import annotations
+
+
+class PskvError(Exception):
+    """Base class of every error pskv raises on purpose."""
+
+
+class TableError(PskvError):
+    """A table was used wrongly: unknown name, bad keys, bad shape or dtype, mismatch."""
+
+
+class UnknownTable(TableError, KeyError):
+    """No table of this name was declared on this node."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
+        return str(self.args[0]) if self.args else ""
+
+
+class KeyOutOfRange(TableError, IndexError):
+    """A key is not a row of the table."""
+
+
+class ShapeError(TableError, ValueError):
+    """Keys or values have the wrong shape."""
+
+
+class DTypeError(TableError, TypeError):
+    """Keys or values have a dtype that cannot be cast safely."""
+
+
+class TableMismatch(TableError, ValueError):
+    """Nodes declared the same table differently (rows, dim, dtype, updater, order)."""
+
+
+class ClusterError(PskvError):
+    """Something about the cluster broke: a node, a barrier, the coordinator."""
+
+
+class NodeFailure(ClusterError):
+    """A peer node died or stopped answering. `.node_id` names it (-1: the coordinator)."""
+
+    def __init__(self, message: str, node_id: int = -1, address: str = "") -> None:
+        super().__init__(message)
+        self.node_id = node_id
+        self.address = address
+
+
+class BarrierTimeout(ClusterError):
+    """A barrier did not complete in time. `.missing` lists the node ranks that never arrived."""
+
+    def __init__(self, message: str, missing: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.missing = list(missing or [])
+
+
+class CoordinatorUnreachable(ClusterError):
+    """The coordinator did not answer in time (rendezvous, or heartbeats stopped)."""
+
+
+class TransportError(PskvError):
+    """ZeroMQ failed; `__cause__` is the zmq.ZMQError."""
+
+
+class ProtocolError(PskvError):
+    """Frames that cannot be decoded: garbage, truncation, version skew, wrong cluster."""
+
+
+class RemoteError(PskvError):
+    """A server answered a request with an error. `.node_id` is the server's rank."""
+
+    def __init__(self, message: str, node_id: int = -1) -> None:
+        super().__init__(message)
+        self.node_id = node_id
+
+
+class ClosedError(PskvError, RuntimeError):
+    """This Node or Worker was closed by your code and then used."""

@@ -1,0 +1,168 @@
+"""Numba kernels of the data path: key checks, partitioning, gather/scatter of rows, row init.
+
+All kernels are `nogil`, so worker threads and the server thread run them in parallel, and
+`cache=True`, so every node process after the first loads them from disk instead of compiling.
+They never allocate per key and never call back into Python. The update rules (add, sgd,
+adagrad, ...) live in updaters.py.
+
+Threads and ownership: pure functions over the arrays they are given; the caller holds the
+stripe locks that protect a shard's rows.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(nogil=True, cache=True)
+
+
+@_jit
+def key_range(keys):
+    """(min, max) of a non-empty int array in one pass."""
+    lo = keys[0]
+    hi = keys[0]
+    for i in range(1, keys.shape[0]):
+        k = keys[i]
+        if k < lo:
+            lo = k
+        elif k > hi:
+            hi = k
+    return lo, hi
+
+
+@_jit
+def partition(keys, bounds, order, counts):
+    """Counting sort of `keys` by destination range; stable, O(n + nodes).
+
+    bounds: (nodes+1,) int64 range starts; order (n,) int64 out: positions of keys grouped by
+    destination; counts (nodes,) int64 out: keys per destination."""
+    nodes = bounds.shape[0] - 1
+    n = keys.shape[0]
+    dest = np.empty(n, np.int32)
+    counts[:] = 0
+    for i in range(n):
+        k = keys[i]
+        lo = 0
+        hi = nodes - 1
+        while lo < hi:  # last range whose start <= k
+            mid = (lo + hi + 1) >> 1
+            if bounds[mid] <= k:
+                lo = mid
+            else:
+                hi = mid - 1
+        dest[i] = lo
+        counts[lo] += 1
+    starts = np.empty(nodes, np.int64)
+    acc = 0
+    for d in range(nodes):
+        starts[d] = acc
+        acc += counts[d]
+    for i in range(n):
+        d = dest[i]
+        order[starts[d]] = i
+        starts[d] += 1
+
+
+@_jit
+def take_keys(keys, order, start, stop, offset, out):
+    """out[j] = keys[order[start + j]] - offset."""
+    for j in range(stop - start):
+        out[j] = keys[order[start + j]] - offset
+
+
+@_jit
+def take_rows(src, order, start, stop, out):
+    """out[j, :] = src[order[start + j], :]."""
+    dim = src.shape[1]
+    for j in range(stop - start):
+        i = order[start + j]
+        for c in range(dim):
+            out[j, c] = src[i, c]
+
+
+@_jit
+def gather(data, keys, offset, out):
+    """out[i, :] = data[keys[i] - offset, :]."""
+    dim = data.shape[1]
+    for i in range(keys.shape[0]):
+        r = keys[i] - offset
+        for c in range(dim):
+            out[i, c] = data[r, c]
+
+
+@_jit
+def gather_to(data, keys, offset, out, pos):
+    """out[pos[i], :] = data[keys[i] - offset, :]  (local part of a partitioned pull)."""
+    dim = data.shape[1]
+    for i in range(keys.shape[0]):
+        r = keys[i] - offset
+        p = pos[i]
+        for c in range(dim):
+            out[p, c] = data[r, c]
+
+
+@_jit
+def put_rows(out, pos, rows):
+    """out[pos[i], :] = rows[i, :]  (a reply part lands in the caller's order)."""
+    dim = out.shape[1]
+    for i in range(pos.shape[0]):
+        p = pos[i]
+        for c in range(dim):
+            out[p, c] = rows[i, c]
+
+
+@_jit
+def assign(data, keys, offset, rows):
+    """data[keys[i] - offset, :] = rows[i, :]; with duplicate keys the last one wins."""
+    dim = data.shape[1]
+    for i in range(keys.shape[0]):
+        r = keys[i] - offset
+        for c in range(dim):
+            data[r, c] = rows[i, c]
+
+
+@_jit
+def touched_stripes(keys, offset, mask):
+    """mask[s] = True for every stripe s = (key - offset) % len(mask) that `keys` touch."""
+    m = mask.shape[0]
+    mask[:] = False
+    for i in range(keys.shape[0]):
+        mask[(keys[i] - offset) % m] = True
+
+
+@_jit
+def _mix(z):
+    # splitmix64 finaliser: a counter-based hash, so a row's value never depends on who computes it
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@_jit
+def _unit(seed, index):
+    """A float64 in (0, 1) from (seed, index)."""
+    z = _mix(seed + np.uint64(index) * np.uint64(0x9E3779B97F4A7C15))
+    return ((z >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)
+
+
+@_jit
+def init_rows(out, first_row, seed, kind, a, b):
+    """Fill out (n, dim) with the initial values of rows first_row.. of a table.
+
+    kind 0: constant a; 1: normal(mean=a, std=b); 2: uniform [a, b). Value (row, col) is a pure
+    function of (seed, row * dim + col): the same on any number of nodes."""
+    n, dim = out.shape
+    s = np.uint64(seed)
+    for i in range(n):
+        base = (first_row + i) * dim
+        for c in range(dim):
+            idx = base + c
+            if kind == 0:
+                out[i, c] = a
+            elif kind == 1:
+                u1 = _unit(s, 2 * idx)
+                u2 = _unit(s, 2 * idx + 1)
+                out[i, c] = a + b * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+            else:
+                out[i, c] = a + (b - a) * _unit(s, idx)

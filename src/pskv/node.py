@@ -1,0 +1,376 @@
+"""Node: one process of the cluster. Builds the pieces, runs the pskv-server thread, runs workers.
+
+    python -c "import pskv; node = pskv.init(); print(node)"        # a private 1-node cluster
+    pskv launch -n 2 --threads 2 -- python examples/quickstart.py    # a 2-node cluster
+
+Threads and ownership: the thread that calls `init()` owns the Node's lifecycle (`table()`,
+`run()`, `shutdown()`). pskv-server reads the inbox and dispatches: requests to `Server`,
+replies to `RequestTracker`, coordinator messages to `CoordinatorClient`; it also sends
+heartbeats. Worker threads call `Table`/`Worker` methods. `_failure` is written once, by the
+first failure (any thread); every API call checks it, so no call blocks on a broken cluster.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import threading
+import time
+import weakref
+from typing import Callable
+
+import numpy as np
+
+from . import updaters
+from .config import NodeConfig, split_address
+from .coordinator import Coordinator, CoordinatorClient
+from .errors import ClosedError, NodeFailure, ProtocolError, PskvError, RemoteError, TableError, TransportError, UnknownTable
+from .future import RequestTracker
+from .protocol import COORDINATOR, REPLIES, REQUESTS, Kind, control_payload, data_arrays, frame_bytes, unpack_header
+from .server import Server
+from .store import Shard, Store
+from .table import Placement, TableSpec, as_init
+from .transport import Transport
+from .worker import Table, Worker
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class TableState:
+    """A table as this node knows it: spec, placement, local shard, and access counters."""
+
+    spec: TableSpec
+    placement: Placement
+    shard: Shard
+    pulls: int = 0  # calls (counters are GIL-atomic +=, approximate under threads)
+    pushes: int = 0
+    local_keys: int = 0  # keys served from this node's memory without a message
+    remote_keys: int = 0  # keys sent to another node
+
+
+class Node:
+    """One node process of a pskv cluster. Make it with `pskv.init()`."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.rank = config.rank
+        self.num_nodes = config.num_nodes
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._tables: dict[str, TableState] = {}
+        self._next_thread = 0
+        self._lock = threading.Lock()  # guards _tables, _next_thread
+        self._early: list = []  # data messages that arrived before our WELCOME (pskv-server only)
+        self.dropped = 0  # messages dropped as garbage or from another cluster
+        self._transport = Transport(config.host, send_timeout=config.failure_timeout, drop_rate=config.test_drop_rate)
+        self._coordinator = self._start_coordinator()
+        self._transport.set_address(COORDINATOR, self.config.coordinator)
+        self.store = Store()
+        self.tracker = RequestTracker(health=self._check)
+        self.server = Server(self.store, self.send, self.rank, lambda: self.cluster)
+        self.client = CoordinatorClient(lambda frames: self._transport.send(COORDINATOR, frames), self.rank,
+                                        self.config, self._on_failure)
+        self._local_barrier = _LocalBarrier(self)
+        self._main_worker: Worker | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=f"pskv-server-{self.rank}", daemon=True)
+        self._thread.start()
+        try:
+            self.client.join(self._transport.address, self.num_nodes)
+        except BaseException:
+            self._teardown()
+            raise
+        atexit.register(_exit_hook, weakref.ref(self))
+        log.info("node %d/%d up at %s", self.rank, self.num_nodes, self._transport.address)
+
+    @property
+    def cluster(self) -> int:
+        return self.client.cluster
+
+    def _start_coordinator(self) -> Coordinator | None:
+        """Start the coordinator here if this is a private cluster, or node 0 and none runs yet."""
+        cfg = self.config
+        if cfg.coordinator is None:
+            coord = Coordinator(1, "127.0.0.1", 0, cfg).start()
+            self.config = dataclasses.replace(cfg, coordinator=coord.address)
+            return coord
+        if cfg.rank != 0:
+            return None
+        host, port = split_address(cfg.coordinator)
+        try:
+            coord = Coordinator(cfg.num_nodes, host, port, cfg)
+        except TransportError:
+            return None  # bound already (the launcher runs it) or not our address: use the one there
+        return coord.start()
+
+    # ---- public API -----------------------------------------------------------------------------
+    def table(self, name: str, rows: int, dim: int = 1, dtype="float32", updater="add", init=0.0) -> Table:
+        """Declare table `name` on every node (collective) and return a handle for this thread.
+
+        Blocks until every node declared it. Raises TableMismatch (on every node) if nodes declared
+        it differently, TableError for a name declared twice."""
+        self._check()
+        with self._lock:
+            if name in self._tables:
+                raise TableError(f"table {name!r} is already declared on node {self.rank}; declare each table once")
+            spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
+                             table_id=len(self._tables))
+            placement = Placement(spec.rows, self.num_nodes)
+            shard = self.store.add(spec, *placement.manager_range(self.rank))
+            self._tables[name] = TableState(spec, placement, shard)
+        try:
+            self.client.declare(spec.config())
+        except TableError:
+            with self._lock:
+                self._tables[name] = None  # keeps ids aligned; using it raises UnknownTable
+            raise
+        return self._main().table(name)
+
+    def run(self, fn: Callable[[Worker], object], threads: int | None = None) -> None:
+        """Run fn(worker) in `threads` new threads (default PSKV_THREADS or 1) and wait for all.
+
+        Re-raises the first exception a worker raised (the others then fail fast with it)."""
+        self._check()
+        workers = [self.worker() for _ in range(threads or self.config.threads)]
+        errors: list[BaseException] = []
+
+        def body(w: Worker) -> None:
+            try:
+                fn(w)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+                errors.append(exc)
+                self._abort(f"worker thread {w.thread} raised {exc!r}", exc)
+            finally:
+                w.close()
+
+        threads_ = [threading.Thread(target=body, args=(w,), name=f"pskv-worker-{self.rank}.{w.thread}", daemon=True)
+                    for w in workers]
+        for t in threads_:
+            t.start()
+        for t in threads_:
+            while t.is_alive():
+                t.join(0.2)
+        if errors:
+            raise errors[0]
+
+    def worker(self) -> Worker:
+        """A new Worker for a thread you made; it takes part in barriers until `worker.close()`."""
+        self._check()
+        with self._lock:
+            thread = self._next_thread
+            self._next_thread += 1
+        w = Worker(self, thread)
+        self._local_barrier.join(w)
+        return w
+
+    def stats(self) -> dict:
+        """Counters of this node: per table calls, local and remote keys; messages and bytes sent."""
+        tables = {name: {k: getattr(s, k) for k in ("pulls", "pushes", "local_keys", "remote_keys")}
+                  for name, s in self._tables.items() if s is not None}
+        return {"rank": self.rank, "tables": tables, "messages_sent": self._transport.messages_sent,
+                "bytes_sent": self._transport.bytes_sent, "requests_served": self.server.requests,
+                "request_errors": self.server.errors, "dropped": self.dropped}
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Leave the cluster: wait until every node called shutdown (they may still need this
+        node's rows), then stop the threads and close the sockets. Idempotent."""
+        if self._closed:
+            return
+        if self._failure is None:
+            self.client.bye(timeout)
+        self._teardown()
+
+    close = shutdown
+
+    def __enter__(self) -> "Node":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is not None and self._failure is None:
+            self._abort(f"node {self.rank} left with {exc!r}", exc)
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("failed" if self._failure else "up")
+        return f"<Node {self.rank}/{self.num_nodes} {state} tables={len(self._tables)}>"
+
+    # ---- used by Worker / Table -----------------------------------------------------------------
+    def send(self, rank: int, frames: list, *, copy: bool = False) -> None:
+        self._transport.send(rank, frames, copy=copy)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ClosedError(f"node {self.rank} was shut down; create a new one with pskv.init()")
+        if self._failure is not None:
+            raise self._failure
+
+    def _table_state(self, name: str) -> TableState:
+        self._check()
+        state = self._tables.get(name)
+        if state is None:
+            known = sorted(n for n, s in self._tables.items() if s is not None)
+            raise UnknownTable(f"no table {name!r} on node {self.rank}; declared tables: {known}; "
+                               "declare it with node.table() on every node first")
+        return state
+
+    def _main(self) -> Worker:
+        if self._main_worker is None:
+            self._main_worker = Worker(self, -1)  # the main thread's handle; takes no part in barriers
+        return self._main_worker
+
+    # ---- failure and teardown -------------------------------------------------------------------
+    def _on_failure(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self.tracker.fail_all(lambda: exc)
+        self._local_barrier.break_(exc)
+
+    def _abort(self, reason: str, exc: BaseException) -> None:
+        """This node cannot go on: tell the others, and make local calls fail fast."""
+        if self._failure is not None:
+            return
+        try:
+            self.client.abort(reason)
+        except PskvError:
+            pass
+        self._on_failure(exc if isinstance(exc, PskvError) else PskvError(f"node {self.rank}: {reason}"))
+
+    def _teardown(self) -> None:
+        self._closed = True
+        self._stop.set()
+        self._thread.join(5)
+        self.tracker.fail_all(lambda: ClosedError(f"node {self.rank} was shut down while the request was pending"))
+        self._local_barrier.break_(ClosedError(f"node {self.rank} was shut down"))
+        self._transport.close()
+        if self._coordinator is not None:
+            self._coordinator.close()
+
+    # ---- pskv-server thread ---------------------------------------------------------------------
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                frames = self._transport.recv(0.05)
+                if frames is not None:
+                    self._dispatch(frames)
+                self.client.check(time.monotonic())
+            except Exception:  # garbage must never kill the server thread
+                self.dropped += 1
+                log.exception("node %d: error while dispatching a message", self.rank)
+
+    def _dispatch(self, frames: list) -> None:
+        try:
+            header = unpack_header(frame_bytes(frames[0]))
+        except ProtocolError as exc:
+            self.dropped += 1
+            log.warning("node %d dropped a message: %s", self.rank, exc)
+            return
+        if header.sender == COORDINATOR:
+            self.client.handle(header, control_payload(header, frames))
+            if header.kind == Kind.WELCOME:
+                for rank, address in self.client.addresses.items():
+                    self._transport.set_address(rank, address)
+                early, self._early = self._early, []
+                for f in early:
+                    self._dispatch(f)
+            return
+        if self.client.addresses is None and header.cluster and len(self._early) < 100_000:
+            self._early.append(frames)  # a peer was welcomed before us; replay after our WELCOME
+            return
+        if header.cluster != self.cluster or not 0 <= header.sender < self.num_nodes:
+            self.dropped += 1
+            log.warning("node %d dropped %r: not from this cluster", self.rank, header)
+            return
+        if header.kind in REQUESTS:
+            self.server.handle(header, frames)
+        elif header.kind in REPLIES:
+            self._reply(header, frames)
+
+    def _reply(self, header, frames) -> None:
+        if header.kind == Kind.ERROR:
+            message = frame_bytes(frames[1]).decode(errors="replace") if len(frames) > 1 else "?"
+            self.tracker.on_reply(header.request_id, header.part,
+                                  error=RemoteError(f"node {header.sender} rejected the request: {message}", header.sender))
+            return
+        try:
+            _, values = data_arrays(header, frames)
+        except ProtocolError as exc:
+            self.tracker.on_reply(header.request_id, header.part, error=exc)
+            return
+        self.tracker.on_reply(header.request_id, header.part, values)
+
+
+class _LocalBarrier:
+    """Barrier over this node's open workers, whose last arrival runs the cluster-wide barrier."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._cond = threading.Condition()  # guards all below; not held during the cluster barrier
+        self._members: set[int] = set()
+        self._arrived = 0
+        self._generation = 0
+        self._error: BaseException | None = None
+
+    def join(self, worker: Worker) -> None:
+        with self._cond:
+            self._members.add(id(worker))
+
+    def leave(self, worker: Worker) -> None:
+        with self._cond:
+            self._members.discard(id(worker))
+            lead = self._members and self._arrived == len(self._members)
+        if lead:
+            self._lead(None)
+
+    def wait(self, timeout: float | None = None) -> None:
+        with self._cond:
+            gen = self._generation
+            self._arrived += 1
+            lead = self._arrived >= len(self._members)
+        if lead:
+            self._lead(timeout)
+            return
+        with self._cond:
+            while self._generation == gen and self._error is None:
+                self._cond.wait(0.2)
+            if self._error is not None:
+                raise self._error
+
+    def _lead(self, timeout: float | None) -> None:
+        error = None
+        try:
+            self._node.client.barrier(timeout)
+        except BaseException as exc:
+            error = exc
+        with self._cond:
+            self._arrived = 0
+            self._generation += 1
+            if error is not None and self._error is None:
+                self._error = error
+            self._cond.notify_all()
+        if error is not None:
+            raise error
+
+    def break_(self, error: BaseException) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = error
+            self._cond.notify_all()
+
+
+def _exit_hook(ref) -> None:
+    """At interpreter exit, a node that was never shut down tells the others it is gone."""
+    node = ref()
+    if node is not None and not node._closed:
+        node._abort("process exited without node.shutdown()", ClosedError("process exiting"))
+        node._teardown()
+
+
+def init(**overrides) -> Node:
+    """Join the cluster described by PSKV_* (set by `pskv launch`), or start a private 1-node one.
+
+    Blocks until every node joined (PSKV_RENDEZVOUS_TIMEOUT). Keyword overrides take precedence
+    over the environment (e.g. `threads=4`, `failure_timeout=5`). Use it as a context manager or
+    call `node.shutdown()` at the end."""
+    return Node(NodeConfig.from_env(**overrides))

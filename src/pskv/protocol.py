@@ -1,0 +1,167 @@
+"""Wire format: message kinds, the fixed binary `Header`, and `encode()` / `decode()`.
+
+A message is a ZeroMQ multipart message: frame 0 is a 40-byte header, the other frames are
+raw buffers (keys, values) or, for control messages, one UTF-8 JSON object. Arrays travel as
+zero-copy frames and are read back with np.frombuffer; nothing on the data path is pickled.
+
+    data request   [header, keys (int64 or int32), values]    PUSH, SET
+                   [header, keys]                              PULL
+    data reply     [header, values] PULL_REPLY, [header] ACK, [header, utf-8 message] ERROR
+    control        [header, json]                              coordinator traffic
+
+`decode()` checks everything a peer could get wrong (length, magic, version, cluster, frame
+sizes) and raises ProtocolError; the server answers with ERROR or drops the message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import struct
+
+import numpy as np
+
+from .errors import ProtocolError
+
+MAGIC = b"PSKV"
+VERSION = 1
+COORDINATOR = -1  # the `sender`/destination rank of the coordinator
+
+
+class Kind(enum.IntEnum):
+    PULL = 1
+    PULL_REPLY = 2
+    PUSH = 3
+    SET = 4
+    ACK = 5
+    ERROR = 6
+    # control traffic between nodes and the coordinator; payload is one JSON frame
+    HELLO = 20
+    WELCOME = 21
+    HEARTBEAT = 22
+    TICK = 23
+    TABLE_DECL = 24
+    TABLE_OK = 25
+    BARRIER = 26
+    BARRIER_RELEASE = 27
+    BYE = 28
+    SHUTDOWN_OK = 29
+    NODE_FAILED = 30
+    ABORT = 31
+
+
+REQUESTS = frozenset({Kind.PULL, Kind.PUSH, Kind.SET})
+REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR})
+
+_DTYPES = {0: None, 1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int64), 4: np.dtype(np.int32)}
+_CODES = {dt: code for code, dt in _DTYPES.items() if dt is not None}
+
+# magic, version, kind, flags, cluster, sender, table, request_id, part, n_keys, dim, dtype, key dtype, spare
+_STRUCT = struct.Struct("<4sBBHIhHQIIIBBH")
+HEADER_SIZE = _STRUCT.size  # 40 bytes
+
+
+def dtype_code(dtype) -> int:
+    try:
+        return _CODES[np.dtype(dtype)]
+    except KeyError:
+        raise ProtocolError(f"dtype {np.dtype(dtype)} cannot travel on the wire; use float32 or float64") from None
+
+
+@dataclasses.dataclass(slots=True)
+class Header:
+    kind: Kind
+    cluster: int = 0
+    sender: int = 0  # rank of the node that sent it; COORDINATOR for the coordinator
+    table: int = 0
+    request_id: int = 0
+    part: int = 0  # which part of a partitioned request this message answers
+    n_keys: int = 0
+    dim: int = 0
+    dtype: int = 0  # code of the values' dtype (0: no values)
+    key_dtype: int = 0  # code of the keys' dtype (0: no keys)
+    flags: int = 0
+
+    def pack(self) -> bytes:
+        return _STRUCT.pack(MAGIC, VERSION, self.kind, self.flags, self.cluster, self.sender, self.table,
+                            self.request_id, self.part, self.n_keys, self.dim, self.dtype, self.key_dtype, 0)
+
+    def __repr__(self) -> str:
+        who = "coord" if self.sender == COORDINATOR else f"n{self.sender}"
+        return (f"<{self.kind.name.title()} req={self.request_id}.{self.part} table={self.table} "
+                f"from={who} keys={self.n_keys} dim={self.dim}>")
+
+
+def unpack_header(frame: bytes | memoryview) -> Header:
+    """Frame 0 -> Header. Raises ProtocolError for anything that is not a pskv header."""
+    if len(frame) != HEADER_SIZE:
+        raise ProtocolError(f"header is {len(frame)} bytes, expected {HEADER_SIZE}; not a pskv message")
+    (magic, version, kind, flags, cluster, sender, table, rid, part,
+     n_keys, dim, dtype, key_dtype, _) = _STRUCT.unpack(frame)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic {magic!r}; not a pskv message")
+    if version != VERSION:
+        raise ProtocolError(f"protocol version {version}, this node speaks {VERSION}; run one pskv version everywhere")
+    try:
+        kind = Kind(kind)
+    except ValueError:
+        raise ProtocolError(f"unknown message kind {kind}") from None
+    if dtype not in _DTYPES or key_dtype not in _DTYPES:
+        raise ProtocolError(f"unknown dtype code {dtype}/{key_dtype} in {kind.name}")
+    return Header(kind, cluster, sender, table, rid, part, n_keys, dim, dtype, key_dtype, flags)
+
+
+def data_arrays(header: Header, frames: list) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The (keys, values) of a data message as read-only views of its frames (no copy).
+
+    Checks the frame count and each frame's byte length against the header."""
+    want_keys = header.kind in REQUESTS
+    want_values = header.kind in (Kind.PUSH, Kind.SET, Kind.PULL_REPLY)
+    expected = 1 + want_keys + want_values
+    if len(frames) != expected:
+        raise ProtocolError(f"{header!r} has {len(frames)} frames, expected {expected}")
+    keys = values = None
+    i = 1
+    if want_keys:
+        kdt = _DTYPES[header.key_dtype]
+        if kdt is None or kdt.kind != "i":
+            raise ProtocolError(f"{header!r} carries keys of dtype code {header.key_dtype}, not an integer")
+        keys = _view(frames[i], kdt, (header.n_keys,), header)
+        i += 1
+    if want_values:
+        vdt = _DTYPES[header.dtype]
+        if vdt is None or vdt.kind != "f":
+            raise ProtocolError(f"{header!r} carries values of dtype code {header.dtype}, not a float")
+        values = _view(frames[i], vdt, (header.n_keys, header.dim), header)
+    return keys, values
+
+
+def _view(frame, dtype: np.dtype, shape: tuple, header: Header) -> np.ndarray:
+    buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+    expected = int(np.prod(shape)) * dtype.itemsize
+    if buf.nbytes != expected:
+        raise ProtocolError(f"{header!r}: frame of {buf.nbytes} bytes, expected {expected} for {shape} {dtype}")
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+def frame_bytes(frame) -> bytes:
+    return frame.bytes if hasattr(frame, "bytes") else bytes(frame)
+
+
+def control(kind: Kind, cluster: int, sender: int, payload: dict | None = None) -> list[bytes]:
+    """Frames of a control message with a JSON payload."""
+    body = json.dumps(payload or {}, separators=(",", ":")).encode()
+    return [Header(kind, cluster=cluster, sender=sender).pack(), body]
+
+
+def control_payload(header: Header, frames: list) -> dict:
+    if len(frames) != 2:
+        raise ProtocolError(f"{header!r} has {len(frames)} frames, expected 2")
+    try:
+        payload = json.loads(frame_bytes(frames[1]))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"{header!r}: payload is not JSON ({exc})") from None
+    if not isinstance(payload, dict):
+        raise ProtocolError(f"{header!r}: payload is {type(payload).__name__}, expected an object")
+    return payload
