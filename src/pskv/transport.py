@@ -56,6 +56,7 @@ class Transport:
             else:
                 self.port = self._inbox.bind_to_random_port(zmq_url(host, 0).rsplit(":", 1)[0])
         except zmq.ZMQError as exc:
+            self._inbox.close(linger=0)
             self._terminate()
             raise TransportError(f"cannot bind the inbox on {host}:{port or '*'} ({exc}); "
                                  "check PSKV_HOST is an address of this machine") from exc
