@@ -194,13 +194,14 @@ class Coordinator:
             self._finished = True
 
     def _fail(self, rank: int, reason: str) -> None:
-        if self._state.get(rank) in ("failed", "bye") and not reason.startswith("process exited"):
-            return
         if self._state.get(rank) == "failed":
             return
         self._state[rank] = "failed"
         self.failures.append((rank, reason))
         log.error("node %d failed: %s", rank, reason)
+        if not self._welcomed:  # the cluster cannot form: let the nodes that joined stop now
+            self._broadcast(Kind.ABORT, {"reason": f"node {rank} failed before the cluster formed: {reason}"})
+            return
         self._broadcast(Kind.NODE_FAILED, {"rank": rank, "address": self._addresses.get(rank, ""),
                                            "reason": reason}, states=("alive", "bye"))
 

@@ -321,7 +321,10 @@ class _LocalBarrier:
             self._members.discard(id(worker))
             lead = self._members and self._arrived == len(self._members)
         if lead:
-            self._lead(None)
+            try:
+                self._lead(None)
+            except PskvError:
+                pass  # recorded in _error for the waiting workers; the leaving one has nothing to raise
 
     def wait(self, timeout: float | None = None) -> None:
         with self._cond:

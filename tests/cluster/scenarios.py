@@ -144,6 +144,7 @@ def updaters(node: pskv.Node, threads: int, rounds: int = 6) -> None:
         for name in UPDATERS:
             t = w.table(name)
             ref = t.pull(np.arange(ROWS)).astype(np.float64)
+            w.barrier()  # nobody pushes before everyone has its reference copy
             state: dict = {}
             for rnd in range(rounds):
                 rng = np.random.default_rng([rnd, 7])
