@@ -1,0 +1,7 @@
+"""`python -m pskv ...` is the `pskv` command."""
+
+import sys
+
+from pskv.cli import main
+
+sys.exit(main())

@@ -1,0 +1,83 @@
+"""The `pskv` command: argparse into launch/demo/bench; no logic of its own.
+
+Try it: `pskv launch -n 2 -- python -c "import os; print(os.environ['PSKV_RANK'])"`
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import PskvError
+
+_FORWARDED = ("demo", "bench")  # their own main() parses the rest of the arguments
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `pskv ...` with `argv` (default sys.argv[1:]); return the exit status."""
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.subcommand not in _FORWARDED:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        return args.run(args, rest)
+    except PskvError as exc:
+        print(f"pskv {args.subcommand}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pskv",
+                                     description="pskv: a parameter server over ZeroMQ")
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("launch", help="start N nodes that run CMD; non-zero if any node fails",
+                         usage="pskv launch -n N [--threads T] [--hostfile FILE] "
+                               "[--coordinator-host H] -- CMD ...")
+    run.add_argument("-n", "--nodes", type=int, required=True, help="number of node processes")
+    run.add_argument("--threads", type=int, default=1,
+                     help="worker threads per node (PSKV_THREADS)")
+    run.add_argument("--hostfile", type=Path,
+                     help="one host per line; node i runs on host i %% len over ssh "
+                          "(default: all nodes on this machine)")
+    run.add_argument("--coordinator-host", help="address the coordinator binds (default 127.0.0.1, "
+                                                "or this machine's address with a remote hostfile)")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="the command every node runs")
+    run.set_defaults(run=_launch)
+
+    for name, text in (("demo", "run the demo (pskv demo --help)"),
+                       ("bench", "run the benchmarks (pskv bench --help)")):
+        sub.add_parser(name, help=text, add_help=False).set_defaults(run=_forward)
+
+    sub.add_parser("version", help="print the version").set_defaults(run=_version)
+    return parser
+
+
+def _launch(args: argparse.Namespace, rest: list[str]) -> int:
+    from .launch import launch
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    return launch(args.nodes, command, threads=args.threads, hostfile=args.hostfile,
+                  coordinator_host=args.coordinator_host)
+
+
+def _forward(args: argparse.Namespace, rest: list[str]) -> int:
+    if args.subcommand == "demo":
+        from . import demo as module
+    else:
+        from . import bench as module
+    return module.main(rest)
+
+
+def _version(args: argparse.Namespace, rest: list[str]) -> int:
+    from importlib import metadata
+
+    try:
+        version = metadata.version("pskv")
+    except metadata.PackageNotFoundError:  # running from a source tree (PYTHONPATH=src)
+        import pskv
+
+        version = getattr(pskv, "__version__", "unknown (not installed)")
+    print(f"pskv {version}")
+    return 0
