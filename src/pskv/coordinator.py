@@ -198,7 +198,7 @@ class Coordinator:
             return
         self._state[rank] = "failed"
         self.failures.append((rank, reason))
-        log.error("node %d failed: %s", rank, reason)
+        log.info("node %d failed: %s", rank, reason)  # the launcher and the nodes report it
         if not self._welcomed:  # the cluster cannot form: let the nodes that joined stop now
             self._broadcast(Kind.ABORT, {"reason": f"node {rank} failed before the cluster formed: {reason}"})
             return
