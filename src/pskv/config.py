@@ -19,6 +19,7 @@ torchrun) may set them instead. Every default below carries its reason.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Mapping
 
@@ -74,8 +75,10 @@ class NodeConfig:
         if self.coordinator:
             split_address(self.coordinator)
         for name in ("failure_timeout", "heartbeat_interval", "rendezvous_timeout"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"PSKV_{name.upper()} is {getattr(self, name)}; it must be > 0")
+            if not 0 < getattr(self, name) < math.inf:  # also rejects nan
+                raise ConfigError(f"PSKV_{name.upper()} is {getattr(self, name)}; it must be > 0 (and finite)")
+        if not 0 <= self.test_drop_rate <= 1:
+            raise ConfigError(f"PSKV_TEST_DROP_RATE is {self.test_drop_rate}; it must be in [0, 1]")
         if self.threads < 1:
             raise ConfigError(f"PSKV_THREADS is {self.threads}; it must be at least 1")
 
@@ -92,8 +95,8 @@ class NodeConfig:
 def split_address(address: str) -> tuple[str, int]:
     """'host:port' or '[::1]:port' -> (host, port); raises ConfigError on anything else."""
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"address {address!r} is not host:port (e.g. 127.0.0.1:5100)")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"address {address!r} is not host:port with a port in 1..65535 (e.g. 127.0.0.1:5100)")
     return host.strip("[]"), int(port)
 
 

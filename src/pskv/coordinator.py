@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Callable
 
-from .config import NodeConfig
+from .config import ConfigError, NodeConfig, split_address
 from .errors import BarrierTimeout, CoordinatorUnreachable, NodeFailure, TableMismatch
 from .protocol import COORDINATOR, Header, Kind, control
 from .transport import Transport
@@ -122,8 +122,14 @@ class Coordinator:
         self._last_seen[rank] = time.monotonic()
         handler = {Kind.TABLE_DECL: self._decl, Kind.BARRIER: self._barrier, Kind.BYE: self._bye,
                    Kind.ABORT: lambda r, p: self._fail(r, p.get("reason", "aborted"))}.get(header.kind)
+        if self._state[rank] == "failed":  # it stalled and came back: tell it, not only the others
+            self._send(rank, Kind.NODE_FAILED, self._failure_payload(rank))
+            return
         if handler is not None:
-            handler(rank, payload)
+            try:
+                handler(rank, payload)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("coordinator dropped %r with a malformed payload: %r", header, exc)
 
     def _send(self, rank: int, kind: Kind, payload: dict | None = None) -> None:
         try:
@@ -138,9 +144,11 @@ class Coordinator:
 
     def _hello(self, rank: int, p: dict) -> None:
         address = str(p.get("address", ""))
-        if not address:
+        try:
+            split_address(address)
+        except ConfigError:
+            log.warning("coordinator dropped a HELLO from rank %r with address %r", rank, address)
             return
-        self._transport.set_address(rank, address)
         problem = None
         if p.get("num_nodes") != self.num_nodes:
             problem = f"node {rank} thinks the cluster has {p.get('num_nodes')} nodes, the coordinator {self.num_nodes}"
@@ -148,9 +156,11 @@ class Coordinator:
             problem = f"rank {rank} is outside [0, {self.num_nodes})"
         elif rank in self._addresses or self._welcomed:
             problem = f"rank {rank} joined twice (first from {self._addresses.get(rank)}, now from {address})"
-        if problem:
-            self._send(rank, Kind.ABORT, {"reason": problem + "; check PSKV_RANK and PSKV_NUM_NODES"})
+        if problem:  # answer on a one-off socket: never replace the address of a rank that joined
+            self._transport.send_once(address, control(Kind.ABORT, self.cluster, COORDINATOR,
+                                                       {"reason": problem + "; check PSKV_RANK and PSKV_NUM_NODES"}))
             return
+        self._transport.set_address(rank, address)
         self._addresses[rank] = address
         self._state[rank] = "alive"
         self._last_seen[rank] = time.monotonic()
@@ -202,8 +212,13 @@ class Coordinator:
         if not self._welcomed:  # the cluster cannot form: let the nodes that joined stop now
             self._broadcast(Kind.ABORT, {"reason": f"node {rank} failed before the cluster formed: {reason}"})
             return
-        self._broadcast(Kind.NODE_FAILED, {"rank": rank, "address": self._addresses.get(rank, ""),
-                                           "reason": reason}, states=("alive", "bye"))
+        self._broadcast(Kind.NODE_FAILED, self._failure_payload(rank), states=("alive", "bye"))
+        if rank in self._addresses:
+            self._send(rank, Kind.NODE_FAILED, self._failure_payload(rank))  # if it only stalled, it learns why
+
+    def _failure_payload(self, rank: int) -> dict:
+        reason = next((r for k, r in self.failures if k == rank), "failed")
+        return {"rank": rank, "address": self._addresses.get(rank, ""), "reason": reason}
 
     def _tick(self, now: float) -> None:
         if not self._welcomed:
@@ -214,7 +229,7 @@ class Coordinator:
                 self._broadcast(Kind.ABORT, {"reason": reason, "missing": missing})
                 self._finished = True
             return
-        self._broadcast(Kind.TICK)
+        self._broadcast(Kind.TICK, {"barriers": {str(g): sorted(r) for g, r in self._barriers.items()}})
         for rank, state in list(self._state.items()):
             silent = now - self._last_seen[rank]
             if state == "alive" and silent > self.config.failure_timeout:
@@ -239,6 +254,7 @@ class CoordinatorClient:
         self._decl_results: dict[int, str | None] = {}
         self._barrier_gen = 0
         self._released: set[int] = set()
+        self._arrivals: dict[str, list[int]] = {}  # barrier generation -> ranks arrived (from TICKs)
         self._shutdown_ok = False
         self._last_heard = time.monotonic()
         self._last_beat = 0.0
@@ -274,8 +290,13 @@ class CoordinatorClient:
             gen = self._barrier_gen
             self._barrier_gen += 1
         self._send(Kind.BARRIER, {"gen": gen})
-        self._wait(lambda: gen in self._released, timeout, lambda: BarrierTimeout(
-            f"barrier #{gen} did not complete within {timeout} s on node {self.rank}"))
+        self._wait(lambda: gen in self._released, timeout, lambda: self._barrier_timeout(gen, timeout))
+
+    def _barrier_timeout(self, gen: int, timeout: float) -> BarrierTimeout:
+        arrived = set(self._arrivals.get(str(gen), [])) | {self.rank}
+        missing = sorted(set(range(len(self.addresses or {}))) - arrived)
+        return BarrierTimeout(f"barrier #{gen} did not complete within {timeout} s on node {self.rank}; "
+                              f"nodes {missing} never arrived", missing)
 
     def bye(self, timeout: float | None = None) -> bool:
         """Orderly leave: wait until every node said bye. False if that did not happen."""
@@ -316,6 +337,8 @@ class CoordinatorClient:
                 self._released.add(int(payload["gen"]))
             elif kind == Kind.SHUTDOWN_OK:
                 self._shutdown_ok = True
+            elif kind == Kind.TICK:
+                self._arrivals = payload.get("barriers", {})
             elif kind == Kind.ABORT:
                 self._abort = str(payload.get("reason", "unknown reason"))
             self._cond.notify_all()

@@ -73,7 +73,7 @@ class Future:
             if not self._event.is_set():
                 self._callbacks.append(fn)
                 return
-        fn(self)
+        self._run_callback(fn)
 
     def _resolve(self, result: Any = None, error: BaseException | None = None) -> None:
         with self._lock:
@@ -83,10 +83,13 @@ class Future:
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:
-            try:
-                fn(self)
-            except Exception:  # a callback's bug must not kill the server thread
-                log.exception("callback of %s raised", self.desc)
+            self._run_callback(fn)
+
+    def _run_callback(self, fn) -> None:
+        try:
+            fn(self)
+        except Exception:  # a callback's bug must not kill the server thread (nor the caller)
+            log.exception("callback of %s raised", self.desc)
 
     def __repr__(self) -> str:
         state = "pending" if not self.done() else ("failed" if self._error else "done")
@@ -140,6 +143,8 @@ class RequestTracker:
                 p.on_part(part, arrays)
             except PskvError as exc:
                 error = exc
+            except Exception as exc:  # noqa: BLE001 - fail the waiter, not the server thread
+                error = PskvError(f"{p.future.desc}: reply part {part} could not be written: {exc!r}")
         with self._lock:
             if part not in p.remaining:
                 return False

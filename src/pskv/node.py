@@ -36,6 +36,8 @@ from .worker import Table, Worker
 
 log = logging.getLogger(__name__)
 
+_FIRST_WORDS = frozenset({Kind.WELCOME, Kind.ABORT})  # all a node accepts from the coordinator before WELCOME
+
 
 @dataclasses.dataclass
 class TableState:
@@ -267,7 +269,18 @@ class Node:
             log.warning("node %d dropped a message: %s", self.rank, exc)
             return
         if header.sender == COORDINATOR:
-            self.client.handle(header, control_payload(header, frames))
+            welcomed = self.client.addresses is not None
+            if (welcomed and header.cluster != self.cluster) or (not welcomed and header.kind not in _FIRST_WORDS):
+                self.dropped += 1
+                log.warning("node %d dropped %r: not from this cluster's coordinator", self.rank, header)
+                return
+            try:
+                payload = control_payload(header, frames)
+            except ProtocolError as exc:
+                self.dropped += 1
+                log.warning("node %d dropped a coordinator message: %s", self.rank, exc)
+                return
+            self.client.handle(header, payload)
             if header.kind == Kind.WELCOME:
                 for rank, address in self.client.addresses.items():
                     self._transport.set_address(rank, address)

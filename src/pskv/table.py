@@ -148,6 +148,9 @@ def check_keys(spec: TableSpec, keys, op: str) -> np.ndarray:
         if arr.size == 0:
             return np.empty(0, np.int64)
         raise DTypeError(f"{op} on table {spec.name!r}: keys have dtype {arr.dtype}; keys are integer row ids")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= spec.rows:
+        raise KeyOutOfRange(f"{op} on table {spec.name!r}: key {int(arr.max())} is outside [0, {spec.rows}); "
+                            "keys are row indices, so map ids to rows before calling")
     if arr.dtype != np.int64:
         arr = arr.astype(np.int64)
     arr = np.ascontiguousarray(arr)

@@ -91,6 +91,19 @@ class Transport:
         self.messages_sent += 1
         self.bytes_sent += sum(f.nbytes if hasattr(f, "nbytes") else len(f) for f in frames)
 
+    def send_once(self, address: str, frames: list) -> None:
+        """Send one message to host:port on a socket made for it and closed at once (rare control replies)."""
+        host, _, port = address.rpartition(":")
+        sock = self._ctx.socket(zmq.PUSH)
+        try:
+            sock.setsockopt(zmq.SNDTIMEO, 1000)
+            sock.connect(zmq_url(host.strip("[]"), int(port)))
+            sock.send_multipart(frames)
+        except zmq.ZMQError as exc:
+            log.warning("could not send to %s: %s", address, exc)
+        finally:
+            sock.close(linger=1000)
+
     def recv(self, timeout: float) -> list | None:
         """One message from the inbox as zmq.Frames, or None after `timeout` seconds. Owner thread only."""
         try:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import kernels
-from .errors import ShapeError, DTypeError
+from .errors import DTypeError, ProtocolError, ShapeError
 from .future import Future, wait as wait_futures
 from .protocol import Header, Kind, dtype_code
 from .table import TableSpec, check_keys, check_values
@@ -84,9 +84,11 @@ class Table:
             return np.empty((n, self.dim), dtype=self.dtype)  # (n, dim) owned by the caller after wait()
         if out.shape != (n, self.dim):
             raise ShapeError(f"pull on table {self.name!r}: out has shape {out.shape}, expected ({n}, {self.dim})")
-        if out.dtype != self.dtype or not out.flags.c_contiguous or not out.flags.writeable:
-            raise DTypeError(f"pull on table {self.name!r}: out must be a writeable C-contiguous {self.dtype} "
-                             f"array, got {out.dtype}")
+        if out.dtype != self.dtype:
+            raise DTypeError(f"pull on table {self.name!r}: out has dtype {out.dtype}, the table {self.dtype}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ShapeError(f"pull on table {self.name!r}: out must be writeable and C-contiguous; "
+                             "pass np.ascontiguousarray(out) or let pull allocate it")
         return out
 
     def _request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool) -> Future:
@@ -106,7 +108,11 @@ class Table:
             self._local(kind, keys, values, out)
             self._state.local_keys += len(keys)
             return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
-        on_part = (lambda part, vals: np.copyto(out, vals)) if kind == Kind.PULL else None
+        on_part = None
+        if kind == Kind.PULL:
+            def on_part(part, vals):
+                self._check_reply(vals, len(out), dest)
+                np.copyto(out, vals)
         rid, fut = self._node.tracker.new_request([dest], on_part=on_part, result=out, desc=self._desc(kind))
         self._send(kind, dest, rid, 0, keys, values, copy)
         self._state.remote_keys += len(keys)
@@ -125,7 +131,9 @@ class Table:
         positions = [order[starts[d]:starts[d + 1]] for d in remote]  # views: where each part's rows go
         on_part = None
         if kind == Kind.PULL:
-            on_part = lambda part, vals: kernels.put_rows(out, positions[part], vals)  # noqa: E731
+            def on_part(part, vals):
+                self._check_reply(vals, len(positions[part]), remote[part])
+                kernels.put_rows(out, positions[part], vals)
         rid, fut = self._node.tracker.new_request(remote, on_part=on_part, result=out, desc=self._desc(kind))
         for part, d in enumerate(remote):
             pk, pv = self._take(keys, values, order, int(starts[d]), int(starts[d + 1]))
@@ -138,6 +146,12 @@ class Table:
             self._state.local_keys += e - s
         self._worker._track(fut)
         return fut
+
+    def _check_reply(self, vals, n: int, rank: int) -> None:
+        if vals is None or vals.shape != (n, self.dim) or vals.dtype != self.dtype:
+            got = None if vals is None else f"{vals.shape} {vals.dtype}"
+            raise ProtocolError(f"node {rank} answered a pull on table {self.name!r} with {got}, expected "
+                                f"({n}, {self.dim}) {self.dtype}; are all nodes running the same pskv?")
 
     @staticmethod
     def _take(keys, values, order, s, e):

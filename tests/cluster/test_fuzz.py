@@ -326,10 +326,6 @@ def _send(address: str, frames: list) -> None:
         ctx.term()
 
 
-@pytest.mark.xfail(strict=True, reason="Node._dispatch hands every message with sender == COORDINATOR to "
-                                       "CoordinatorClient.handle without comparing header.cluster with the "
-                                       "node's cluster, so anyone can fail the node (NODE_FAILED) or stop its "
-                                       "heartbeats (SHUTDOWN_OK) until the coordinator declares it dead")
 @pytest.mark.parametrize("kind, payload, settle", [(Kind.NODE_FAILED, {"rank": 0, "reason": "spoofed"}, 0.3),
                                                    (Kind.SHUTDOWN_OK, {}, 2.0)],  # 2 failure timeouts
                          ids=["node_failed", "shutdown_ok"])
@@ -349,9 +345,6 @@ def test_fuzz_foreign_coordinator_message_ignored(kind, payload, settle):
         node.shutdown(timeout=5)
 
 
-@pytest.mark.xfail(strict=True, reason="a PULL_REPLY's n_keys/dim are checked against its frame sizes but not "
-                                       "against the request: Table._single's on_part is np.copyto(out, vals), "
-                                       "which broadcasts a (1, 2) or (3, 1) reply into the (3, 2) result")
 @pytest.mark.parametrize("n_keys, dim", [(1, 2), (3, 1)])
 def test_fuzz_pull_reply_of_wrong_shape_fails_request(n_keys, dim):
     """A PULL_REPLY whose shape differs from the request's (3 keys, dim 2) fails the pull with a PskvError."""

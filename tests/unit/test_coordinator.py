@@ -233,9 +233,6 @@ def test_rendezvous_rank_joined_twice_aborts_second(make_coordinator, make_fake)
     t.join(10)
 
 
-@pytest.mark.xfail(strict=True, reason="Coordinator._hello calls set_address(rank, address) before validating, so "
-                                       "a duplicate rank's address replaces the first node's and the WELCOME for "
-                                       "rank 0 goes to the aborted duplicate")
 def test_rendezvous_rank_joined_twice_first_still_welcomed(make_coordinator, make_fake):
     """After a duplicate rank 0 is aborted, the first rank 0 and rank 1 are both welcomed."""
     coord = make_coordinator(2, rendezvous_timeout=30)
@@ -252,9 +249,6 @@ def test_rendezvous_rank_joined_twice_first_still_welcomed(make_coordinator, mak
     assert results["first"] == {0: first.transport.address, 1: other.transport.address}
 
 
-@pytest.mark.xfail(strict=True, reason="Coordinator._hello passes the payload's address to Transport.set_address, "
-                                       "whose int(port) raises ValueError; _run catches it and the coordinator "
-                                       "thread exits ('coordinator crashed')")
 def test_rendezvous_malformed_hello_keeps_coordinator(make_coordinator, make_fake):
     """A HELLO whose address is not host:port is dropped; a proper node can still join afterwards."""
     coord = make_coordinator(1, rendezvous_timeout=0.5)
@@ -356,8 +350,6 @@ def test_barrier_missing_node_times_out(start_nodes):
         assert "did not complete within 0.5 s" in str(exc)
 
 
-@pytest.mark.xfail(strict=True, reason="CoordinatorClient.barrier raises BarrierTimeout(message) without `missing`; "
-                                       "the client never learns which ranks arrived")
 def test_barrier_timeout_names_missing_node(make_coordinator, make_fake):
     """BarrierTimeout.missing lists the rank that never arrived (as errors.py documents), and the message names it."""
     coord = make_coordinator(3)
@@ -393,10 +385,6 @@ def test_heartbeat_silent_node_fails_the_others(start_nodes, make_fake):
         assert info.value.node_id == 2 and info.value.address == fake.transport.address
 
 
-@pytest.mark.xfail(strict=True, reason="Coordinator._fail marks the rank failed and broadcasts NODE_FAILED only to "
-                                       "the other nodes, and later ignores nothing from the failed rank; the "
-                                       "stalled node is never told, and only fails after failure_timeout with "
-                                       "'the coordinator has been silent' (node_id -1)")
 def test_heartbeat_stalled_node_learns_it_was_declared_failed(make_coordinator, make_fake):
     """A node that stalled past failure_timeout and resumes gets NodeFailure naming itself, not the coordinator."""
     coord = make_coordinator(2)

@@ -142,8 +142,6 @@ def test_future_callback_exception_does_not_propagate_on_resolve():
     assert seen == [fut] and fut.wait(0) == 7
 
 
-@pytest.mark.xfail(strict=True, reason="add_done_callback on a done Future calls fn(self) outside the try/except "
-                                       "that _resolve uses, so the callback's exception reaches the caller")
 def test_future_callback_exception_does_not_propagate_when_done():
     """A raising callback added to a done Future is logged, as at resolution, not raised to the caller."""
     fut = Future.completed(1)

@@ -114,8 +114,7 @@ def test_table_pull_out_wrong_shape_raises(table):
                          ids=["float64", "int32"])
 def test_table_pull_out_wrong_dtype_raises(table, out):
     """An `out` array of another dtype is a DTypeError naming the table and the dtype."""
-    with pytest.raises(pskv.DTypeError, match=rf"pull on table 't': out must be a writeable C-contiguous float32 "
-                                              rf"array, got {out.dtype}"):
+    with pytest.raises(pskv.DTypeError, match=rf"pull on table 't': out has dtype {out.dtype}, the table float32"):
         table.pull([1, 2], out=out)
 
 
@@ -123,7 +122,7 @@ def test_table_pull_out_readonly_raises(table):
     """A read-only `out` array is rejected before anything is written."""
     out = np.zeros((2, DIM), np.float32)
     out.flags.writeable = False
-    with pytest.raises(pskv.DTypeError, match="writeable"):
+    with pytest.raises(pskv.ShapeError, match="writeable"):
         table.pull([1, 2], out=out)
 
 

@@ -193,8 +193,6 @@ def test_check_keys_out_of_range_is_indexerror():
         check_keys(spec(), [100], "pull")
 
 
-@pytest.mark.xfail(strict=True, reason="check_keys casts uint64 keys to int64 before the range check, so "
-                                       "key 2**63+5 is reported as -9223372036854775803")
 def test_check_keys_huge_unsigned_key_named_as_given():
     """A uint64 key >= 2**63 is reported with its own value, not its int64 wrap-around."""
     with pytest.raises(KeyOutOfRange, match=str(2**63 + 5)):
