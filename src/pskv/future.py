@@ -103,19 +103,22 @@ def wait(*futures: Future, timeout: float | None = None) -> list:
 
 
 class _Pending:
-    __slots__ = ("future", "ranks", "remaining", "on_part", "result", "error")
+    __slots__ = ("future", "remaining", "on_part", "result", "ranks")
 
-    def __init__(self, future, ranks, on_part, result):
+    def __init__(self, future, total, on_part, result):
         self.future = future
-        self.ranks = ranks  # part index -> rank it was sent to
-        self.remaining = set(range(len(ranks)))
-        self.on_part = on_part  # fn(part, arrays) writes a reply part into the result
+        self.remaining = total  # keys (or other units) still to be answered
+        self.on_part = on_part  # fn(sender, payload) writes a reply into the result
         self.result = result
-        self.error = None
+        self.ranks: set[int] = set()  # nodes some of it was sent to, for fail_rank
 
 
 class RequestTracker:
-    """Counts the reply parts of every outstanding request and decides when it is complete."""
+    """Counts the answered keys of every outstanding request and decides when it is complete.
+
+    A request of n keys may be answered in any number of replies, from any nodes (the owner of
+    a key answers the requester directly, however often the request was forwarded); each
+    reply says how many keys it answers."""
 
     def __init__(self, health: Callable[[], None] | None = None) -> None:
         self._pending: dict[int, _Pending] = {}
@@ -123,45 +126,50 @@ class RequestTracker:
         self._lock = threading.Lock()  # guards _pending; never held while writing parts or resolving
         self._health = health
 
-    def new_request(self, ranks: list[int], *, on_part: Callable | None = None, result: Any = None,
+    def new_request(self, total: int, *, on_part: Callable | None = None, result: Any = None,
                     desc: str = "") -> tuple[int, Future]:
-        """Register a request with one part per entry of `ranks`; returns (request_id, future)."""
+        """Register a request that completes when `total` keys have been answered."""
         fut = Future(desc, self._health)
         rid = next(self._ids)
         with self._lock:
-            self._pending[rid] = _Pending(fut, list(ranks), on_part, result)
+            self._pending[rid] = _Pending(fut, total, on_part, result)
         return rid, fut
 
-    def on_reply(self, rid: int, part: int, arrays: Any = None, error: BaseException | None = None) -> bool:
-        """Deliver one part; returns False for an unknown or duplicate part (dropped)."""
-        with self._lock:
-            p = self._pending.get(rid)
-            if p is None or part not in p.remaining:
-                return False
+    def sent_to(self, rid: int, rank: int) -> None:
+        p = self._pending.get(rid)
+        if p is not None:
+            p.ranks.add(rank)
+
+    def on_reply(self, rid: int, count: int, sender: int = -1, payload: Any = None,
+                 error: BaseException | None = None) -> bool:
+        """Deliver a reply that answers `count` keys; returns False for an unknown request (dropped)."""
+        p = self._pending.get(rid)
+        if p is None:
+            return False
         if error is None and p.on_part is not None:
             try:
-                p.on_part(part, arrays)
+                p.on_part(sender, payload)
             except PskvError as exc:
                 error = exc
             except Exception as exc:  # noqa: BLE001 - fail the waiter, not the server thread
-                error = PskvError(f"{p.future.desc}: reply part {part} could not be written: {exc!r}")
+                error = PskvError(f"{p.future.desc}: a reply from node {sender} could not be written: {exc!r}")
         with self._lock:
-            if part not in p.remaining:
+            if self._pending.get(rid) is not p:
                 return False
-            p.remaining.discard(part)
-            if error is not None and p.error is None:
-                p.error = error
-            finished = not p.remaining
+            p.remaining -= count
+            finished = error is not None or p.remaining <= 0
             if finished:
                 del self._pending[rid]
         if finished:
-            p.future._resolve(p.result if p.error is None else None, p.error)
+            if error is None and p.remaining < 0:
+                error = PskvError(f"{p.future.desc}: {-p.remaining} more keys were answered than requested")
+            p.future._resolve(p.result if error is None else None, error)
         return True
 
     def fail_rank(self, rank: int, error_for: Callable[[], BaseException]) -> int:
-        """Fail every request with a part outstanding at `rank`; returns how many."""
+        """Fail every request that was sent (in part) to `rank`; returns how many."""
         with self._lock:
-            hit = [(rid, p) for rid, p in self._pending.items() if any(p.ranks[i] == rank for i in p.remaining)]
+            hit = [(rid, p) for rid, p in self._pending.items() if rank in p.ranks]
             for rid, _ in hit:
                 del self._pending[rid]
         for _, p in hit:

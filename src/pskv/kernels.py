@@ -32,36 +32,87 @@ def key_range(keys):
 
 
 @_jit
-def partition(keys, bounds, order, counts):
-    """Counting sort of `keys` by destination range; stable, O(n + nodes).
-
-    bounds: (nodes+1,) int64 range starts; order (n,) int64 out: positions of keys grouped by
-    destination; counts (nodes,) int64 out: keys per destination."""
+def route(keys, slot, bounds, owner, my_start, me, cache, dest):
+    """dest[i]: where key i goes. me: owned here (slot >= 0); len(bounds) - 1: in transfer to this
+    node (slot -2: goes through our own server, which queues it); else the location cache's guess,
+    the owner for keys this node manages, or the key's manager."""
     nodes = bounds.shape[0] - 1
-    n = keys.shape[0]
-    dest = np.empty(n, np.int32)
-    counts[:] = 0
-    for i in range(n):
+    use_cache = cache.shape[0] > 0
+    for i in range(keys.shape[0]):
         k = keys[i]
-        lo = 0
-        hi = nodes - 1
-        while lo < hi:  # last range whose start <= k
-            mid = (lo + hi + 1) >> 1
-            if bounds[mid] <= k:
-                lo = mid
-            else:
-                hi = mid - 1
-        dest[i] = lo
-        counts[lo] += 1
-    starts = np.empty(nodes, np.int64)
+        s = slot[k]
+        if s >= 0:
+            dest[i] = me
+        elif s == -2:
+            dest[i] = nodes
+        elif use_cache and cache[k] >= 0:
+            dest[i] = cache[k]
+        elif bounds[me] <= k < bounds[me + 1]:
+            dest[i] = owner[k - my_start]
+        else:
+            lo = 0
+            hi = nodes - 1
+            while lo < hi:  # last range whose start <= k
+                mid = (lo + hi + 1) >> 1
+                if bounds[mid] <= k:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            dest[i] = lo
+
+
+@_jit
+def partition(dest, buckets, order, counts):
+    """Stable counting sort of positions by dest[i] in [0, buckets): order (n,) out, counts (buckets,) out."""
+    counts[:] = 0
+    for i in range(dest.shape[0]):
+        counts[dest[i]] += 1
+    starts = np.empty(buckets, np.int64)
     acc = 0
-    for d in range(nodes):
+    for d in range(buckets):
         starts[d] = acc
         acc += counts[d]
-    for i in range(n):
+    for i in range(dest.shape[0]):
         d = dest[i]
         order[starts[d]] = i
         starts[d] += 1
+
+
+@_jit
+def resolve(slot, keys, slots):
+    """slots[i] = slot[keys[i]] (the row in the shard's data, or < 0); returns how many are missing."""
+    miss = 0
+    for i in range(keys.shape[0]):
+        s = slot[keys[i]]
+        slots[i] = s
+        if s < 0:
+            miss += 1
+    return miss
+
+
+@_jit
+def gather_slots(data, slots, out, pos, use_pos):
+    """out[i] (or out[pos[i]]) = data[slots[i]] for slots[i] >= 0."""
+    dim = data.shape[1]
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        if s < 0:
+            continue
+        p = pos[i] if use_pos else i
+        for c in range(dim):
+            out[p, c] = data[s, c]
+
+
+@_jit
+def assign_slots(data, slots, rows):
+    """data[slots[i]] = rows[i] for slots[i] >= 0; with duplicate keys the last one wins."""
+    dim = data.shape[1]
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        if s < 0:
+            continue
+        for c in range(dim):
+            data[s, c] = rows[i, c]
 
 
 @_jit

@@ -27,7 +27,8 @@ from .config import NodeConfig, split_address
 from .coordinator import Coordinator, CoordinatorClient
 from .errors import ClosedError, NodeFailure, ProtocolError, PskvError, RemoteError, TableError, TransportError, UnknownTable
 from .future import RequestTracker
-from .protocol import COORDINATOR, REPLIES, REQUESTS, Kind, control_payload, data_arrays, frame_bytes, unpack_header
+from .protocol import (COORDINATOR, RELOCATION, REPLIES, REQUESTS, Kind, control_payload, frame_bytes, unpack,
+                       unpack_header)
 from .server import Server
 from .store import Shard, Store
 from .table import Placement, TableSpec, as_init
@@ -46,10 +47,12 @@ class TableState:
     spec: TableSpec
     placement: Placement
     shard: Shard
+    loc_cache: np.ndarray  # (rows,) int64 last known owner per key, -1 unknown; empty when off
     pulls: int = 0  # calls (counters are GIL-atomic +=, approximate under threads)
     pushes: int = 0
     local_keys: int = 0  # keys served from this node's memory without a message
     remote_keys: int = 0  # keys sent to another node
+    localizes: int = 0  # keys this node asked to move here
 
 
 class Node:
@@ -62,6 +65,7 @@ class Node:
         self._failure: BaseException | None = None
         self._closed = False
         self._tables: dict[str, TableState] = {}
+        self._by_id: dict[int, TableState] = {}
         self._next_thread = 0
         self._lock = threading.Lock()  # guards _tables, _next_thread
         self._early: list = []  # data messages that arrived before our WELCOME (pskv-server only)
@@ -71,7 +75,8 @@ class Node:
         self._transport.set_address(COORDINATOR, self.config.coordinator)
         self.store = Store()
         self.tracker = RequestTracker(health=self._check)
-        self.server = Server(self.store, self.send, self.rank, lambda: self.cluster)
+        self.server = Server(self.store, self.send, self.rank, lambda: self.cluster, self.tracker,
+                             lambda table_id: self._by_id[table_id].placement.bounds)
         self.client = CoordinatorClient(lambda frames: self._transport.send(COORDINATOR, frames), self.rank,
                                         self.config, self._on_failure)
         self._local_barrier = _LocalBarrier(self)
@@ -108,11 +113,14 @@ class Node:
         return coord.start()
 
     # ---- public API -----------------------------------------------------------------------------
-    def table(self, name: str, rows: int, dim: int = 1, dtype="float32", updater="add", init=0.0) -> Table:
+    def table(self, name: str, rows: int, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
+              location_caches: bool = False) -> Table:
         """Declare table `name` on every node (collective) and return a handle for this thread.
 
         Blocks until every node declared it. Raises TableMismatch (on every node) if nodes declared
-        it differently, TableError for a name declared twice."""
+        it differently, TableError for a name declared twice. `location_caches=True` remembers where
+        relocated keys were last answered from, to skip the hop through their manager (it changes
+        latency, never results)."""
         self._check()
         with self._lock:
             if name in self._tables:
@@ -120,8 +128,9 @@ class Node:
             spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
                              table_id=len(self._tables))
             placement = Placement(spec.rows, self.num_nodes)
-            shard = self.store.add(spec, *placement.manager_range(self.rank))
-            self._tables[name] = TableState(spec, placement, shard)
+            shard = self.store.add(spec, *placement.manager_range(self.rank), self.rank)
+            cache = np.full(spec.rows if location_caches else 0, -1, np.int64)
+            self._tables[name] = self._by_id[spec.table_id] = TableState(spec, placement, shard, cache)
         try:
             self.client.declare(spec.config())
         except TableError:
@@ -169,11 +178,13 @@ class Node:
 
     def stats(self) -> dict:
         """Counters of this node: per table calls, local and remote keys; messages and bytes sent."""
-        tables = {name: {k: getattr(s, k) for k in ("pulls", "pushes", "local_keys", "remote_keys")}
+        tables = {name: {**{k: getattr(s, k) for k in ("pulls", "pushes", "local_keys", "remote_keys", "localizes")},
+                         "forwards": s.shard.forwards, "relocated_in": s.shard.relocated_in}
                   for name, s in self._tables.items() if s is not None}
         return {"rank": self.rank, "tables": tables, "messages_sent": self._transport.messages_sent,
                 "bytes_sent": self._transport.bytes_sent, "requests_served": self.server.requests,
-                "request_errors": self.server.errors, "dropped": self.dropped}
+                "request_errors": self.server.errors, "dropped": self.dropped, "forwards": self.server.forwards,
+                "relocated_in": self.server.relocated_in}
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Leave the cluster: wait until every node called shutdown (they may still need this
@@ -295,7 +306,7 @@ class Node:
             self.dropped += 1
             log.warning("node %d dropped %r: not from this cluster", self.rank, header)
             return
-        if header.kind in REQUESTS:
+        if header.kind in REQUESTS or header.kind in RELOCATION:
             self.server.handle(header, frames)
         elif header.kind in REPLIES:
             self._reply(header, frames)
@@ -303,15 +314,15 @@ class Node:
     def _reply(self, header, frames) -> None:
         if header.kind == Kind.ERROR:
             message = frame_bytes(frames[1]).decode(errors="replace") if len(frames) > 1 else "?"
-            self.tracker.on_reply(header.request_id, header.part,
+            self.tracker.on_reply(header.request_id, 0, header.sender,
                                   error=RemoteError(f"node {header.sender} rejected the request: {message}", header.sender))
             return
         try:
-            _, values = data_arrays(header, frames)
+            payload = unpack(header, frames)
         except ProtocolError as exc:
-            self.tracker.on_reply(header.request_id, header.part, error=exc)
+            self.tracker.on_reply(header.request_id, 0, header.sender, error=exc)
             return
-        self.tracker.on_reply(header.request_id, header.part, values)
+        self.tracker.on_reply(header.request_id, header.n_keys, header.sender, (header, payload))
 
 
 class _LocalBarrier:

@@ -4,10 +4,18 @@ A message is a ZeroMQ multipart message: frame 0 is a 40-byte header, the other 
 raw buffers (keys, values) or, for control messages, one UTF-8 JSON object. Arrays travel as
 zero-copy frames and are read back with np.frombuffer; nothing on the data path is pickled.
 
-    data request   [header, keys (int64 or int32), values]    PUSH, SET
-                   [header, keys]                              PULL
-    data reply     [header, values] PULL_REPLY, [header] ACK, [header, utf-8 message] ERROR
+    data request   [header, keys, (positions), values]        PUSH, SET
+                   [header, keys, (positions)]                PULL
+    data reply     [header, (positions), values] PULL_REPLY, [header, (positions)] ACK,
+                   [header, utf-8 message] ERROR
+    relocation     [header, keys] LOCALIZE, HANDOVER; [header, keys, values, (state)] TRANSFER
+    replication    [header, keys, values] REPLICA_SYNC (answered by ACK)
     control        [header, json]                              coordinator traffic
+
+`positions` (int64, flag POSITIONS) appear when a message covers only some keys of a request
+part: a node that owns some keys of a request serves those and forwards the rest (Lapse), and
+every reply names the positions in the part that it answers. `origin` is the node that made
+the request; replies go to it directly, however often the request was forwarded.
 
 `decode()` checks everything a peer could get wrong (length, magic, version, cluster, frame
 sizes) and raises ProtocolError; the server answers with ERROR or drops the message.
@@ -19,6 +27,7 @@ import dataclasses
 import enum
 import json
 import struct
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,6 +45,10 @@ class Kind(enum.IntEnum):
     SET = 4
     ACK = 5
     ERROR = 6
+    LOCALIZE = 7  # requester -> manager: make me the owner of these keys
+    HANDOVER = 8  # manager -> old owner: send these keys to `origin`
+    TRANSFER = 9  # old owner -> new owner: the rows (and updater state) of these keys
+    REPLICA_SYNC = 10  # deltas of replicated keys, to every other node
     # control traffic between nodes and the coordinator; payload is one JSON frame
     HELLO = 20
     WELCOME = 21
@@ -53,12 +66,17 @@ class Kind(enum.IntEnum):
 
 REQUESTS = frozenset({Kind.PULL, Kind.PUSH, Kind.SET})
 REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR})
+RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.REPLICA_SYNC})
+POSITIONS = 1  # flag: a positions frame follows the keys (requests) or the header (replies)
+STATE = 2  # flag: a TRANSFER carries updater state after the values
+_WITH_KEYS = REQUESTS | RELOCATION
+_WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC})
 
 _DTYPES = {0: None, 1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int64), 4: np.dtype(np.int32)}
 _CODES = {dt: code for code, dt in _DTYPES.items() if dt is not None}
 
-# magic, version, kind, flags, cluster, sender, table, request_id, part, n_keys, dim, dtype, key dtype, spare
-_STRUCT = struct.Struct("<4sBBHIhHQIIIBBH")
+# magic, version, kind, flags, cluster, sender, table, request_id, part, n_keys, dim, dtype, key dtype, origin
+_STRUCT = struct.Struct("<4sBBHIhHQIIIBBh")
 HEADER_SIZE = _STRUCT.size  # 40 bytes
 
 
@@ -82,10 +100,12 @@ class Header:
     dtype: int = 0  # code of the values' dtype (0: no values)
     key_dtype: int = 0  # code of the keys' dtype (0: no keys)
     flags: int = 0
+    origin: int = 0  # the node that made the request; replies go there (forwarding keeps it)
 
     def pack(self) -> bytes:
         return _STRUCT.pack(MAGIC, VERSION, self.kind, self.flags, self.cluster, self.sender, self.table,
-                            self.request_id, self.part, self.n_keys, self.dim, self.dtype, self.key_dtype, 0)
+                            self.request_id, self.part, self.n_keys, self.dim, self.dtype, self.key_dtype,
+                            self.origin)
 
     def __repr__(self) -> str:
         who = "coord" if self.sender == COORDINATOR else f"n{self.sender}"
@@ -98,7 +118,7 @@ def unpack_header(frame: bytes | memoryview) -> Header:
     if len(frame) != HEADER_SIZE:
         raise ProtocolError(f"header is {len(frame)} bytes, expected {HEADER_SIZE}; not a pskv message")
     (magic, version, kind, flags, cluster, sender, table, rid, part,
-     n_keys, dim, dtype, key_dtype, _) = _STRUCT.unpack(frame)
+     n_keys, dim, dtype, key_dtype, origin) = _STRUCT.unpack(frame)
     if magic != MAGIC:
         raise ProtocolError(f"bad magic {magic!r}; not a pskv message")
     if version != VERSION:
@@ -109,32 +129,54 @@ def unpack_header(frame: bytes | memoryview) -> Header:
         raise ProtocolError(f"unknown message kind {kind}") from None
     if dtype not in _DTYPES or key_dtype not in _DTYPES:
         raise ProtocolError(f"unknown dtype code {dtype}/{key_dtype} in {kind.name}")
-    return Header(kind, cluster, sender, table, rid, part, n_keys, dim, dtype, key_dtype, flags)
+    return Header(kind, cluster, sender, table, rid, part, n_keys, dim, dtype, key_dtype, flags, origin)
 
 
-def data_arrays(header: Header, frames: list) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The (keys, values) of a data message as read-only views of its frames (no copy).
+class Payload(NamedTuple):
+    keys: np.ndarray | None  # (n,) int, read-only view
+    positions: np.ndarray | None  # (n,) int64 positions within the request part, or None: all, in order
+    values: np.ndarray | None  # (n, dim), read-only view
+    state: np.ndarray | None  # (n, width) updater state of a TRANSFER
+
+
+def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
+    """The arrays of a data message as read-only views of its frames (no copy).
 
     Checks the frame count and each frame's byte length against the header."""
-    want_keys = header.kind in REQUESTS
-    want_values = header.kind in (Kind.PUSH, Kind.SET, Kind.PULL_REPLY)
-    expected = 1 + want_keys + want_values
+    kind = header.kind
+    has_keys = kind in _WITH_KEYS
+    has_pos = bool(header.flags & POSITIONS) and kind not in RELOCATION
+    has_values = kind in _WITH_VALUES
+    has_state = bool(header.flags & STATE) and kind == Kind.TRANSFER
+    expected = 1 + has_keys + has_pos + has_values + has_state
     if len(frames) != expected:
         raise ProtocolError(f"{header!r} has {len(frames)} frames, expected {expected}")
-    keys = values = None
+    keys = positions = values = state = None
     i = 1
-    if want_keys:
+    if has_keys:
         kdt = _DTYPES[header.key_dtype]
         if kdt is None or kdt.kind != "i":
             raise ProtocolError(f"{header!r} carries keys of dtype code {header.key_dtype}, not an integer")
         keys = _view(frames[i], kdt, (header.n_keys,), header)
         i += 1
-    if want_values:
+    if has_pos:
+        positions = _view(frames[i], np.dtype(np.int64), (header.n_keys,), header)
+        i += 1
+    if has_values:
         vdt = _DTYPES[header.dtype]
         if vdt is None or vdt.kind != "f":
             raise ProtocolError(f"{header!r} carries values of dtype code {header.dtype}, not a float")
         values = _view(frames[i], vdt, (header.n_keys, header.dim), header)
-    return keys, values
+        i += 1
+    if has_state:
+        state = _view(frames[i], values.dtype, (header.n_keys, state_width), header)
+    return Payload(keys, positions, values, state)
+
+
+def data_arrays(header: Header, frames: list) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(keys, values) of a data message without positions (see unpack)."""
+    p = unpack(header, frames)
+    return p.keys, p.values
 
 
 def _view(frame, dtype: np.dtype, shape: tuple, header: Header) -> np.ndarray:

@@ -1,15 +1,26 @@
-"""Server: a data request from another node in, a store operation, a reply out.
+"""Server: requests from other nodes in, store operations, replies and forwards out; relocation.
 
-Threads and ownership: `handle()` runs in the node's pskv-server thread (the one that reads
-the inbox). It touches store rows only through `Shard` methods, which take the stripe locks,
-exactly as worker threads do. It sends replies through the injected `send(rank, frames)`.
-Guarantees: one sender's requests are applied in the order they were sent; a request is
-applied whole or not at all (everything is checked before the store changes); a bad request
-gets an ERROR reply and changes nothing.
+A request part reaching this node is served for the keys this node owns; the reply (with the
+positions it answers) goes straight to the request's origin. Keys it does not own are
+forwarded, Lapse-style: to their owner when this node is their manager, else to their manager,
+who knows the owner. Keys on their way here (slot -2) wait in `_deferred` and are applied, in
+arrival order, when their TRANSFER lands.
+
+Relocation (`table.localize`): the requester sends LOCALIZE to the keys' manager, which records
+the new owner and sends HANDOVER to the old owner, which extracts the rows (with updater
+state) and sends them in a TRANSFER straight to the new owner. A HANDOVER for a key that is
+itself still on its way here waits in `_deferred` too, so chains of relocations pass the key on.
+
+Threads and ownership: everything here runs in the node's pskv-server thread. It touches rows
+only through `Shard` methods (stripe locks), and writes the manager map `Shard.owner` and
+`_deferred`, which no other thread touches. Guarantees: one sender's requests are applied in
+the order sent; a key has one owner at any instant, so no update is lost or applied twice; a
+bad request gets an ERROR reply and changes nothing.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 from typing import Callable
 
@@ -17,61 +28,220 @@ import numpy as np
 
 from . import kernels
 from .errors import ProtocolError
-from .protocol import Header, Kind, data_arrays, dtype_code
-from .store import Store
+from .future import RequestTracker
+from .protocol import POSITIONS, REQUESTS, STATE, Header, Kind, Payload, dtype_code, unpack
+from .store import INCOMING, Shard, Store
 
 log = logging.getLogger(__name__)
+_KEYS = dtype_code(np.int64)
+_HOP_SHIFT = 8  # flags bits 8..15 count forwards: a routing bug becomes an error, never an endless loop
+_MAX_HOPS = 32  # a relocation chain moves a key at most once per hop; 32 is far beyond any real chain
 
 
 class Server:
-    def __init__(self, store: Store, send: Callable[..., None], rank: int, cluster: Callable[[], int]) -> None:
+    def __init__(self, store: Store, send: Callable[..., None], rank: int, cluster: Callable[[], int],
+                 tracker: RequestTracker | None = None, bounds: Callable[[int], np.ndarray] | None = None) -> None:
         self._store = store
         self._send = send
         self.rank = rank
         self._cluster = cluster  # the cluster id, known once the node joined
+        self._tracker = tracker  # completes this node's localize requests when TRANSFERs land
+        self._bounds = bounds  # table id -> manager range bounds (nodes + 1,)
+        self._deferred: dict[tuple[int, int], list] = collections.defaultdict(list)  # (table, key) -> waiting ops
         self.requests = 0  # handled, for stats
         self.errors = 0
+        self.forwards = 0  # keys passed on to another node
+        self.relocated_in = 0  # keys received by TRANSFER
 
+    # ---- entry point ------------------------------------------------------------------------------
     def handle(self, header: Header, frames: list) -> None:
-        """Apply one PULL, PUSH or SET and reply to its sender (ERROR on any problem)."""
+        """Apply one request or relocation message (ERROR to its origin on any problem)."""
+        self.requests += 1
         try:
-            reply = self._apply(header, frames)
+            shard = self._store.get(header.table)
+            if shard is None:
+                raise ProtocolError(f"node {self.rank} has no table with id {header.table}")
+            payload = unpack(header, frames, shard.width)
+            self._check(header, payload, shard)
+            if header.kind in REQUESTS:
+                self._serve(header, payload, shard)
+            elif header.kind == Kind.LOCALIZE:
+                self._localize(header, payload.keys, shard)
+            elif header.kind == Kind.HANDOVER:
+                self._handover(header, payload.keys, shard)
+            elif header.kind == Kind.TRANSFER:
+                self._transfer(header, payload, shard)
         except ProtocolError as exc:
             self.errors += 1
             log.warning("node %d rejected %r: %s", self.rank, header, exc)
-            reply = [self._reply_header(header, Kind.ERROR).pack(), str(exc).encode()]
-        self.requests += 1
-        self._send(header.sender, reply)
+            if header.kind == Kind.TRANSFER and self._tracker is not None:  # our own localize: fail it here
+                self._tracker.on_reply(header.request_id, 0, header.sender, error=exc)
+            elif self._store.get(header.table) is not None and self._is_node(header.table, header.origin):
+                self._send(header.origin, [self._reply_header(header, Kind.ERROR).pack(), str(exc).encode()])
 
-    def _apply(self, header: Header, frames: list) -> list:
-        shard = self._store.get(header.table)
-        if shard is None:
-            raise ProtocolError(f"node {self.rank} has no table with id {header.table}")
-        keys, values = data_arrays(header, frames)
-        if header.dim != shard.spec.dim or (values is not None and values.dtype != shard.spec.dtype):
-            raise ProtocolError(f"{header!r} does not match table {shard.spec.name!r} {shard.spec.describe()}")
-        if keys.dtype != np.int64:
-            keys = keys.astype(np.int64)
-        if len(keys):
-            lo, hi = kernels.key_range(keys)
-            if not shard.owns(lo, hi):
-                raise ProtocolError(f"node {self.rank} owns rows [{shard.start}, {shard.stop}) of table "
-                                    f"{shard.spec.name!r}, not keys {lo}..{hi}")
+    def _check(self, header: Header, p: Payload, shard: Shard) -> None:
+        spec = shard.spec
+        if (p.values is not None or header.kind in REQUESTS) and header.dim != spec.dim or (
+                p.values is not None and p.values.dtype != spec.dtype):
+            raise ProtocolError(f"{header!r} does not match table {spec.name!r} {spec.describe()}")
+        if p.keys is not None and len(p.keys):
+            lo, hi = kernels.key_range(p.keys)
+            if lo < 0 or hi >= spec.rows:
+                raise ProtocolError(f"{header!r}: keys {lo}..{hi} outside table {spec.name!r} [0, {spec.rows})")
+        if not self._is_node(header.table, header.origin):
+            raise ProtocolError(f"{header!r}: origin {header.origin} is not a node of this cluster")
+
+    # ---- pull / push / set ------------------------------------------------------------------------
+    def _serve(self, header: Header, p: Payload, shard: Shard) -> None:
+        keys = p.keys if p.keys.dtype == np.int64 else p.keys.astype(np.int64)
+        out = None
         if header.kind == Kind.PULL:
             out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)  # (n, dim), sent zero-copy
-            shard.pull(keys, out)
-            h = self._reply_header(header, Kind.PULL_REPLY)
-            h.n_keys, h.dim, h.dtype = len(keys), shard.spec.dim, dtype_code(shard.spec.dtype)
-            return [h.pack(), out]
-        if header.kind == Kind.PUSH:
-            shard.push(keys, values)
+            miss = shard.pull(keys, out)
+        elif header.kind == Kind.PUSH:
+            miss = shard.push(keys, p.values)
         else:
-            shard.set(keys, values)
-        return [self._reply_header(header, Kind.ACK).pack()]
+            miss = shard.set(keys, p.values)
+        served = len(keys) - len(miss)
+        if served:
+            self._reply(header, p.positions, miss, out, len(keys))
+        if len(miss):
+            self._pass_on(header, p, keys, miss, shard)
+
+    def _reply(self, header, positions, miss, out, n) -> None:
+        h = self._reply_header(header, Kind.PULL_REPLY if out is not None else Kind.ACK)
+        frames = [None]
+        pos = None
+        if len(miss):  # partial: name the positions answered
+            hit = np.ones(n, bool)
+            hit[miss] = False
+            pos = np.flatnonzero(hit)
+            if out is not None:
+                out = out[hit]
+        if positions is not None:
+            pos = positions if pos is None else positions[pos]
+        if pos is not None:
+            h.flags |= POSITIONS
+            frames.append(np.ascontiguousarray(pos, np.int64))
+        h.n_keys = n - len(miss)
+        if out is not None:
+            h.dim, h.dtype = out.shape[1], dtype_code(out.dtype)
+            frames.append(out)
+        frames[0] = h.pack()
+        self._send(header.origin, frames)
+
+    def _pass_on(self, header: Header, p: Payload, keys: np.ndarray, miss: np.ndarray, shard: Shard) -> None:
+        """Forward the keys this node does not own; queue those on their way here."""
+        mkeys = keys[miss]
+        positions = miss if p.positions is None else p.positions[miss]
+        values = None if p.values is None else p.values[miss]
+        targets = self._targets(mkeys, shard)
+        for target in np.unique(targets):
+            sel = targets == target
+            if target == -1:  # incoming here: wait for the TRANSFER
+                for k, pos, i in zip(mkeys[sel], positions[sel], np.flatnonzero(sel)):
+                    row = None if values is None else values[i:i + 1].copy()
+                    self._deferred[(header.table, int(k))].append((header, int(pos), row))
+                continue
+            hops = (header.flags >> _HOP_SHIFT) + 1
+            if hops > _MAX_HOPS:
+                raise ProtocolError(f"keys {mkeys[sel][:5].tolist()} of table {shard.spec.name!r} were forwarded "
+                                    f"{_MAX_HOPS} times without reaching their owner")
+            h = Header(header.kind, cluster=self._cluster(), sender=self.rank, origin=header.origin,
+                       table=header.table, request_id=header.request_id, part=header.part, n_keys=int(sel.sum()),
+                       dim=header.dim, dtype=header.dtype, key_dtype=_KEYS, flags=POSITIONS | hops << _HOP_SHIFT)
+            frames = [h.pack(), mkeys[sel], np.ascontiguousarray(positions[sel], np.int64)]
+            if values is not None:
+                frames.append(np.ascontiguousarray(values[sel]))
+            self.forwards += len(frames[1])
+            shard.forwards += len(frames[1])
+            self._send(int(target), frames)
+
+    def _targets(self, keys: np.ndarray, shard: Shard) -> np.ndarray:
+        """Next hop of each key this node does not own: -1 (incoming here), its owner, or its manager."""
+        bounds = self._bounds(shard.spec.table_id)
+        targets = np.searchsorted(bounds, keys, side="right") - 1  # managers
+        mine = targets == self.rank
+        targets[mine] = shard.owner[keys[mine] - shard.start]
+        targets[shard.slot[keys] == INCOMING] = -1
+        stale = targets == self.rank  # the manager map says here, yet it is not here: only while in flight
+        if stale.any():
+            raise ProtocolError(f"node {self.rank} manages keys {keys[stale][:5].tolist()} of table "
+                                f"{shard.spec.name!r} and records itself as owner, but does not hold them")
+        return targets
+
+    # ---- relocation -------------------------------------------------------------------------------
+    def _localize(self, header: Header, keys: np.ndarray, shard: Shard) -> None:
+        """Manager: record `origin` as the new owner and have each old owner hand the keys over."""
+        if len(keys) and (keys.min() < shard.start or keys.max() >= shard.stop):
+            raise ProtocolError(f"LOCALIZE for keys outside node {self.rank}'s managed range")
+        idx = keys - shard.start
+        old = shard.owner[idx].copy()
+        shard.owner[idx] = header.origin
+        for o in np.unique(old):
+            sel = keys[old == o]
+            if o == header.origin:
+                continue  # already its owner (it asked twice): nothing moves
+            h = Header(Kind.HANDOVER, cluster=self._cluster(), sender=self.rank, origin=header.origin,
+                       table=header.table, request_id=header.request_id, n_keys=len(sel), key_dtype=_KEYS)
+            if o == self.rank:
+                self._handover(h, sel, shard)
+            else:
+                self._send(int(o), [h.pack(), np.ascontiguousarray(sel)])
+
+    def _handover(self, header: Header, keys: np.ndarray, shard: Shard) -> None:
+        """Old owner: send the rows of `keys` to `origin`; keys still on their way here wait."""
+        keys = np.asarray(keys, np.int64)
+        incoming = shard.slot[keys] == INCOMING
+        for k in keys[incoming]:
+            self._deferred[(header.table, int(k))].append((header, -1, None))
+        moved, rows, state = shard.extract(keys[~incoming])
+        if len(moved) < int((~incoming).sum()):
+            log.error("node %d: HANDOVER of keys it neither owns nor awaits (table %r)", self.rank, shard.spec.name)
+        if not len(moved):
+            return
+        h = Header(Kind.TRANSFER, cluster=self._cluster(), sender=self.rank, origin=header.origin,
+                   table=header.table, request_id=header.request_id, n_keys=len(moved), dim=shard.spec.dim,
+                   dtype=dtype_code(shard.spec.dtype), key_dtype=_KEYS)
+        frames = [None, moved, np.ascontiguousarray(rows)]
+        if state is not None:
+            h.flags |= STATE
+            frames.append(np.ascontiguousarray(state))
+        frames[0] = h.pack()
+        if header.origin == self.rank:  # handing to ourselves cannot happen: owner changes only on request
+            raise ProtocolError(f"node {self.rank} asked to hand keys to itself")
+        self._send(header.origin, frames)
+
+    def _transfer(self, header: Header, p: Payload, shard: Shard) -> None:
+        """New owner: take the rows, wake the localize callers, then apply what waited for them."""
+        keys = np.asarray(p.keys, np.int64)
+        if len(np.unique(keys)) != len(keys):
+            raise ProtocolError("TRANSFER with duplicate keys")
+        if (shard.slot[keys] >= 0).any():  # the manager made us owner (we may not have asked: accept), twice is wrong
+            raise ProtocolError(f"TRANSFER of keys node {self.rank} already owns")
+        shard.insert(keys, p.values, p.state)
+        self.relocated_in += len(keys)
+        shard.relocated_in += len(keys)
+        for rid, count in shard.arrived(keys).items():
+            self._tracker.on_reply(rid, count, header.sender)
+        for k in keys:
+            for op_header, pos, row in self._deferred.pop((header.table, int(k)), ()):
+                self._replay(op_header, int(k), pos, row, shard)
+
+    def _replay(self, header: Header, key: int, pos: int, row, shard: Shard) -> None:
+        one = np.array([key], np.int64)
+        if header.kind == Kind.HANDOVER:
+            self._handover(header, one, shard)
+            return
+        self._serve(header, Payload(one, np.array([pos], np.int64), row, None), shard)
+
+    def _is_node(self, table: int, rank: int) -> bool:
+        return 0 <= rank < len(self._bounds(table)) - 1
 
     def _reply_header(self, header: Header, kind: Kind) -> Header:
         return Header(kind, cluster=self._cluster(), sender=self.rank, table=header.table,
-                      request_id=header.request_id, part=header.part)
+                      request_id=header.request_id, part=header.part, origin=header.origin)
 
     def __repr__(self) -> str:
-        return f"<Server node={self.rank} handled={self.requests} errors={self.errors}>"
+        return (f"<Server node={self.rank} handled={self.requests} errors={self.errors} forwards={self.forwards} "
+                f"deferred={len(self._deferred)}>")

@@ -1,13 +1,19 @@
-"""Store: this node's rows of each table (numpy), their updater state, and the stripe locks.
+"""Store: the rows this node owns of each table, their updater state, and the stripe locks.
 
-Threads and ownership: the Store's arrays are the one thing shared between threads by design
-(Lapse's shared-memory fast path): worker threads read and update the rows their node owns
-directly, and the pskv-server thread does the same for requests from other nodes. Both go
-through `Shard.pull/push/set`, which hold the locks of the stripes the keys touch (stripe =
-local row % STRIPES) for the duration of one numba kernel, which runs with the GIL released.
-Locks are always taken in increasing stripe order, one shard at a time, so there is no
-deadlock. A request of many keys touches every stripe and simply takes them all.
-Assumes: `tables` is only added to (under `_lock`), and dict reads are atomic under the GIL.
+A shard keeps a *slot map* over all rows of its table (Lapse's local store): `slot[key]` is the
+key's row in `data` when this node owns it, -1 when it does not, and -2 while the key is on its
+way here (a localize is in flight; requests for it wait in the server's queue). At start a node
+owns the rows it manages, [start, stop); relocation (`extract` / `insert`) moves rows, with
+their updater state, between nodes. The manager's record of who owns each of its keys is
+`owner` (indexed by key - start).
+
+Threads and ownership: the arrays are shared by design (Lapse's shared-memory fast path):
+worker threads read and update owned rows directly, and the pskv-server thread does the same
+for requests from other nodes. `pull/push/set` hold the locks of the stripes the keys touch
+(stripe = key % STRIPES) for one numba kernel (GIL released) and re-check ownership under them,
+so a row is never read while it moves. `extract/insert/mark_incoming` change the slot map and
+take every stripe, in increasing order, as does growing `data`. `owner` is written only by the
+pskv-server thread. Assumes: dict reads are atomic under the GIL.
 """
 
 from __future__ import annotations
@@ -22,55 +28,151 @@ from .table import TableSpec
 
 STRIPES = 64  # enough that small requests from a handful of threads rarely collide
 _ALL_STRIPES_FROM = 2048  # above this many keys, skip computing the stripe mask: all are touched
+NONE = np.empty(0, np.int64)  # "nothing missing"
+INCOMING = -2
 
 
 class Shard:
-    """Rows [start, stop) of one table on this node, with their updater state."""
+    """One table on this node: the rows it owns (any keys), and the manager map of [start, stop)."""
 
-    def __init__(self, spec: TableSpec, start: int, stop: int) -> None:
+    def __init__(self, spec: TableSpec, start: int, stop: int, rank: int) -> None:
         self.spec = spec
         self.start = start
         self.stop = stop
         n = stop - start
-        self.data = np.empty((n, spec.dim), dtype=spec.dtype)  # (n, dim) the rows themselves
+        self.slot = np.full(spec.rows, -1, np.int64)  # (rows,) key -> row of data, -1 absent, -2 incoming
+        self.slot[start:stop] = np.arange(n)
+        self.owner = np.full(n, rank, np.int64)  # (stop - start,) manager map: owner of each managed key
+        self.data = np.empty((max(n, 1), spec.dim), dtype=spec.dtype)  # (capacity, dim) the rows
         for lo in range(0, n, 1 << 16):  # chunks keep the init kernel's working set small
             spec.init.fill(self.data[lo:lo + (1 << 16)], start + lo, spec.name)
-        width = spec.updater.state_width(spec.dim)
+        self.width = spec.updater.state_width(spec.dim)
         self.state = None
-        if width:
-            self.state = np.empty((n, width), dtype=spec.dtype)  # (n, width) updater state beside the rows
+        if self.width:
+            self.state = np.empty((len(self.data), self.width), dtype=spec.dtype)  # (capacity, width)
             spec.updater.init_state(self.state)
+        self._free: list[int] = []  # free rows of data (under all stripes)
+        self._used = n  # rows of data ever handed out
+        self.forwards = 0  # keys this node passed on (counted by the server thread)
+        self.relocated_in = 0  # keys that moved here
         self._locks = [threading.Lock() for _ in range(STRIPES)]
+        self._waiters: dict[int, list[int]] = {}  # key -> localize request ids waiting for it to land
+        self._waiters_lock = threading.Lock()  # guards _waiters; checked against slot under it
 
-    def owns(self, lo: int, hi: int) -> bool:
-        return self.start <= lo and hi < self.stop
-
-    def pull(self, keys: np.ndarray, out: np.ndarray, pos: np.ndarray | None = None) -> None:
-        """out[i] (or out[pos[i]]) = row keys[i]; keys are global row ids of this shard."""
+    # ---- the data path (any thread) -------------------------------------------------------------
+    def pull(self, keys: np.ndarray, out: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
+        """out[i] (or out[pos[i]]) = row keys[i] for owned keys; returns the indices i not owned."""
+        slots = np.empty(len(keys), np.int64)
         with self._locked(keys):
-            if pos is None:
-                kernels.gather(self.data, keys, self.start, out)
-            else:
-                kernels.gather_to(self.data, keys, self.start, out, pos)
+            miss = kernels.resolve(self.slot, keys, slots)
+            kernels.gather_slots(self.data, slots, out, NONE if pos is None else pos, pos is not None)
+        return NONE if not miss else np.flatnonzero(slots < 0)
 
-    def push(self, keys: np.ndarray, updates: np.ndarray) -> None:
-        """Apply the updater to rows `keys` with `updates` (n, dim); duplicate keys are summed."""
-        idx = keys - self.start if self.start else keys  # (n,) int64 local rows
+    def push(self, keys: np.ndarray, updates: np.ndarray) -> np.ndarray:
+        """Apply the updater to owned rows; duplicate keys are summed. Returns indices not owned."""
+        slots = np.empty(len(keys), np.int64)
         with self._locked(keys):
-            self.spec.updater.apply(self.data, self.state, idx, updates)
+            miss = kernels.resolve(self.slot, keys, slots)
+            if not miss:
+                self.spec.updater.apply(self.data, self.state, slots, updates)
+            elif miss < len(keys):
+                hit = slots >= 0
+                self.spec.updater.apply(self.data, self.state, slots[hit], updates[hit])
+        return NONE if not miss else np.flatnonzero(slots < 0)
 
-    def set(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Overwrite rows `keys` with `values`; for duplicate keys the last one wins."""
+    def set(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Overwrite owned rows; for duplicate keys the last one wins. Returns indices not owned."""
+        slots = np.empty(len(keys), np.int64)
         with self._locked(keys):
-            kernels.assign(self.data, keys, self.start, values)
+            miss = kernels.resolve(self.slot, keys, slots)
+            kernels.assign_slots(self.data, slots, values)
+        return NONE if not miss else np.flatnonzero(slots < 0)
+
+    def owned(self, keys: np.ndarray) -> np.ndarray:
+        """Mask of keys owned here now (no lock: a hint that may be stale at once)."""
+        return self.slot[keys] >= 0
+
+    # ---- relocation (pskv-server thread, and localize callers for mark_incoming) ------------------
+    def extract(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Remove owned keys (unique) from this node; returns (keys, rows, state) of those removed."""
+        with self._locked(None):
+            slots = self.slot[keys]
+            have = slots >= 0
+            keys, slots = keys[have], slots[have]
+            rows = self.data[slots]  # (m, dim) copies
+            state = None if self.state is None else self.state[slots]
+            self.slot[keys] = -1
+            self._free.extend(slots.tolist())
+        return keys, rows, state
+
+    def insert(self, keys: np.ndarray, rows: np.ndarray, state: np.ndarray | None) -> None:
+        """Make this node the owner of `keys` (unique) with their rows and updater state."""
+        with self._locked(None):
+            slots = self._allocate(len(keys))
+            self.data[slots] = rows
+            if self.state is not None:
+                if state is None:  # a sender without state (cannot happen between equal specs): start fresh
+                    state = np.empty((len(keys), self.width), self.spec.dtype)
+                    self.spec.updater.init_state(state)
+                self.state[slots] = state
+            self.slot[keys] = slots
+
+    def mark_incoming(self, keys: np.ndarray) -> np.ndarray:
+        """Mark absent keys as on their way here; returns the keys that were absent (now incoming)."""
+        with self._locked(None):
+            absent = keys[self.slot[keys] == -1]
+            self.slot[absent] = INCOMING
+        return absent
+
+    def await_keys(self, keys: np.ndarray, rid: int) -> int:
+        """Register request `rid` to hear when `keys` land here; returns how many need no wait.
+
+        A key that is not incoming any more has landed (and may even have moved on since)."""
+        here = 0
+        with self._waiters_lock:
+            for k, s in zip(keys.tolist(), self.slot[keys].tolist()):
+                if s != INCOMING:
+                    here += 1
+                else:
+                    self._waiters.setdefault(k, []).append(rid)
+        return here
+
+    def arrived(self, keys: np.ndarray) -> dict[int, int]:
+        """After insert(): request id -> number of its keys among `keys`."""
+        counts: dict[int, int] = {}
+        with self._waiters_lock:
+            for k in keys.tolist():
+                for rid in self._waiters.pop(k, ()):
+                    counts[rid] = counts.get(rid, 0) + 1
+        return counts
+
+    def _allocate(self, n: int) -> np.ndarray:
+        take = min(n, len(self._free))
+        slots = [self._free.pop() for _ in range(take)]
+        extra = n - take
+        if self._used + extra > len(self.data):
+            self._grow(self._used + extra)
+        slots.extend(range(self._used, self._used + extra))
+        self._used += extra
+        return np.array(slots, np.int64)
+
+    def _grow(self, need: int) -> None:
+        capacity = max(need, 2 * len(self.data))  # doubling: amortised O(1) per relocated row
+        data = np.empty((capacity, self.spec.dim), self.spec.dtype)
+        data[:self._used] = self.data[:self._used]
+        self.data = data
+        if self.state is not None:
+            state = np.empty((capacity, self.width), self.spec.dtype)
+            state[:self._used] = self.state[:self._used]
+            self.state = state
 
     @contextlib.contextmanager
-    def _locked(self, keys: np.ndarray):
-        if len(keys) >= _ALL_STRIPES_FROM:
+    def _locked(self, keys: np.ndarray | None):
+        if keys is None or len(keys) >= _ALL_STRIPES_FROM:
             stripes = self._locks
         else:
             mask = np.empty(STRIPES, np.bool_)
-            kernels.touched_stripes(keys, self.start, mask)
+            kernels.touched_stripes(keys, 0, mask)
             stripes = [self._locks[s] for s in np.flatnonzero(mask)]
         for lock in stripes:
             lock.acquire()
@@ -81,7 +183,8 @@ class Shard:
                 lock.release()
 
     def __repr__(self) -> str:
-        return f"<Shard {self.spec.name!r} rows=[{self.start}, {self.stop}) dim={self.spec.dim}>"
+        owned = int((self.slot >= 0).sum())
+        return f"<Shard {self.spec.name!r} manages=[{self.start}, {self.stop}) owns={owned} dim={self.spec.dim}>"
 
 
 class Store:
@@ -91,8 +194,8 @@ class Store:
         self.shards: dict[int, Shard] = {}
         self._lock = threading.Lock()  # guards adding to shards
 
-    def add(self, spec: TableSpec, start: int, stop: int) -> Shard:
-        shard = Shard(spec, start, stop)
+    def add(self, spec: TableSpec, start: int, stop: int, rank: int = 0) -> Shard:
+        shard = Shard(spec, start, stop, rank)
         with self._lock:
             self.shards[spec.table_id] = shard
         return shard

@@ -78,6 +78,49 @@ class Table:
         values = check_values(self.spec, values, len(keys), "set")
         return self._request(Kind.SET, keys, values, None, copy=copy)
 
+    def localize(self, keys) -> Future:
+        """Move ownership of `keys` (rows and updater state) to this node. Returns a Future.
+
+        After `wait()` each key is owned here, unless another node localized it since. Pulls and
+        pushes of the keys keep working during the move: requests that reach a key in transfer
+        wait at its new owner and apply in arrival order when it lands. Thread-safe."""
+        self._node._check()
+        keys = np.unique(check_keys(self.spec, keys, "localize"))  # (m,) sorted, distinct
+        shard = self._state.shard
+        if not len(keys) or shard.owned(keys).all():
+            return Future.completed(None, f"localize {self.name!r}")
+        fresh = shard.mark_incoming(keys)  # absent keys are now "on their way here"
+        waiting = keys[shard.slot[keys] < 0]
+        rid, fut = self._node.tracker.new_request(len(waiting), desc=f"localize on table {self.name!r}")
+        here = shard.await_keys(waiting, rid)
+        if here:
+            self._node.tracker.on_reply(rid, here)
+        self._state.localizes += len(fresh)
+        bounds = self._state.placement.bounds
+        managers = np.searchsorted(bounds, fresh, side="right") - 1
+        for m in np.unique(managers):
+            mine = np.ascontiguousarray(fresh[managers == m])
+            header = Header(Kind.LOCALIZE, cluster=self._node.cluster, sender=self._node.rank,
+                            origin=self._node.rank, table=self.spec.table_id, request_id=rid, n_keys=len(mine),
+                            key_dtype=_KEY_CODE)
+            self._node.tracker.sent_to(rid, int(m))
+            self._node.send(int(m), [header.pack(), mine])
+        self._worker._track(fut)
+        return fut
+
+    def pull_if_local(self, keys, *, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(mask, values): rows of the keys owned here now, without any message; others untouched."""
+        self._node._check()
+        keys = check_keys(self.spec, keys, "pull_if_local")
+        out = self._out(out, len(keys))
+        if not len(keys):
+            return np.zeros(0, bool), out
+        miss = self._state.shard.pull(keys, out)
+        mask = np.ones(len(keys), bool)
+        mask[miss] = False
+        self._state.local_keys += int(mask.sum())
+        return mask, out
+
     # ---- the data path --------------------------------------------------------------------------
     def _out(self, out: np.ndarray | None, n: int) -> np.ndarray:
         if out is None:
@@ -95,63 +138,71 @@ class Table:
         n = len(keys)
         if n == 0:
             return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
-        bounds = self._state.placement.owner_bounds()
-        lo, hi = kernels.key_range(keys)
-        dest = int(np.searchsorted(bounds, lo, side="right") - 1)
-        if hi < bounds[dest + 1]:  # one owner: no partition, no copies
-            return self._single(kind, dest, keys, values, out, copy)
-        return self._partitioned(kind, bounds, keys, values, out)
+        shard, gpos = self._state.shard, None
+        if shard.slot[keys[0]] >= 0:  # probably all local: one locked pass, no routing
+            miss = self._local(kind, keys, values, out, None)
+            self._state.local_keys += n - len(miss)
+            if not len(miss):
+                return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
+            keys, values, gpos, copy = keys[miss], None if values is None else values[miss], miss, False
+        req = _Request(self, kind, out)
+        req.rid, fut = self._node.tracker.new_request(len(keys), on_part=req.on_part, result=out,
+                                                      desc=self._desc(kind))
+        self._route(req, keys, values, gpos, copy)
+        self._worker._track(fut)
+        return fut
 
-    def _single(self, kind, dest, keys, values, out, copy) -> Future:
+    def _route(self, req: "_Request", keys, values, gpos, copy) -> None:
+        """Send each key to where it lives (or may live); serve the ones owned here."""
+        st, me = self._state, self._node.rank
+        nodes = self._node.num_nodes
+        dest = np.empty(len(keys), np.int64)  # (n,) next hop per key; `nodes` = incoming here
+        kernels.route(keys, st.shard.slot, st.placement.bounds, st.shard.owner, st.shard.start, me,
+                      st.loc_cache, dest)
+        first = dest[0]
+        if (dest == first).all():  # one destination: no partition, no copies
+            self._part(req, int(first), keys, values, gpos, copy)
+            return
+        order = np.empty(len(keys), np.int64)  # (n,) positions grouped by destination
+        counts = np.empty(nodes + 1, np.int64)
+        kernels.partition(dest, nodes + 1, order, counts)
+        start = 0
+        for d in range(nodes + 1):
+            stop = start + int(counts[d])
+            if stop > start:
+                idx = order[start:stop]
+                pk, pv = self._take(keys, values, order, start, stop)
+                self._part(req, d, pk, pv, idx if gpos is None else gpos[idx], False)
+            start = stop
+
+    def _part(self, req, dest, keys, values, gpos, copy) -> None:
         me = self._node.rank
         if dest == me:
-            self._local(kind, keys, values, out)
-            self._state.local_keys += len(keys)
-            return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
-        on_part = None
-        if kind == Kind.PULL:
-            def on_part(part, vals):
-                self._check_reply(vals, len(out), dest)
-                np.copyto(out, vals)
-        rid, fut = self._node.tracker.new_request([dest], on_part=on_part, result=out, desc=self._desc(kind))
-        self._send(kind, dest, rid, 0, keys, values, copy)
+            miss = self._local(req.kind, keys, values, req.out, gpos)
+            served = len(keys) - len(miss)
+            self._state.local_keys += served
+            if served:
+                self._node.tracker.on_reply(req.rid, served)
+            if not len(miss):
+                return
+            # moved away meanwhile: our own server routes them on
+            keys, values = keys[miss], None if values is None else values[miss]
+            gpos = miss if gpos is None else gpos[miss]
+            copy = False
+        elif dest == self._node.num_nodes:
+            dest = me  # on their way here: our server queues them until they land
+        req.parts.append((gpos, keys if self._state.loc_cache.size else None))
+        header = Header(req.kind, cluster=self._node.cluster, sender=me, origin=me, table=self.spec.table_id,
+                        request_id=req.rid, part=len(req.parts) - 1, n_keys=len(keys), dim=self.dim,
+                        key_dtype=_KEY_CODE)
+        frames = [None, keys]
+        if values is not None:
+            header.dtype = dtype_code(values.dtype)
+            frames.append(values)
+        frames[0] = header.pack()
         self._state.remote_keys += len(keys)
-        self._worker._track(fut)
-        return fut
-
-    def _partitioned(self, kind, bounds, keys, values, out) -> Future:
-        me = self._node.rank
-        nodes = len(bounds) - 1
-        order = np.empty(len(keys), np.int64)  # (n,) key positions grouped by owner
-        counts = np.empty(nodes, np.int64)
-        kernels.partition(keys, bounds, order, counts)
-        starts = np.zeros(nodes + 1, np.int64)
-        np.cumsum(counts, out=starts[1:])
-        remote = [d for d in range(nodes) if counts[d] and d != me]
-        positions = [order[starts[d]:starts[d + 1]] for d in remote]  # views: where each part's rows go
-        on_part = None
-        if kind == Kind.PULL:
-            def on_part(part, vals):
-                self._check_reply(vals, len(positions[part]), remote[part])
-                kernels.put_rows(out, positions[part], vals)
-        rid, fut = self._node.tracker.new_request(remote, on_part=on_part, result=out, desc=self._desc(kind))
-        for part, d in enumerate(remote):
-            pk, pv = self._take(keys, values, order, int(starts[d]), int(starts[d + 1]))
-            self._send(kind, d, rid, part, pk, pv, copy=False)
-            self._state.remote_keys += len(pk)
-        if counts[me]:
-            s, e = int(starts[me]), int(starts[me + 1])
-            lk, lv = self._take(keys, values, order, s, e)
-            self._local(kind, lk, lv, out, pos=order[s:e])
-            self._state.local_keys += e - s
-        self._worker._track(fut)
-        return fut
-
-    def _check_reply(self, vals, n: int, rank: int) -> None:
-        if vals is None or vals.shape != (n, self.dim) or vals.dtype != self.dtype:
-            got = None if vals is None else f"{vals.shape} {vals.dtype}"
-            raise ProtocolError(f"node {rank} answered a pull on table {self.name!r} with {got}, expected "
-                                f"({n}, {self.dim}) {self.dtype}; are all nodes running the same pskv?")
+        self._node.tracker.sent_to(req.rid, dest)
+        self._node.send(dest, frames, copy=copy)
 
     @staticmethod
     def _take(keys, values, order, s, e):
@@ -163,30 +214,64 @@ class Table:
             kernels.take_rows(values, order, s, e, pv)
         return pk, pv
 
-    def _local(self, kind, keys, values, out, pos=None) -> None:
+    def _local(self, kind, keys, values, out, pos) -> np.ndarray:
+        """Serve the keys this node owns; returns the indices of those it does not."""
         shard = self._state.shard
         if kind == Kind.PULL:
-            shard.pull(keys, out, pos)
-        elif kind == Kind.PUSH:
-            shard.push(keys, values)
-        else:
-            shard.set(keys, values)
-
-    def _send(self, kind, dest, rid, part, keys, values, copy) -> None:
-        header = Header(kind, cluster=self._node.cluster, sender=self._node.rank, table=self.spec.table_id,
-                        request_id=rid, part=part, n_keys=len(keys), dim=self.dim, key_dtype=_KEY_CODE)
-        frames = [None, keys]
-        if values is not None:
-            header.dtype = dtype_code(values.dtype)
-            frames.append(values)
-        frames[0] = header.pack()
-        self._node.send(dest, frames, copy=copy)
+            return shard.pull(keys, out, pos)
+        if kind == Kind.PUSH:
+            return shard.push(keys, values)
+        return shard.set(keys, values)
 
     def _desc(self, kind: Kind) -> str:
         return f"{kind.name.lower()} on table {self.name!r} by node {self._node.rank}"
 
     def __repr__(self) -> str:
         return f"<Table {self.name!r} {self.spec.describe()} on node {self._node.rank}>"
+
+
+class _Request:
+    """One pull/push/set in flight: its parts, and how a reply lands in the caller's `out`."""
+
+    __slots__ = ("table", "kind", "out", "rid", "parts")
+
+    def __init__(self, table: Table, kind: Kind, out) -> None:
+        self.table = table
+        self.kind = kind
+        self.out = out  # (n, dim) the caller's result for pulls
+        self.rid = 0
+        self.parts: list[tuple] = []  # part -> (positions in out or None: all in order, keys or None)
+
+    def on_part(self, sender: int, payload) -> None:
+        """pskv-server thread: write a reply into `out`, and learn where its keys live."""
+        if payload is None:  # served locally, nothing to write
+            return
+        header, p = payload
+        if header.part >= len(self.parts):
+            raise ProtocolError(f"node {sender} answered part {header.part} of a request with {len(self.parts)} parts")
+        gpos, keys = self.parts[header.part]
+        if p.positions is not None:
+            gpos = p.positions if gpos is None else gpos[p.positions]
+            if keys is not None:
+                keys = keys[p.positions]
+        if keys is not None:
+            self.table._state.loc_cache[keys] = sender
+        if self.kind != Kind.PULL:
+            return
+        t = self.table
+        n = header.n_keys
+        if p.values is None or p.values.shape != (n, t.dim) or p.values.dtype != t.dtype:
+            got = None if p.values is None else f"{p.values.shape} {p.values.dtype}"
+            raise ProtocolError(f"node {sender} answered a pull on table {t.name!r} with {got}, expected "
+                                f"({n}, {t.dim}) {t.dtype}; are all nodes running the same pskv?")
+        if gpos is None:
+            if n != len(self.out):
+                raise ProtocolError(f"node {sender} answered {n} of {len(self.out)} keys without positions")
+            np.copyto(self.out, p.values)
+        else:
+            if len(gpos) and (gpos.min() < 0 or gpos.max() >= len(self.out)):
+                raise ProtocolError(f"node {sender} answered positions outside the request")
+            kernels.put_rows(self.out, gpos, p.values)
 
 
 class Worker:

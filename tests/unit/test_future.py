@@ -188,178 +188,125 @@ def test_wait_no_futures_returns_empty():
 
 
 # ---- RequestTracker -------------------------------------------------------------------------------
+# A request of n keys completes when replies from any nodes have answered n keys in total (the
+# owner of a key answers the requester directly, however often the request was forwarded).
 
 
-def test_tracker_resolves_after_last_part():
-    """A request of three parts resolves only when all three parts arrived, in any order."""
+def test_tracker_resolves_when_all_keys_answered():
+    """A request of 5 keys resolves with its result only after replies answering 2 + 3 keys."""
     tracker = RequestTracker()
-    rid, fut = tracker.new_request([1, 2, 3], result="done")
-    assert len(tracker) == 1
-    assert tracker.on_reply(rid, 2)
-    assert tracker.on_reply(rid, 0)
-    assert not fut.done()
-    assert tracker.on_reply(rid, 1)
-    assert fut.wait(0) == "done" and len(tracker) == 0
+    rid, fut = tracker.new_request(5, result="done")
+    assert tracker.on_reply(rid, 2, sender=1)
+    assert not fut.done() and len(tracker) == 1
+    assert tracker.on_reply(rid, 3, sender=2)
+    assert fut.wait(1) == "done" and len(tracker) == 0
 
 
 def test_tracker_request_ids_are_distinct():
-    """Every new request gets a new id."""
+    """Every new request gets its own id."""
     tracker = RequestTracker()
-    ids = {tracker.new_request([0])[0] for _ in range(100)}
-    assert len(ids) == 100
+    assert len({tracker.new_request(1)[0] for _ in range(100)}) == 100
 
 
-def test_tracker_on_part_writes_each_part():
-    """on_part(part, arrays) is called once per part with that part's arrays."""
-    out = np.zeros((2, 2))
+def test_tracker_on_part_gets_sender_and_payload():
+    """on_part is called once per reply with the sender and the payload, before the future resolves."""
+    seen = []
     tracker = RequestTracker()
-    rid, fut = tracker.new_request([4, 5], on_part=lambda part, vals: out.__setitem__(part, vals), result=out)
-    tracker.on_reply(rid, 1, np.array([3.0, 4.0]))
-    tracker.on_reply(rid, 0, np.array([1.0, 2.0]))
-    assert fut.wait(0).tolist() == [[1, 2], [3, 4]]
+    rid, fut = tracker.new_request(2, on_part=lambda sender, payload: seen.append((sender, payload, fut.done())))
+    tracker.on_reply(rid, 1, 3, "a")
+    tracker.on_reply(rid, 1, 4, "b")
+    assert seen == [(3, "a", False), (4, "b", False)] and fut.done()
 
 
-def test_tracker_duplicate_part_ignored():
-    """A part delivered twice counts once: on_reply returns False and on_part is not called again."""
-    calls = []
+def test_tracker_unknown_request_ignored():
+    """A reply for an unknown or completed request returns False and changes nothing."""
     tracker = RequestTracker()
-    rid, fut = tracker.new_request([1, 2], on_part=lambda part, vals: calls.append(part))
-    assert tracker.on_reply(rid, 0)
-    assert not tracker.on_reply(rid, 0)
-    assert calls == [0] and not fut.done()
-    assert tracker.on_reply(rid, 1)
-    assert fut.done()
+    rid, fut = tracker.new_request(1)
+    assert not tracker.on_reply(rid + 1, 1)
+    assert tracker.on_reply(rid, 1) and fut.done()
+    assert not tracker.on_reply(rid, 1)
 
 
-@pytest.mark.parametrize("rid_offset, part", [(1000, 0), (0, 5), (0, -1)])
-def test_tracker_unknown_request_or_part_ignored(rid_offset, part):
-    """A reply for an unknown request id or a part the request does not have is dropped."""
+def test_tracker_too_many_keys_answered_fails():
+    """Replies answering more keys than requested fail the request instead of passing silently."""
     tracker = RequestTracker()
-    rid, fut = tracker.new_request([1])
-    assert not tracker.on_reply(rid + rid_offset, part)
-    assert not fut.done() and len(tracker) == 1
+    rid, fut = tracker.new_request(2)
+    tracker.on_reply(rid, 3)
+    with pytest.raises(PskvError, match="1 more keys were answered than requested"):
+        fut.wait(1)
 
 
-def test_tracker_reply_after_completion_ignored():
-    """A late duplicate of the last part, after the request completed, is dropped."""
+def test_tracker_error_reply_fails_at_once():
+    """An error reply fails the request immediately with that error; later replies are ignored."""
     tracker = RequestTracker()
-    rid, fut = tracker.new_request([1])
-    assert tracker.on_reply(rid, 0)
-    assert not tracker.on_reply(rid, 0)
-    assert fut.done()
+    rid, fut = tracker.new_request(4)
+    tracker.on_reply(rid, 1)
+    tracker.on_reply(rid, 0, 2, error=RemoteError("rejected", 2))
+    with pytest.raises(RemoteError, match="rejected"):
+        fut.wait(1)
+    assert not tracker.on_reply(rid, 3)
 
 
-def test_tracker_error_part_fails_future_after_all_parts():
-    """An ERROR part fails the Future with that error once every part is in; its on_part is not called."""
-    calls = []
+def test_tracker_on_part_errors_fail_the_future():
+    """A PskvError or any other exception in on_part fails the request, not the calling thread."""
     tracker = RequestTracker()
-    rid, fut = tracker.new_request([1, 2], on_part=lambda part, vals: calls.append(part))
-    err = RemoteError("node 2 rejected the request", 2)
-    tracker.on_reply(rid, 1, error=err)
-    assert not fut.done()
-    tracker.on_reply(rid, 0, "vals")
-    with pytest.raises(RemoteError) as info:
-        fut.wait(0)
-    assert info.value is err and calls == [0]
+
+    def bad(sender, payload):
+        raise ProtocolError("bad reply") if payload == "p" else ValueError("boom")
+
+    rid1, fut1 = tracker.new_request(1, on_part=bad)
+    rid2, fut2 = tracker.new_request(1, on_part=bad)
+    tracker.on_reply(rid1, 1, 0, "p")
+    tracker.on_reply(rid2, 1, 0, "v")
+    with pytest.raises(ProtocolError):
+        fut1.wait(1)
+    with pytest.raises(PskvError, match="boom"):
+        fut2.wait(1)
 
 
-def test_tracker_first_error_wins():
-    """With two failed parts the Future carries the first error delivered."""
+def test_tracker_fail_rank_fails_only_requests_sent_there():
+    """fail_rank fails the requests sent (in part) to that rank and leaves the others pending."""
     tracker = RequestTracker()
-    rid, fut = tracker.new_request([1, 2])
-    tracker.on_reply(rid, 1, error=RemoteError("first", 2))
-    tracker.on_reply(rid, 0, error=RemoteError("second", 1))
-    with pytest.raises(RemoteError, match="first"):
-        fut.wait(0)
-
-
-def test_tracker_on_part_pskverror_fails_future():
-    """A PskvError raised by on_part (a reply that does not fit) fails the request instead of escaping."""
-    def on_part(part, vals):
-        raise ProtocolError("reply has the wrong shape")
-
-    tracker = RequestTracker()
-    rid, fut = tracker.new_request([1], on_part=on_part)
-    assert tracker.on_reply(rid, 0, "vals")
-    with pytest.raises(ProtocolError, match="wrong shape"):
-        fut.wait(0)
-
-
-def test_tracker_fail_rank_fails_only_requests_waiting_on_it():
-    """fail_rank(r) fails requests with a part outstanding at r; others, and those whose r-part arrived, go on."""
-    tracker = RequestTracker()
-    rid_a, a = tracker.new_request([1, 2])  # waits on 2
-    rid_b, b = tracker.new_request([1, 3])  # never sent to 2
-    rid_c, c = tracker.new_request([2, 3])  # its part at 2 already arrived
-    tracker.on_reply(rid_c, 0)
-    failed = tracker.fail_rank(2, lambda: NodeFailure("node 2 failed", 2))
-    assert failed == 1
-    with pytest.raises(NodeFailure, match="node 2 failed"):
-        a.wait(0)
-    assert not b.done() and not c.done() and len(tracker) == 2
-    assert not tracker.on_reply(rid_a, 0)  # a late part of the failed request is dropped
-    tracker.on_reply(rid_b, 0)
-    tracker.on_reply(rid_b, 1)
-    tracker.on_reply(rid_c, 1)
-    assert b.wait(0) is None and c.wait(0) is None
-
-
-def test_tracker_fail_rank_builds_one_error_per_request():
-    """fail_rank calls error_for() once per failed request (each Future gets its own exception)."""
-    tracker = RequestTracker()
-    futs = [tracker.new_request([0])[1] for _ in range(3)]
-    assert tracker.fail_rank(0, lambda: NodeFailure("node 0 failed", 0)) == 3
-    errors = [f.exception() for f in futs]
-    assert all(isinstance(e, NodeFailure) for e in errors)
-    assert len({id(e) for e in errors}) == 3
+    rid_a, fut_a = tracker.new_request(2)
+    rid_b, fut_b = tracker.new_request(2)
+    tracker.sent_to(rid_a, 1)
+    tracker.sent_to(rid_b, 2)
+    assert tracker.fail_rank(1, lambda: NodeFailure("node 1 died", 1)) == 1
+    with pytest.raises(NodeFailure):
+        fut_a.wait(1)
+    assert not fut_b.done()
 
 
 def test_tracker_fail_all_fails_every_pending_request():
-    """fail_all fails every pending request and empties the tracker; completed ones keep their result."""
+    """fail_all fails every pending request, each with its own error object."""
     tracker = RequestTracker()
-    rid_done, done = tracker.new_request([1], result="ok")
-    tracker.on_reply(rid_done, 0)
-    pending = [tracker.new_request([r])[1] for r in (0, 1, 2)]
-    tracker.fail_all(lambda: pskv.ClosedError("node 0 was shut down"))
-    assert len(tracker) == 0 and repr(tracker) == "<RequestTracker pending=0>"
-    for fut in pending:
-        with pytest.raises(pskv.ClosedError):
-            fut.wait(0)
-    assert done.wait(0) == "ok"
+    futs = [tracker.new_request(1)[1] for _ in range(3)]
+    tracker.fail_all(lambda: NodeFailure("gone"))
+    errors = [f.exception() for f in futs]
+    assert all(isinstance(e, NodeFailure) for e in errors) and len({id(e) for e in errors}) == 3
 
 
 def test_tracker_futures_get_the_health_check():
-    """Futures of a tracker made with health= raise what health raises while waiting without a timeout."""
+    """A tracker's futures call its health check while waiting, so a broken node fails the waiter."""
     def health():
-        raise pskv.ClosedError("node 0 was shut down")
+        raise NodeFailure("cluster broken")
 
     tracker = RequestTracker(health=health)
-    _, fut = tracker.new_request([1], desc="pull on table 't'")
-    with pytest.raises(pskv.ClosedError):
-        fut.wait()
-    assert repr(fut) == "<Future pull on table 't' pending>"
+    _, fut = tracker.new_request(1)
+    with pytest.raises(NodeFailure, match="cluster broken"):
+        fut.wait(2)
 
 
-def test_tracker_concurrent_parts_resolve_once():
-    """Parts delivered from many threads at once resolve the request exactly once, with every part written."""
-    n = 64
-    written = np.zeros(n, np.int64)
-    resolved = []
+def test_tracker_concurrent_replies_resolve_once():
+    """Replies from 8 threads answering 1,000 keys in total resolve the request exactly once."""
     tracker = RequestTracker()
-    rid, fut = tracker.new_request(list(range(n)), on_part=lambda part, v: written.__setitem__(part, written[part] + 1))
-    fut.add_done_callback(resolved.append)
-    barrier = threading.Barrier(8)
-
-    def deliver(start):
-        barrier.wait()
-        for part in range(start, n, 8):
-            tracker.on_reply(rid, part)
-            tracker.on_reply(rid, part)  # duplicate
-
-    threads = [threading.Thread(target=deliver, args=(s,), name=f"test-deliver-{s}") for s in range(8)]
+    calls = []
+    rid, fut = tracker.new_request(1000, result="ok")
+    fut.add_done_callback(lambda f: calls.append(f.wait()))
+    threads = [threading.Thread(target=lambda: [tracker.on_reply(rid, 1) for _ in range(125)], name=f"test-{i}")
+               for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(10)
-    assert fut.done() and len(resolved) == 1
-    assert written.tolist() == [1] * n
+    assert fut.wait(1) == "ok" and calls == ["ok"] and len(tracker) == 0
