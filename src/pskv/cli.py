@@ -1,4 +1,4 @@
-"""The `pskv` command: argparse into launch/demo/bench; no logic of its own.
+"""The `pskv` command: argparse into launch/run/data/demo/bench; no logic of its own.
 
 Try it: `pskv launch -n 2 -- python -c "import os; print(os.environ['PSKV_RANK'])"`
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .errors import PskvError
 
-_FORWARDED = ("demo", "bench")  # their own main() parses the rest of the arguments
+_FORWARDED = ("demo", "bench", "run")  # their own main() parses the rest of the arguments
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +46,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command every node runs")
     run.set_defaults(run=_launch)
 
+    app = sub.add_parser("run", help="run an app (mf, kge, word2vec) on N local nodes, or as this node's part",
+                         usage="pskv run APP [--nodes N] [--threads T] [--] [APP ARGS ...]")
+    app.add_argument("app", help="mf, kge or word2vec")
+    app.add_argument("--nodes", type=int, help="local node processes to start (default 1); "
+                                                "ignored under `pskv launch`")
+    app.add_argument("--threads", type=int, help="worker threads per node (default 1)")
+    app.set_defaults(run=_run_app)
+
+    data = sub.add_parser("data", help="list or fetch the apps' data sets (pskv data list)")
+    data_sub = data.add_subparsers(dest="action", required=True, metavar="ACTION")
+    data_sub.add_parser("list", help="the data sets, and which are cached").set_defaults(run=_data_list)
+    fetch = data_sub.add_parser("fetch", help="download, verify and cache data sets")
+    fetch.add_argument("names", nargs="+", metavar="NAME")
+    fetch.add_argument("--quiet", action="store_true", help="print only the directories")
+    fetch.set_defaults(run=_data_fetch)
+
     for name, text in (("demo", "run the demo (pskv demo --help)"),
                        ("bench", "run the benchmarks (pskv bench --help)")):
         sub.add_parser(name, help=text, add_help=False).set_defaults(run=_forward)
@@ -60,6 +76,27 @@ def _launch(args: argparse.Namespace, rest: list[str]) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return launch(args.nodes, command, threads=args.threads, hostfile=args.hostfile,
                   coordinator_host=args.coordinator_host)
+
+
+def _run_app(args: argparse.Namespace, rest: list[str]) -> int:
+    from .apps import run
+
+    return run(args.app, rest[1:] if rest[:1] == ["--"] else rest, nodes=args.nodes, threads=args.threads)
+
+
+def _data_list(args: argparse.Namespace, rest: list[str]) -> int:
+    from .data.fetch import describe
+
+    print("\n".join(describe()))
+    return 0
+
+
+def _data_fetch(args: argparse.Namespace, rest: list[str]) -> int:
+    from .data.fetch import fetch
+
+    for name in args.names:
+        print(fetch(name, quiet=args.quiet))
+    return 0
 
 
 def _forward(args: argparse.Namespace, rest: list[str]) -> int:

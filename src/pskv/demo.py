@@ -1,68 +1,99 @@
-"""The demo: matrix factorization on generated ratings, 2 local nodes x 2 worker threads.
+"""The demo: matrix factorization of MovieLens-100K on 2 local nodes x 2 worker threads.
 
-    pskv demo                      # what `make demo` runs
-    pskv demo --nodes 3 --threads 2 --epochs 12
+    pskv demo                      # what `make demo` runs: fetch ML-100K, train pskv.apps.mf
+    pskv demo --nodes 3 --threads 1 --epochs 10
+    pskv demo --data synthetic     # generated ratings (a rank-8 matrix plus noise), no download
 
-The front process starts the nodes with pskv.launch and turns their progress lines into a
-progress bar and a per-epoch table. Each node generates the same seeded data set (a rank-8
-matrix plus noise), trains on the users of its range, keeps user factors in its worker threads
-and item factors in a pskv table with a server-side Adagrad updater (Lapse's MF layout), and
-reports train/test RMSE through a second table.
+The front process fetches the data, starts the nodes with pskv.launch and turns the JSON lines
+that node 0 prints (apps.common.TAG) into a progress bar, one line per epoch and a summary whose
+last line is `test RMSE X.XXXX`; node 0 writes a plot when matplotlib is installed. With
+`--data ml-100k` the nodes run the MF app (pskv.apps.mf): users split over the workers, item
+factors in a pskv table. With `--data synthetic` they run the small trainer below: each node
+generates the same seeded ratings, keeps user factors in its worker threads and item factors in
+a table with a server-side Adagrad updater, and reports RMSE through a second table.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import os
 import sys
 import time
 
 import numba
 import numpy as np
 
-_TAG = "@@pskv-demo "  # prefix of the machine-readable lines the nodes print
+from .apps.common import TAG, say
 
 
 def _parse(argv):
     p = argparse.ArgumentParser(prog="pskv demo", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", choices=["ml-100k", "synthetic"], default="ml-100k")
     p.add_argument("--nodes", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--epochs", type=int, default=15)
-    p.add_argument("--users", type=int, default=10_000)
-    p.add_argument("--items", type=int, default=5_000)
-    p.add_argument("--ratings", type=int, default=1_000_000)
-    p.add_argument("--rank", type=int, default=8)
-    p.add_argument("--batch", type=int, default=2000)
+    p.add_argument("--epochs", type=int, help="default: 30 on ml-100k, 15 on synthetic")
+    p.add_argument("--plot", default="pskv-demo.png", help="where node 0 writes the plot ('' for none)")
+    p.add_argument("--max-ratings", type=int, default=0, help="ml-100k: use a sample of this many ratings")
+    p.add_argument("--users", type=int, default=10_000, help="synthetic only")
+    p.add_argument("--items", type=int, default=5_000, help="synthetic only")
+    p.add_argument("--ratings", type=int, default=1_000_000, help="synthetic only")
+    p.add_argument("--rank", type=int, default=8, help="synthetic only (ml-100k: the app's default, 100)")
+    p.add_argument("--batch", type=int, default=2000, help="synthetic only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--node", action="store_true", help=argparse.SUPPRESS)  # set on the node processes
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.epochs is None:
+        args.epochs = 30 if args.data == "ml-100k" else 15
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parse(argv)
     if args.node:
         _node_main(args)
         return 0
-    return _front(args, [a for a in (sys.argv[1:] if argv is None else argv)])
+    return _front(args, argv)
 
 
 # ---- front process: launch, show progress, summarise -------------------------------------------
 def _front(args, argv) -> int:
+    plot = args.plot if args.plot and importlib.util.find_spec("matplotlib") else ""
+    if args.data == "ml-100k":
+        from .data import fetch
+
+        fetch("ml-100k")
+        print(f"pskv demo: matrix factorization of MovieLens-100K (90/10 split), {args.nodes} nodes x "
+              f"{args.threads} threads, {args.epochs} epochs", flush=True)
+        command = [sys.executable, "-m", "pskv.apps.mf", "--data", "ml-100k", "--progress", "json",
+                   "--epochs", str(args.epochs), "--seed", str(args.seed), "--max-ratings", str(args.max_ratings)]
+    else:
+        print(f"pskv demo: matrix factorization, {args.ratings:,} generated ratings of {args.users:,} users x "
+              f"{args.items:,} items (rank {args.rank} + noise 0.1), {args.nodes} nodes x {args.threads} threads, "
+              f"{args.epochs} epochs", flush=True)
+        command = [sys.executable, "-m", "pskv.demo", "--node", *argv]
+    if plot or args.data == "synthetic":
+        command += ["--plot", plot]  # synthetic nodes parse the demo's flags: '' turns the plot off
+    start = time.monotonic()
+    status, summary, notes = _watch(args, command)
+    if status != 0:
+        return status
+    print(f"\nsummary ({time.monotonic() - start:.1f} s in all, nodes included):")
+    for line in notes + ([] if plot or not args.plot else ["(no plot: pip install 'pskv[plot]' for matplotlib)"]):
+        print(line)
+    print("\n".join(summary))
+    return 0
+
+
+def _watch(args, command) -> tuple[int, list[str], list[str]]:
+    """Run the nodes; show node 0's progress and epochs. Returns (status, summary lines, notes)."""
     from tqdm import tqdm
 
     from .launch import start_local
 
-    print(f"pskv demo: matrix factorization, {args.ratings:,} ratings of {args.users:,} users x {args.items:,} items "
-          f"(rank {args.rank} + noise 0.1), {args.nodes} nodes x {args.threads} threads, {args.epochs} epochs",
-          flush=True)
-    command = [sys.executable, "-m", "pskv.demo", "--node", *argv]
-    start = time.monotonic()
-    epochs = []
+    summary, notes, bar, seen = [], [], None, 0
     with start_local(args.nodes, command, threads=args.threads) as cluster:
-        bar = tqdm(total=args.epochs * args.ratings * 0.9, unit="ratings", unit_scale=True, smoothing=0.1,
-                   desc="training", dynamic_ncols=True)
-        seen = 0
         status = None
         while status is None:
             try:
@@ -71,35 +102,34 @@ def _front(args, argv) -> int:
                 pass
             lines = cluster.output(0).splitlines()
             for line in lines[seen:]:
-                if _TAG not in line:
+                if TAG not in line:
                     continue
-                msg = json.loads(line.split(_TAG, 1)[1])
+                msg = json.loads(line.split(TAG, 1)[1])
                 if msg["kind"] == "progress":
-                    bar.update(msg["ratings"] - bar.n)
+                    if bar is None:
+                        bar = tqdm(total=msg["total"], unit="ratings", unit_scale=True, smoothing=0.1,
+                                   desc="training", dynamic_ncols=True)
+                    bar.update(min(msg["done"], bar.total) - bar.n)
                 elif msg["kind"] == "epoch":
-                    epochs.append(msg)
-                    bar.write(f"epoch {msg['epoch']:>2}  train RMSE {msg['train_rmse']:.4f}  "
-                              f"test RMSE {msg['test_rmse']:.4f}  ({msg['seconds']:.1f} s)")
+                    text = (f"epoch {msg['epoch']:>2}  train RMSE {msg['train_rmse']:.4f}  "
+                            f"test RMSE {msg['test_rmse']:.4f}  ({msg['seconds']:.2f} s)")
+                    bar.write(text) if bar is not None else print(text, flush=True)
+                elif msg["kind"] == "summary":
+                    summary = msg["lines"]
+                elif msg["kind"] == "note":
+                    notes.append(msg["text"])
             seen = len(lines)
-        if status == 0:
-            bar.update(bar.total - bar.n)
-        bar.close()
+        if bar is not None:
+            if status == 0:
+                bar.update(bar.total - bar.n)
+            bar.close()
         if status != 0:
             print(f"pskv demo failed (status {status}); last lines of the nodes:\n{cluster.logs_tail()}",
                   file=sys.stderr)
-            return status
-    wall = time.monotonic() - start
-    last = epochs[-1]
-    rate = args.epochs * args.ratings * 0.9 / max(last["seconds_total"], 1e-9)
-    print(f"\nsummary: {args.nodes} nodes x {args.threads} threads, {len(epochs)} epochs in {wall:.1f} s "
-          f"(training {last['seconds_total']:.1f} s, {rate:,.0f} ratings/s)")
-    print(f"baseline (predict the mean rating): test RMSE {last['baseline_rmse']:.4f}; noise floor 0.1000")
-    print(f"train RMSE {last['train_rmse']:.4f}")
-    print(f"test RMSE {last['test_rmse']:.4f}")
-    return 0
+    return status, summary, notes
 
 
-# ---- node processes ----------------------------------------------------------------------------
+# ---- node processes of --data synthetic --------------------------------------------------------
 def _data(args):
     """The same seeded ratings on every node: (users, items, ratings) for train and test."""
     rng = np.random.default_rng(args.seed)
@@ -144,11 +174,14 @@ def _sse(U, users, V, ratings):
 def _node_main(args) -> None:
     import pskv
 
+    from .apps import common
+
     node = pskv.init()
     train, test = _data(args)
     node.table("items", rows=args.items, dim=args.rank, updater=pskv.Adagrad(lr=0.1, initial_accumulator=0.1),
                init=pskv.Normal(std=0.1, seed=args.seed))
-    metrics = node.table("metrics", rows=4, dim=1, dtype="float64")  # train sse, train n, test sse, test n
+    reducer = common.Reducer(node, size=4)  # train sse, train n, test sse, test n
+    report = common.Report("demo", argparse.Namespace(progress="json", plot=args.plot or None, log=None))
     workers = node.num_nodes * node.config.threads
     baseline = float(np.sqrt(np.mean((test[2] - train[2].mean()) ** 2)))
     t0 = time.monotonic()
@@ -158,9 +191,9 @@ def _node_main(args) -> None:
         mine = lambda part: [a[part[0] % workers == me] for a in (part[0], part[1], part[2])]  # noqa: E731
         (tu, ti, tr), (su, si, sr) = mine(train), mine(test)
         U = np.random.default_rng([args.seed, me]).normal(0, 0.1, (args.users, args.rank)).astype(np.float32)
-        items, m = w.table("items"), w.table("metrics")
+        items = w.table("items")
         grad = np.empty((args.batch, args.rank), np.float32)
-        done = 0
+        progress = common.Progress(w, total=args.epochs * len(train[0]), scale=workers, mode="json")
         for epoch in range(1, args.epochs + 1):
             t_epoch = time.monotonic()
             order = np.random.default_rng([args.seed, me, epoch]).permutation(len(tu))
@@ -170,26 +203,20 @@ def _node_main(args) -> None:
                 V = items.pull(ti[b])  # (batch, rank) float32
                 sse += _sgd_batch(U, tu[b], V, tr[b], 0.05, 0.02, grad[:len(b)])
                 items.push(ti[b], grad[:len(b)])
-                done += len(b)
-                if w.thread == 0 and w.rank == 0 and (lo // args.batch) % 10 == 0:
-                    _say(kind="progress", ratings=done * workers)
-            test_sse = _sse(U, su, items.pull(si), sr)
-            m.push(np.arange(4), [[sse], [len(tu)], [test_sse], [len(su)]])
-            w.barrier()
-            if me == 0:
-                s = m.pull(np.arange(4))[:, 0]
-                m.set(np.arange(4), np.zeros((4, 1))).wait()
-                _say(kind="epoch", epoch=epoch, train_rmse=float(np.sqrt(s[0] / s[1])),
-                     test_rmse=float(np.sqrt(s[2] / s[3])), baseline_rmse=baseline,
-                     seconds=time.monotonic() - t_epoch, seconds_total=time.monotonic() - t0)
-            w.barrier()
+                progress.update(len(b))
+            s = reducer.sum(w, [sse, len(tu), _sse(U, su, items.pull(si), sr), len(su)])
+            report.epoch(w, epoch, train_rmse=np.sqrt(s[0] / s[1]), test_rmse=np.sqrt(s[2] / s[3]),
+                         seconds=time.monotonic() - t_epoch)
 
     node.run(work)
+    if node.rank == 0:
+        last, wall = report.rows[-1], time.monotonic() - t0
+        report.summary([f"{node.num_nodes} nodes x {node.config.threads} threads, {args.epochs} epochs in "
+                        f"{wall:.1f} s ({args.epochs * len(train[0]) / wall:,.0f} ratings/s)",
+                        f"baseline (predict the mean rating): test RMSE {baseline:.4f}; noise floor 0.1000",
+                        f"train RMSE {last['train_rmse']:.4f}",
+                        f"test RMSE {last['test_rmse']:.4f}"])
     node.shutdown()
-
-
-def _say(**msg) -> None:
-    print(_TAG + json.dumps(msg), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,37 @@
+"""pskv's apps: matrix factorization, knowledge-graph embeddings, word2vec.
+
+    pskv run mf --nodes 2 --threads 2 -- --data ml-100k --epochs 10
+    pskv launch -n 2 --threads 2 -- python -m pskv.apps.mf --data ml-100k
+
+Each app is a module `pskv.apps.NAME` with `main(argv=None) -> int` that runs on every node of a
+cluster (or, alone, as a 1-node cluster). Their shared flags and helpers are in common.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+APPS = {  # name -> module
+    "mf": "pskv.apps.mf",
+    "kge": "pskv.apps.kge",
+    "word2vec": "pskv.apps.word2vec",
+}
+
+
+def run(app: str, argv: list[str], *, nodes: int | None = None, threads: int | None = None) -> int:
+    """Run `app` with `argv`: on `nodes` new local nodes x `threads` (default 1 x 1), or, inside a
+    cluster (PSKV_COORDINATOR set, as under `pskv launch`), as this node's part. Returns the status."""
+    from ..errors import PskvError
+
+    if app not in APPS:
+        raise PskvError(f"unknown app {app!r}; known: {', '.join(APPS)}")
+    if os.environ.get("PSKV_COORDINATOR"):
+        if nodes is not None or threads is not None:
+            print(f"pskv run {app}: inside a cluster already; --nodes/--threads ignored "
+                  "(the launcher set them)", file=sys.stderr)
+        return importlib.import_module(APPS[app]).main(argv)
+    from ..launch import launch
+
+    return launch(nodes or 1, [sys.executable, "-m", APPS[app], *argv], threads=threads or 1)

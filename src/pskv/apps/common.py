@@ -1,0 +1,302 @@
+"""What every pskv app shares: flags, technique checks, progress, metrics across workers, report.
+
+    python -m pskv.apps.mf --help        # the flags below, plus the app's own
+
+API (stable; kge.py and word2vec.py import it):
+
+    parser = common.parser("mf", "matrix factorization", epochs=10)   # common flags added
+    parser.add_argument("--rank", ...)                                   # the app's own flags
+    args = common.parse(parser, argv)      # parse, then refuse techniques pskv does not have yet
+    node = common.init_node(args)          # pskv.init(), with --consistency when pskv has it
+    reducer = common.Reducer(node, size=4) # collective: declares a small float64 table
+    report = common.Report("mf", args)     # prints on node 0 only; --plot, --log
+
+    def train(w):
+        progress = common.Progress(w, total=n_per_epoch * args.epochs, scale=workers, mode=args.progress)
+        for epoch in range(1, args.epochs + 1):
+            ...; progress.update(len(batch))
+            totals = reducer.sum(w, [sse, n])   # every worker calls it; every worker gets the sums
+            report.epoch(w, epoch, train_rmse=..., seconds=...)  # node 0 thread 0 prints and keeps it
+        progress.close()
+    node.run(train)
+    report.summary(["...", f"test RMSE {rmse:.4f}"], rank=node.rank)  # node 0 prints, writes --plot, --log
+
+Common flags: --epochs, --seed, --plot FILE.png, --log FILE.jsonl, --progress {auto,bar,lines,json,none},
+and the Lapse/NuPS/Petuum techniques --localize, --replicate N, --sampling {naive,preloc,pool,onlylocal},
+--consistency {async,bsp,ssp:S}. A technique that this pskv does not have yet raises Unsupported
+naming it (see TECHNIQUES: each check looks for the API, so a flag works as soon as its feature lands).
+`--nodes`/`--threads` belong to `pskv run`, not to the app.
+
+Progress: tqdm on stderr when it is a terminal, else one line every ~2 s with samples/s (`pskv launch`
+forwards output line by line); `json` prints machine-readable lines tagged TAG on stdout (pskv demo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+import pskv
+
+from ..errors import PskvError
+
+TAG = "@@pskv "  # prefix of the JSON lines of --progress json
+_LINE_INTERVAL = 2.0  # seconds between progress lines when stderr is not a terminal
+
+
+class Unsupported(PskvError, NotImplementedError):
+    """A flag asks for a technique this version of pskv does not have."""
+
+
+def _has_replication() -> bool:
+    return "replicate" in inspect.signature(pskv.Node.table).parameters
+
+
+TECHNIQUES: dict[str, tuple[str, Callable[[], bool]]] = {  # flag -> (feature, is it there?)
+    "localize": ("relocation (Table.localize, issue 4)", lambda: hasattr(pskv.Table, "localize")),
+    "replicate": ("hot-key replication (node.table(..., replicate=), issue 4)", _has_replication),
+    "sampling": ("the sampling API (Table.prepare_sample/pull_sample, issue 4)",
+                 lambda: hasattr(pskv.Table, "prepare_sample")),
+    "bsp": ("BSP consistency (pskv.BSP, issue 3)", lambda: hasattr(pskv, "BSP")),
+    "ssp": ("SSP consistency (pskv.SSP, issue 3)", lambda: hasattr(pskv, "SSP")),
+}
+
+
+def parser(app: str, description: str, *, epochs: int = 10) -> argparse.ArgumentParser:
+    """An ArgumentParser for `python -m pskv.apps.APP` with the common flags already added."""
+    p = argparse.ArgumentParser(prog=f"pskv run {app}", description=description,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = p.add_argument_group("common")
+    g.add_argument("--epochs", type=int, default=epochs, help="passes over the training data")
+    g.add_argument("--seed", type=int, default=0, help="seed of data splits, initial values and order")
+    g.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the metrics against wall time "
+                                                                 "(needs matplotlib: pip install 'pskv[plot]')")
+    g.add_argument("--log", type=Path, metavar="FILE.jsonl", help="write one JSON line per epoch")
+    g.add_argument("--progress", choices=["auto", "bar", "lines", "json", "none"], default="auto",
+                   help="auto: a bar on a terminal, else a line every ~2 s")
+    t = p.add_argument_group("techniques (Lapse / NuPS / Petuum)")
+    t.add_argument("--localize", action="store_true", help="relocate parameters to where they are used")
+    t.add_argument("--replicate", type=int, default=0, metavar="N", help="replicate the N hottest keys")
+    t.add_argument("--sampling", choices=["naive", "preloc", "pool", "onlylocal"], default=None,
+                   help="sampling scheme for negative samples (default: naive, drawn by the app)")
+    t.add_argument("--consistency", type=_consistency, default="async", metavar="{async,bsp,ssp:S}",
+                   help="consistency model")
+    return p
+
+
+def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse `argv` (default sys.argv[1:]), then check_techniques(); Unsupported is a usage error."""
+    args = p.parse_args(argv)
+    try:
+        check_techniques(args)
+    except Unsupported as exc:
+        p.error(str(exc))
+    return args
+
+
+def check_techniques(args: argparse.Namespace) -> None:
+    """Raise Unsupported if `args` turn on a technique this pskv lacks. Naive sampling and async
+    consistency always work: an app draws naive samples itself, and async is what pskv does."""
+    wanted = []
+    if getattr(args, "localize", False):
+        wanted.append(("--localize", "localize"))
+    if getattr(args, "replicate", 0):
+        wanted.append((f"--replicate {args.replicate}", "replicate"))
+    if getattr(args, "sampling", None) not in (None, "naive"):
+        wanted.append((f"--sampling {args.sampling}", "sampling"))
+    model = getattr(args, "consistency", "async")
+    if model != "async":
+        wanted.append((f"--consistency {model}", model.split(":")[0]))
+    for flag, key in wanted:
+        feature, present = TECHNIQUES[key]
+        if not present():
+            raise Unsupported(f"{flag} needs {feature}, which this version of pskv does not have yet; "
+                              "run without it (the classic parameter server)")
+
+
+def init_node(args: argparse.Namespace, **overrides) -> pskv.Node:
+    """pskv.init(**overrides), with the consistency model of --consistency unless it is async."""
+    model = getattr(args, "consistency", "async")
+    if model == "bsp":
+        overrides["consistency"] = pskv.BSP()
+    elif model.startswith("ssp:"):
+        overrides["consistency"] = pskv.SSP(staleness=int(model[4:]))
+    return pskv.init(**overrides)
+
+
+def _consistency(text: str) -> str:
+    if text in ("async", "bsp") or (text.startswith("ssp:") and text[4:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not async, bsp or ssp:S (S a staleness >= 0)")
+
+
+def is_leader(w: pskv.Worker) -> bool:
+    """True on node 0's thread 0, the one worker that prints."""
+    return w.rank == 0 and w.thread == 0
+
+
+def say(**msg) -> None:
+    """Print one machine-readable line (TAG + JSON) on stdout."""
+    print(TAG + json.dumps(msg), flush=True)
+
+
+class Progress:
+    """Progress of the whole cluster, estimated from one worker's count times `scale`.
+
+    Every worker may make one and call update(); only node 0's thread 0 shows anything."""
+
+    def __init__(self, w: pskv.Worker, *, total: int, scale: int = 1, unit: str = "samples",
+                 mode: str = "auto") -> None:
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.leader = is_leader(w)
+        self.mode = mode if self.leader else "none"
+        self.total, self.scale, self.unit = total, scale, unit
+        self.done = 0
+        self._start = self._last = time.monotonic()
+        self._bar = None
+        if self.mode == "bar":
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit=unit, unit_scale=True, smoothing=0.1, dynamic_ncols=True)
+
+    def update(self, n: int) -> None:
+        """Count `n` samples done by this worker (the cluster did about n * scale)."""
+        if self.mode == "none":
+            return
+        self.done += n * self.scale
+        if self._bar is not None:
+            self._bar.update(n * self.scale)
+            return
+        now = time.monotonic()
+        if now - self._last < (_LINE_INTERVAL if self.mode == "lines" else 0.2):
+            return
+        self._last = now
+        if self.mode == "json":
+            say(kind="progress", done=self.done, total=self.total)
+        else:
+            rate = self.done / max(now - self._start, 1e-9)
+            print(f"  {100 * self.done / max(self.total, 1):5.1f}%  {self.done:,} {self.unit}  "
+                  f"{rate:,.0f} {self.unit}/s", file=sys.stderr, flush=True)
+
+    def write(self, line: str) -> None:
+        """Print `line` without breaking the bar (leader only)."""
+        if self._bar is not None:
+            self._bar.write(line)
+        elif self.leader:
+            print(line, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class Reducer:
+    """Sums of per-worker numbers over every worker of every node, once per round.
+
+    Made collectively on every node (it declares the float64 table `name` of 2 x `size` rows).
+    Every worker calls sum() the same number of times; each call pushes the worker's values, waits
+    at one barrier, and pulls. Rounds alternate between two slots, so a fast worker's next push
+    never lands in the slot a slow one still has to read (it cannot pass the next barrier before
+    that read); slots only grow (no reset), and a worker's result is the growth since its previous
+    read of that slot."""
+
+    def __init__(self, node: pskv.Node, *, size: int, name: str = "app-metrics") -> None:
+        node.table(name, rows=2 * size, dim=1, dtype="float64")
+        self.name, self.size = name, size
+        self._seen: dict[tuple[int, int], tuple[int, list[np.ndarray]]] = {}  # (rank, thread) -> (round, slots)
+        self._lock = threading.Lock()  # guards the dict; each worker reads and writes only its own entry
+
+    def sum(self, w: pskv.Worker, values: Sequence[float]) -> np.ndarray:
+        """Blocks until every worker called sum() for this round; returns the (size,) float64 totals."""
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        if values.shape != (self.size,):
+            raise ValueError(f"Reducer.sum got {values.shape[0]} values; it was made with size={self.size}")
+        with self._lock:
+            rounds, seen = self._seen.get((w.rank, w.thread), (0, [np.zeros(self.size), np.zeros(self.size)]))
+        slot = rounds % 2
+        table, keys = w.table(self.name), np.arange(slot * self.size, (slot + 1) * self.size)
+        table.push(keys, values[:, None])
+        w.barrier()
+        cumulative = table.pull(keys)[:, 0]  # (size,) float64
+        totals = cumulative - seen[slot]
+        seen[slot] = cumulative
+        with self._lock:
+            self._seen[(w.rank, w.thread)] = (rounds + 1, seen)
+        return totals
+
+
+class Report:
+    """Per-epoch metrics of one run: printed and kept by node 0 thread 0, then plotted and summarised.
+
+    Metric values are plain floats keyed by name; each row also records `wall` (seconds since the
+    Report was made). With --progress json the rows are TAG lines on stdout instead of a table."""
+
+    def __init__(self, app: str, args: argparse.Namespace) -> None:
+        self.app, self.args = app, args
+        self.rows: list[dict] = []
+        self.json = getattr(args, "progress", "auto") == "json"
+        self._start = time.monotonic()
+
+    def epoch(self, w: pskv.Worker, epoch: int, progress: Progress | None = None, **metrics: float) -> None:
+        """Record epoch `epoch`'s metrics; a no-op except on node 0's thread 0."""
+        if not is_leader(w):
+            return
+        row = {"epoch": epoch, "wall": time.monotonic() - self._start, **{k: float(v) for k, v in metrics.items()}}
+        self.rows.append(row)
+        if self.json:
+            say(kind="epoch", **row)
+            return
+        text = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) and k != "seconds" else f"{k} {v}"
+                         for k, v in metrics.items() if k != "seconds")
+        line = f"epoch {epoch:>3}  {text}" + (f"  ({metrics['seconds']:.2f} s)" if "seconds" in metrics else "")
+        (progress.write if progress is not None else print)(line)
+
+    def summary(self, lines: Sequence[str], *, rank: int = 0) -> None:
+        """On node 0 (`rank`): print `lines` (the last is the headline), write --log and --plot."""
+        if rank != 0:
+            return
+        if self.args.log:
+            with open(self.args.log, "w") as f:
+                f.writelines(json.dumps(row) + "\n" for row in self.rows)
+        if self.args.plot:
+            message = self.plot(self.args.plot)
+            say(kind="note", text=message) if self.json else print(message, flush=True)
+        if self.json:
+            say(kind="summary", lines=list(lines))
+        else:
+            print("\n".join(["", f"summary ({self.app}):", *lines]), flush=True)
+
+    def plot(self, path: Path, metrics: Sequence[str] | None = None) -> str:
+        """Plot `metrics` (default: every metric but `seconds`) against wall time into `path`.
+        Returns a one-line message (what was written, or why not)."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return f"--plot {path}: matplotlib is not installed; pip install 'pskv[plot]' to get plots"
+        if not self.rows:
+            return f"--plot {path}: no epoch finished, nothing to plot"
+        names = metrics or [k for k in self.rows[0] if k not in ("epoch", "wall", "seconds")]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name in names:
+            ax.plot([r["wall"] for r in self.rows], [r[name] for r in self.rows], marker="o", label=name)
+        ax.set_xlabel("wall time (s)")
+        ax.set_title(f"pskv {self.app}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return f"plot: {path}"

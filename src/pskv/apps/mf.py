@@ -1,0 +1,373 @@
+"""Matrix factorization by SGD on a parameter server (Petuum's and Lapse's MF).
+
+    pskv run mf --nodes 2 --threads 2 -- --data ml-100k --epochs 30
+    pskv launch -n 2 --threads 2 -- python -m pskv.apps.mf --data zipf:100000x20000x2000000
+    python -m pskv.apps.mf --data lapse-toy --rank 2 --epochs 10      # one node, one thread
+
+Model: r(u, i) ~ mu + b_u + b_i + U[u] . V[i] (`--no-biases`, `--no-global-mean` drop terms),
+trained by plain SGD with L2 `--lambda` and step size x * (y + t)^-z at epoch t = 0, 1, ...
+(Petuum's `init_step_size`, `step_size_offset`, `step_size_pow`). The defaults reach test RMSE
+0.889-0.892 on MovieLens-100K's fixed 90/10 split (30 epochs; benchmarks/RESULTS-mf.md).
+
+Layout (Lapse's MF, data-parallel with row-clustered data): the ratings are split by user over
+the W = nodes x threads workers (user u goes to worker u mod W), so each worker keeps its users'
+factors and biases in its own numpy arrays. The item factors (and item biases, as the last
+column) live in the pskv table `mf-items` with the `add` updater. Per batch a worker pulls the
+distinct items of the batch once, runs sequential SGD over the batch on that local copy (a
+numba nogil kernel, so threads run in parallel), and pushes the change of each row (or, with
+`--item-updater adagrad`, the batch's gradient to a server-side Adagrad: concurrent changes of a
+very hot item otherwise add up and diverge). `--schedule dsgd` is Lapse's DSGD: item blocks
+rotate over the workers, so with `--localize` every item access is local. Train RMSE is
+measured during the epoch, test RMSE after it; sums go through common.Reducer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+
+import pskv
+
+from ..data import DataError, fetch, lapse_toy_dir, ratings
+from . import common
+
+_ITEMS = "mf-items"
+_USERS_OUT = "mf-users-out"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = common.parser("mf", "matrix factorization by SGD on a parameter server", epochs=30)
+    g = p.add_argument_group("mf")
+    g.add_argument("--data", default="ml-100k", help="ml-100k, lapse-toy or zipf:ROWSxCOLSxNNZ")
+    g.add_argument("--max-ratings", type=int, default=0, help="use only this many ratings (a seeded "
+                                                              "sample; 0: all)")
+    g.add_argument("--test-fraction", type=float, default=0.1, help="held-out share (not lapse-toy)")
+    g.add_argument("--rank", type=int, default=100, help="latent factors per user and item")
+    g.add_argument("--lambda", dest="lam", type=float, default=0.08, help="L2 on the factors")
+    g.add_argument("--lambda-bias", type=float, default=0.02, help="L2 on the biases")
+    g.add_argument("--init-step-size", type=float, default=0.01, help="x in x * (y + t)^-z")
+    g.add_argument("--step-size-offset", type=float, default=1.0, help="y")
+    g.add_argument("--step-size-pow", type=float, default=0.0, help="z (0: a constant step size)")
+    g.add_argument("--init-std", type=float, default=0.1, help="std of the initial factors")
+    g.add_argument("--biases", action=argparse.BooleanOptionalAction, default=True)
+    g.add_argument("--global-mean", action=argparse.BooleanOptionalAction, default=True)
+    g.add_argument("--batch", type=int, default=1000, help="ratings per pull/push round")
+    g.add_argument("--schedule", choices=["free", "dsgd"], default="free",
+                   help="free: each worker its ratings in random order (Hogwild-like); dsgd: item blocks "
+                        "rotate over the workers, one barrier per block (Lapse's MF; with --localize every "
+                        "item access is local)")
+    g.add_argument("--item-updater", choices=["auto", "sgd", "adagrad"], default="auto",
+                   help="sgd: push each item's change after sequential SGD on the batch; adagrad: push the "
+                        "batch's gradient to a server-side Adagrad (Lapse's MF; stable on very hot items); "
+                        "auto: adagrad on zipf data, else sgd")
+    g.add_argument("--adagrad-lr", type=float, default=0.1, help="step size of the item Adagrad")
+    g.add_argument("--out", type=Path, metavar="DIR", help="write the factors here (.npy)")
+    return p
+
+
+@dataclasses.dataclass
+class Problem:
+    """What every node loads identically: the split, the rating scale and optional initial factors."""
+
+    name: str
+    train: ratings.Ratings
+    test: ratings.Ratings
+    clip: tuple[float, float]  # predictions are clipped to the rating scale (inf: none)
+    user_init: np.ndarray | None = None  # (n_users, rank) Lapse's W.mma
+    item_init: np.ndarray | None = None  # (n_items, rank) Lapse's H.mma, transposed
+
+
+def load(args: argparse.Namespace) -> Problem:
+    """The data set of --data, split as the flags say. Raises DataError."""
+    if args.data == "ml-100k":
+        r = ratings.load_inter(fetch("ml-100k", quiet=True) / "ml-100k.inter")
+        return Problem("MovieLens-100K", *ratings.split(_sample(r, args), test_fraction=args.test_fraction,
+                                                         seed=args.seed), clip=(1.0, 5.0))
+    if args.data == "lapse-toy":
+        d = lapse_toy_dir() / "mf"
+        train, test = ratings.load_mmc(d / "train.mmc"), ratings.load_mmc(d / "test.mmc")
+        w, h = ratings.load_mma(d / "W.mma"), ratings.load_mma(d / "H.mma")
+        fits = w.shape[1] == args.rank
+        return Problem("Lapse toy", train, test, (-np.inf, np.inf), w if fits else None, h.T if fits else None)
+    if args.data.startswith("zipf:"):
+        try:
+            rows, cols, nnz = (int(x) for x in args.data[5:].lower().split("x"))
+        except ValueError:
+            raise DataError(f"--data {args.data!r}: write zipf:ROWSxCOLSxNNZ, e.g. zipf:10000x5000x1000000") from None
+        r = ratings.zipf_ratings(rows, cols, nnz, seed=args.seed)
+        return Problem(f"zipf {rows:,} x {cols:,}", *ratings.split(r, test_fraction=args.test_fraction,
+                                                                    seed=args.seed), clip=(-np.inf, np.inf))
+    raise DataError(f"--data {args.data!r} is not ml-100k, lapse-toy or zipf:ROWSxCOLSxNNZ")
+
+
+def _sample(r: ratings.Ratings, args) -> ratings.Ratings:
+    if not 0 < args.max_ratings < len(r):
+        return r
+    keep = np.random.default_rng([args.seed, 1]).permutation(len(r))[:args.max_ratings]
+    return r.take(np.sort(keep))
+
+
+def step_size(args, t: int) -> float:
+    """x * (y + t)^-z at epoch t (0-based)."""
+    return args.init_step_size * (args.step_size_offset + t) ** -args.step_size_pow
+
+
+# ---- kernels (numba, nogil: the worker threads of a node run them in parallel) -------------------
+@numba.njit(nogil=True, cache=True)
+def sgd_batch(U, bu, users, slots, values, V, mu, lr, lam, lam_b, biases):
+    """Sequential SGD over one batch. U (n_users, k) and bu (n_users,) are this worker's; V is the
+    batch's local copy of its distinct items, (n_slots, k + biases). Returns the squared error."""
+    k = U.shape[1]
+    sse = 0.0
+    for j in range(users.shape[0]):
+        u, s = users[j], slots[j]
+        pred = mu
+        for c in range(k):
+            pred += U[u, c] * V[s, c]
+        if biases:
+            pred += bu[u] + V[s, k]
+        e = values[j] - pred
+        sse += e * e
+        if biases:
+            bu[u] += lr * (e - lam_b * bu[u])
+            V[s, k] += lr * (e - lam_b * V[s, k])
+        for c in range(k):
+            uc, vc = U[u, c], V[s, c]
+            U[u, c] = uc + lr * (e * vc - lam * uc)
+            V[s, c] = vc + lr * (e * uc - lam * vc)
+    return sse
+
+
+@numba.njit(nogil=True, cache=True)
+def gradient_batch(U, bu, users, slots, values, V, mu, lr, lam, lam_b, biases, G):
+    """SGD on this worker's users, and the summed gradient of the batch's items into G (same shape as
+    V, zeroed by the caller), taken at the pulled values V. Returns the squared error."""
+    k = U.shape[1]
+    sse = 0.0
+    for j in range(users.shape[0]):
+        u, s = users[j], slots[j]
+        pred = mu
+        for c in range(k):
+            pred += U[u, c] * V[s, c]
+        if biases:
+            pred += bu[u] + V[s, k]
+        e = values[j] - pred
+        sse += e * e
+        if biases:
+            bu[u] += lr * (e - lam_b * bu[u])
+            G[s, k] += -e + lam_b * V[s, k]
+        for c in range(k):
+            uc = U[u, c]
+            U[u, c] = uc + lr * (e * V[s, c] - lam * uc)
+            G[s, c] += -e * uc + lam * V[s, c]
+    return sse
+
+
+@numba.njit(nogil=True, cache=True)
+def squared_error(U, bu, users, slots, values, V, mu, biases, lo, hi):
+    """Sum of squared errors of the predictions (clipped to [lo, hi])."""
+    k = U.shape[1]
+    sse = 0.0
+    for j in range(users.shape[0]):
+        u, s = users[j], slots[j]
+        pred = mu
+        for c in range(k):
+            pred += U[u, c] * V[s, c]
+        if biases:
+            pred += bu[u] + V[s, k]
+        e = values[j] - min(max(pred, lo), hi)
+        sse += e * e
+    return sse
+
+
+# ---- one worker --------------------------------------------------------------------------------
+class Part:
+    """A worker's users: their ratings (with local user ids = u // W), factors and biases."""
+
+    def __init__(self, problem: Problem, me: int, workers: int, args) -> None:
+        self.me, self.workers, self.n_items = me, workers, problem.train.n_items
+        self.train = problem.train.take(problem.train.users % workers == me)
+        self.test = problem.test.take(problem.test.users % workers == me)
+        self.train_users, self.test_users = self.train.users // workers, self.test.users // workers
+        n_local = len(range(me, problem.train.n_users, workers))
+        if problem.user_init is not None:
+            self.U = problem.user_init[me::workers].astype(np.float32)  # (n_local, rank)
+        else:
+            rng = np.random.default_rng([args.seed, 7, me])
+            self.U = rng.normal(0, args.init_std, (n_local, args.rank)).astype(np.float32)
+        self.bu = np.zeros(n_local, np.float32)
+        self.clock = None  # Worker.clock under --consistency bsp/ssp
+        self.rng = np.random.default_rng([args.seed, 11, me])
+        self.blocks = self.train.items * workers // self.n_items  # (nnz,) item block of each rating
+
+    def block_range(self, block: int) -> tuple[int, int]:
+        """Items [lo, hi) of DSGD block `block`: contiguous, like the table's key ranges."""
+        return -(-block * self.n_items // self.workers), -(-(block + 1) * self.n_items // self.workers)
+
+    def test_error(self, items: pskv.Table, mu: float, args, clip) -> float:
+        if len(self.test) == 0:
+            return 0.0
+        keys, slots = np.unique(self.test.items, return_inverse=True)
+        V = items.pull(keys)  # (n_distinct, rank + biases) float32
+        return squared_error(self.U, self.bu, self.test_users, slots.astype(np.int64), self.test.values, V,
+                             mu, args.biases, *clip)
+
+
+def train_epoch(w: pskv.Worker, part: Part, items: pskv.Table, args, mu: float, lr: float,
+                progress: common.Progress) -> float:
+    """One pass over this worker's ratings; returns the squared training error. `--schedule free`:
+    all of them in random order. `dsgd`: W sub-epochs; in sub-epoch s worker `me` takes the ratings
+    of item block (me + s) mod W, so no two workers share an item, with a barrier after each."""
+    if args.schedule == "free":
+        return _train(part, items, part.rng.permutation(len(part.train)), args, mu, lr, progress)
+    sse = 0.0
+    for sub in range(part.workers):
+        block = (part.me + sub) % part.workers
+        if args.localize:  # Lapse: the block's items move here, so every access below is local
+            items.localize(np.arange(*part.block_range(block))).wait()
+        mine = np.flatnonzero(part.blocks == block)
+        sse += _train(part, items, mine[part.rng.permutation(len(mine))], args, mu, lr, progress)
+        w.barrier()
+    return sse
+
+
+def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr: float,
+           progress: common.Progress) -> float:
+    """SGD over the ratings `order` (positions in part.train) in batches of --batch."""
+    sse = 0.0
+    ahead = args.localize and args.schedule == "free"  # relocate the next batch's items while on this one
+    for lo in range(0, len(order), args.batch):
+        b = order[lo:lo + args.batch]
+        if ahead and lo + args.batch < len(order):
+            items.localize(np.unique(part.train.items[order[lo + args.batch:lo + 2 * args.batch]]))
+        keys, slots = np.unique(part.train.items[b], return_inverse=True)
+        V = items.pull(keys)  # (n_distinct, rank + biases) float32, a copy
+        batch = (part.train_users[b], slots.astype(np.int64), part.train.values[b], V, mu, lr, args.lam,
+                 args.lambda_bias, args.biases)
+        if args.item_updater == "sgd":
+            before = V.copy()
+            sse += sgd_batch(part.U, part.bu, *batch)
+            update = V - before
+        else:
+            update = np.zeros_like(V)
+            sse += gradient_batch(part.U, part.bu, *batch, update)
+        items.push(keys, update, copy=False)  # a fresh array: nobody writes it afterwards
+        if part.clock is not None:  # --consistency bsp/ssp: one clock per batch (Petuum's per-batch clock)
+            part.clock()
+        progress.update(len(b))
+    return sse
+
+
+def _work(w: pskv.Worker, args, problem: Problem, reducer: common.Reducer, report: common.Report,
+          threads: int) -> None:
+    workers = w.num_nodes * threads
+    me = w.rank * threads + w.thread
+    part, items = Part(problem, me, workers, args), w.table(_ITEMS)
+    part.clock = w.clock if args.consistency != "async" else None
+    mu = float(problem.train.values.mean()) if args.global_mean else 0.0
+    if problem.item_init is not None and common.is_leader(w):
+        items.set(np.arange(problem.train.n_items), _with_bias(problem.item_init, args)).wait()
+    w.barrier()
+    progress = common.Progress(w, total=args.epochs * len(problem.train), scale=workers, unit="ratings",
+                               mode=args.progress)
+    for epoch in range(args.epochs):
+        start = time.monotonic()
+        sse = train_epoch(w, part, items, args, mu, step_size(args, epoch), progress)
+        w.wait_all()
+        s = reducer.sum(w, [sse, len(part.train), part.test_error(items, mu, args, problem.clip), len(part.test)])
+        report.epoch(w, epoch + 1, progress, train_rmse=np.sqrt(s[0] / s[1]), test_rmse=np.sqrt(s[2] / max(s[3], 1)),
+                     seconds=time.monotonic() - start)
+    progress.close()
+    if args.out:
+        w.table(_USERS_OUT).set(np.arange(me, problem.train.n_users, workers),
+                                np.column_stack([part.U, part.bu])).wait()
+        w.barrier()
+
+
+def _hottest(train: ratings.Ratings, n: int) -> np.ndarray:
+    """The `n` items with the most training ratings (NuPS replicates these), sorted."""
+    counts = np.bincount(train.items, minlength=train.n_items)
+    return np.sort(np.argsort(-counts, kind="stable")[:n]).astype(np.int64)
+
+
+def _with_bias(factors: np.ndarray, args) -> np.ndarray:
+    return np.column_stack([factors, np.zeros(len(factors))]) if args.biases else factors
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.parse(_parser(), argv)
+    if args.sampling not in (None, "naive"):
+        print("pskv run mf: error: --sampling: mf draws no negative samples; drop the flag", file=sys.stderr)
+        return 2
+    if args.step_size_pow > 0 and args.step_size_offset <= 0:
+        print("pskv run mf: error: --step-size-pow > 0 needs --step-size-offset > 0", file=sys.stderr)
+        return 2
+    try:
+        problem = load(args)
+    except DataError as exc:
+        print(f"pskv run mf: error: {exc}", file=sys.stderr)
+        return 2
+    if args.item_updater == "auto":
+        args.item_updater = "adagrad" if args.data.startswith("zipf:") else "sgd"
+    report = common.Report("mf", args)
+    with common.init_node(args) as node:
+        threads = node.config.threads
+        updater = "add" if args.item_updater == "sgd" else pskv.Adagrad(lr=args.adagrad_lr, initial_accumulator=0.1)
+        extra = {"replicate": _hottest(problem.train, args.replicate)} if args.replicate else {}
+        items = node.table(_ITEMS, rows=problem.train.n_items, dim=args.rank + args.biases, updater=updater,
+                           init=pskv.Normal(std=args.init_std, seed=args.seed), **extra)
+        reducer = common.Reducer(node, size=4)
+        users = node.table(_USERS_OUT, rows=problem.train.n_users, dim=args.rank + 1) if args.out else None
+        if node.rank == 0 and not report.json:
+            print(f"mf: {problem.name}, {len(problem.train):,} train / {len(problem.test):,} test ratings, "
+                  f"rank {args.rank}, {node.num_nodes} node(s) x {threads} thread(s), {args.epochs} epochs",
+                  flush=True)
+        start = time.monotonic()
+        node.run(lambda w: _work(w, args, problem, reducer, report, threads))
+        wall = time.monotonic() - start
+        if node.rank == 0:
+            if args.out:
+                _save(args, items, users, problem)
+            _finish(node, args, problem, report, wall, threads)
+    return 0
+
+
+def _finish(node: pskv.Node, args, problem: Problem, report: common.Report, wall: float, threads: int) -> None:
+    """Node 0, after training: write --out, print the summary (last line: the final test RMSE)."""
+    baseline = float(np.sqrt(np.mean((problem.test.values - problem.train.values.mean()) ** 2)))
+    last = report.rows[-1] if report.rows else {"train_rmse": float("nan"), "test_rmse": float("nan")}
+    rate = args.epochs * len(problem.train) / max(wall, 1e-9)
+    report.summary([
+        f"{node.num_nodes} node(s) x {threads} thread(s), {len(report.rows)} epochs in {wall:.1f} s "
+        f"({rate:,.0f} ratings/s)",
+        f"baseline (predict the mean rating): test RMSE {baseline:.4f}",
+        f"train RMSE {last['train_rmse']:.4f}",
+        f"test RMSE {last['test_rmse']:.4f}",
+    ])
+
+
+def _save(args, items: pskv.Table, users: pskv.Table, problem: Problem) -> None:
+    """Node 0's main thread, after training: every factor and bias as .npy, the rest in meta.json."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    mu = float(problem.train.values.mean()) if args.global_mean else 0.0
+    v = items.pull(np.arange(problem.train.n_items))  # (n_items, rank + biases) float32
+    u = users.pull(np.arange(problem.train.n_users))  # (n_users, rank + 1) float32
+    np.save(args.out / "user_factors.npy", u[:, :args.rank])
+    np.save(args.out / "item_factors.npy", v[:, :args.rank])
+    if args.biases:
+        np.save(args.out / "user_bias.npy", u[:, args.rank])
+        np.save(args.out / "item_bias.npy", v[:, args.rank])
+    meta = {"global_mean": mu, "rank": args.rank, "biases": args.biases, "data": args.data}
+    (args.out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"factors written to {args.out}/", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

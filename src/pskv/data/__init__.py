@@ -1,0 +1,14 @@
+"""Data for pskv's apps: fetched data sets (fetch.py), rating loaders and generators (ratings.py).
+
+    from pskv.data import fetch
+    path = fetch("ml-100k")          # a directory holding ml-100k.inter, .item, .user
+"""
+
+from .fetch import DATASETS as DATASETS
+from .fetch import DataError as DataError
+from .fetch import Dataset as Dataset
+from .fetch import cache_dir as cache_dir
+from .fetch import fetch as fetch
+from .fetch import lapse_toy_dir as lapse_toy_dir
+
+__all__ = ["DATASETS", "DataError", "Dataset", "cache_dir", "fetch", "lapse_toy_dir"]

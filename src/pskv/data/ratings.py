@@ -1,0 +1,197 @@
+"""Rating matrices for matrix factorization: loaders, a zipf-skewed generator and a fixed split.
+
+    from pskv.data import fetch, ratings
+    r = ratings.load_inter(fetch("ml-100k") / "ml-100k.inter")   # 100,000 ratings, 943 x 1682
+    train, test = ratings.split(r, test_fraction=0.1, seed=0)
+
+Formats:
+- RecBole atomic files (`.inter`): tab-separated, a typed header such as
+  `user_id:token<TAB>item_id:token<TAB>rating:float<TAB>timestamp:float`. Tokens become dense
+  0-based ids in order of their sorted values (numerically when all are integers); the tokens
+  are kept in `Ratings.user_tokens` / `item_tokens`.
+- MatrixMarket coordinate (`.mmc`, Lapse's toy train/test): `%%MatrixMarket matrix coordinate
+  real general`, `%` comments, `ROWS COLS NNZ`, then NNZ lines `i j value` with 1-based i, j.
+- MatrixMarket array (`.mma`, Lapse's W and H): `%%MatrixMarket matrix array real general`,
+  `ROWS COLS`, then ROWS*COLS values in column-major order.
+A malformed line raises DataError naming the file and the line number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from .fetch import DataError
+
+__all__ = ["Ratings", "load_inter", "load_mma", "load_mmc", "split", "zipf_ratings"]
+
+
+@dataclasses.dataclass
+class Ratings:
+    """A sparse matrix of `n_users` x `n_items` as coordinate arrays of equal length."""
+
+    users: np.ndarray  # (nnz,) int64 row ids, 0-based
+    items: np.ndarray  # (nnz,) int64 column ids, 0-based
+    values: np.ndarray  # (nnz,) float32
+    n_users: int
+    n_items: int
+    user_tokens: np.ndarray | None = None  # (n_users,) original ids, when the file had tokens
+    item_tokens: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def take(self, index: np.ndarray) -> "Ratings":
+        """The ratings at `index` (a mask or positions), with the same shape and tokens."""
+        return dataclasses.replace(self, users=self.users[index], items=self.items[index],
+                                   values=self.values[index])
+
+    def __repr__(self) -> str:
+        return f"<Ratings {self.n_users} x {self.n_items}, {len(self):,} ratings>"
+
+
+def load_inter(path: Path, *, user: str = "user_id", item: str = "item_id", rating: str = "rating") -> Ratings:
+    """Read a RecBole `.inter` file: the columns named `user`, `item` and `rating` (header names
+    without their `:type`). Raises DataError for a missing column or a malformed line."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as f:
+        header = f.readline().rstrip("\n").split("\t")
+        names = [h.split(":", 1)[0] for h in header]
+        try:
+            cols = [names.index(c) for c in (user, item, rating)]
+        except ValueError:
+            raise DataError(f"{path} line 1: header {header!r} lacks one of the columns {user!r}, {item!r}, "
+                            f"{rating!r}; is it a RecBole .inter file?") from None
+        us, its, vs = [], [], []
+        for lineno, line in enumerate(f, 2):
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != len(header) or not all(fields[c] for c in cols):
+                if line.strip() == "":
+                    continue
+                raise DataError(f"{path} line {lineno}: {line.rstrip()!r} has {len(fields)} tab-separated fields, "
+                                f"the header {len(header)}")
+            us.append(fields[cols[0]])
+            its.append(fields[cols[1]])
+            vs.append(_float(fields[cols[2]], path, lineno))
+    user_tokens, users = _dense_ids(us)
+    item_tokens, items = _dense_ids(its)
+    return Ratings(users, items, np.asarray(vs, np.float32), len(user_tokens), len(item_tokens),
+                   user_tokens, item_tokens)
+
+
+def load_mmc(path: Path) -> Ratings:
+    """Read a MatrixMarket coordinate file (1-based indices) as 0-based Ratings."""
+    path = Path(path)
+    lines = _mm_body(path, "coordinate")
+    (lineno, size), body = lines[0], lines[1:]
+    n_rows, n_cols, nnz = _ints(size, 3, path, lineno)
+    if len(body) != nnz:
+        raise DataError(f"{path}: the size line promises {nnz} entries but {len(body)} follow")
+    rows = np.empty(nnz, np.int64)
+    cols = np.empty(nnz, np.int64)
+    values = np.empty(nnz, np.float32)
+    for k, (lineno, fields) in enumerate(body):
+        if len(fields) != 3:
+            raise DataError(f"{path} line {lineno}: {' '.join(fields)!r} is not 'ROW COL VALUE'")
+        i, j = _ints(fields[:2], 2, path, lineno)
+        if not (1 <= i <= n_rows and 1 <= j <= n_cols):
+            raise DataError(f"{path} line {lineno}: entry ({i}, {j}) is outside the {n_rows} x {n_cols} "
+                            "matrix (indices are 1-based)")
+        rows[k], cols[k], values[k] = i - 1, j - 1, _float(fields[2], path, lineno)
+    return Ratings(rows, cols, values, n_rows, n_cols)
+
+
+def load_mma(path: Path) -> np.ndarray:
+    """Read a MatrixMarket array file (column-major) as a (ROWS, COLS) float64 array."""
+    path = Path(path)
+    lines = _mm_body(path, "array")
+    (lineno, size), body = lines[0], lines[1:]
+    n_rows, n_cols = _ints(size, 2, path, lineno)
+    if len(body) != n_rows * n_cols:
+        raise DataError(f"{path}: the size line promises {n_rows} x {n_cols} = {n_rows * n_cols} values "
+                        f"but {len(body)} lines follow")
+    values = []
+    for lineno, fields in body:
+        if len(fields) != 1:
+            raise DataError(f"{path} line {lineno}: {' '.join(fields)!r} is not one value")
+        values.append(_float(fields[0], path, lineno))
+    return np.asarray(values, np.float64).reshape(n_cols, n_rows).T.copy()
+
+
+def zipf_ratings(n_users: int, n_items: int, nnz: int, *, seed: int = 0, exponent: float = 1.1,
+                 rank: int = 10, noise: float = 0.1) -> Ratings:
+    """NuPS's MF workload: `nnz` ratings with uniform users and zipf(`exponent`)-skewed items.
+
+    Item popularity p(k) ~ 1/k**exponent over a seeded random order of the items (so the hot items
+    are spread over the key range). Values are a random rank-`rank` matrix (unit variance) plus
+    N(0, noise**2). Deterministic for a seed; duplicates (user, item) can occur."""
+    if min(n_users, n_items, nnz) < 1:
+        raise ValueError(f"zipf_ratings needs positive sizes, got {n_users} x {n_items} with {nnz} ratings")
+    rng = np.random.default_rng(seed)
+    weights = np.arange(1, n_items + 1, dtype=np.float64) ** -exponent
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
+    order = rng.permutation(n_items)
+    users = rng.integers(0, n_users, nnz, dtype=np.int64)
+    items = order[np.minimum(np.searchsorted(cdf, rng.random(nnz)), n_items - 1)].astype(np.int64)
+    scale = rank ** -0.25  # each factor entry ~ N(0, rank**-0.5): a dot product has variance 1
+    u = rng.normal(0, scale, (n_users, rank)).astype(np.float32)
+    v = rng.normal(0, scale, (n_items, rank)).astype(np.float32)
+    values = np.empty(nnz, np.float32)
+    for lo in range(0, nnz, 1 << 20):  # chunks keep the (chunk, rank) temporaries small
+        hi = min(lo + (1 << 20), nnz)
+        values[lo:hi] = np.einsum("ij,ij->i", u[users[lo:hi]], v[items[lo:hi]])
+    values += rng.normal(0, noise, nnz).astype(np.float32)
+    return Ratings(users, items, values, n_users, n_items)
+
+
+def split(ratings: Ratings, *, test_fraction: float = 0.1, seed: int = 0) -> tuple[Ratings, Ratings]:
+    """A fixed random split: the first round(test_fraction * nnz) of a seeded permutation are the test set."""
+    order = np.random.default_rng(seed).permutation(len(ratings))
+    n_test = int(round(test_fraction * len(ratings)))
+    return ratings.take(np.sort(order[n_test:])), ratings.take(np.sort(order[:n_test]))
+
+
+def _mm_body(path: Path, kind: str) -> list[tuple[int, list[str]]]:
+    """(line number, fields) of the non-comment lines of a MatrixMarket file of `kind`."""
+    with open(path, encoding="ascii", errors="replace") as f:
+        text = f.read().splitlines()
+    banner = text[0].lower().split() if text else []
+    if banner[:3] != ["%%matrixmarket", "matrix", kind] or banner[3:4] not in (["real"], ["integer"]):
+        raise DataError(f"{path} line 1: {text[0] if text else ''!r} is not a "
+                        f"'%%MatrixMarket matrix {kind} real general' banner")
+    lines = [(n, line.split()) for n, line in enumerate(text[1:], 2) if line.strip() and not line.startswith("%")]
+    if not lines:
+        raise DataError(f"{path}: no size line after the comments")
+    return lines
+
+
+def _ints(fields, count: int, path: Path, lineno: int) -> list[int]:
+    try:
+        if len(fields) != count:
+            raise ValueError
+        return [int(x) for x in fields]
+    except ValueError:
+        raise DataError(f"{path} line {lineno}: {' '.join(fields)!r} is not {count} integers") from None
+
+
+def _float(text: str, path: Path, lineno: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataError(f"{path} line {lineno}: {text!r} is not a number") from None
+    if not np.isfinite(value):
+        raise DataError(f"{path} line {lineno}: the value {text!r} is not finite")
+    return value
+
+
+def _dense_ids(tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique tokens, 0-based id of each token); integer tokens sort numerically."""
+    try:
+        keys = np.asarray(tokens, dtype=np.int64)
+    except ValueError:
+        keys = np.asarray(tokens, dtype=object)
+    unique, ids = np.unique(keys, return_inverse=True)
+    return unique, ids.astype(np.int64)
