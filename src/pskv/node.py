@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 import weakref
+import zlib
 from typing import Callable
 
 import numpy as np
@@ -25,12 +26,13 @@ import numpy as np
 from . import updaters
 from .config import NodeConfig, split_address
 from .coordinator import Coordinator, CoordinatorClient
-from .errors import ClosedError, NodeFailure, ProtocolError, PskvError, RemoteError, TableError, TransportError, UnknownTable
-from .future import RequestTracker
-from .protocol import (COORDINATOR, RELOCATION, REPLIES, REQUESTS, Kind, control_payload, frame_bytes, unpack,
-                       unpack_header)
+from .errors import (ClosedError, NodeFailure, ProtocolError, PskvError, RemoteError, ShapeError, TableError,
+                     TransportError, UnknownTable)
+from .future import Future, RequestTracker, wait
+from .protocol import (COORDINATOR, RELOCATION, REPLIES, REQUESTS, Header, Kind, control_payload, dtype_code,
+                       frame_bytes, unpack, unpack_header)
 from .server import Server
-from .store import Shard, Store
+from .store import Replicas, Shard, Store
 from .table import Placement, TableSpec, as_init
 from .transport import Transport
 from .worker import Table, Worker
@@ -48,6 +50,10 @@ class TableState:
     placement: Placement
     shard: Shard
     loc_cache: np.ndarray  # (rows,) int64 last known owner per key, -1 unknown; empty when off
+    sampling: object = None  # a sampling.Sampling, or None
+    sync_period: float = 0.0  # seconds between replica syncs
+    threshold: float = 0.0  # replica sync: send keys whose change exceeds this L2 norm
+    next_sync: float = 0.0
     pulls: int = 0  # calls (counters are GIL-atomic +=, approximate under threads)
     pushes: int = 0
     local_keys: int = 0  # keys served from this node's memory without a message
@@ -81,6 +87,7 @@ class Node:
                                         self.config, self._on_failure)
         self._local_barrier = _LocalBarrier(self)
         self._main_worker: Worker | None = None
+        self._replica_sync = ReplicaSync(self)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=f"pskv-server-{self.rank}", daemon=True)
         self._thread.start()
@@ -114,13 +121,20 @@ class Node:
 
     # ---- public API -----------------------------------------------------------------------------
     def table(self, name: str, rows: int, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
-              location_caches: bool = False) -> Table:
+              location_caches: bool = False, replicate=None, frequencies=None, syncs_per_sec: float = 25.0,
+              threshold: float = 0.0, sampling=None) -> Table:
         """Declare table `name` on every node (collective) and return a handle for this thread.
 
         Blocks until every node declared it. Raises TableMismatch (on every node) if nodes declared
-        it differently, TableError for a name declared twice. `location_caches=True` remembers where
-        relocated keys were last answered from, to skip the hop through their manager (it changes
-        latency, never results)."""
+        it differently, TableError for a name declared twice.
+
+        Each key is managed by one technique, fixed here: static or relocated (`localize`), or
+        replicated. `location_caches=True` remembers where relocated keys were last answered from,
+        to skip the hop through their manager (changes latency, never results). `replicate=KEYS`
+        (or `replicate=N` with `frequencies=`, one count per row: the N most frequent keys) keeps
+        a copy of those keys on every node; their changes are sent to the others `syncs_per_sec`
+        times a second, for keys whose change exceeds `threshold` (L2 norm; 0: every changed
+        key). `sampling=pskv.Sampling(...)` gives the table a distribution to draw keys from."""
         self._check()
         with self._lock:
             if name in self._tables:
@@ -130,9 +144,19 @@ class Node:
             placement = Placement(spec.rows, self.num_nodes)
             shard = self.store.add(spec, *placement.manager_range(self.rank), self.rank)
             cache = np.full(spec.rows if location_caches else 0, -1, np.int64)
-            self._tables[name] = self._by_id[spec.table_id] = TableState(spec, placement, shard, cache)
+            state = TableState(spec, placement, shard, cache, sampling=sampling)
+            config = spec.config()
+            if replicate is not None:
+                keys = _hot_keys(spec, replicate, frequencies)
+                shard.replicas = Replicas(spec, keys)
+                state.sync_period = 1.0 / syncs_per_sec if syncs_per_sec > 0 else float("inf")
+                state.threshold = float(threshold)
+                config["replicate"] = [len(keys), int(zlib.crc32(keys.tobytes())), syncs_per_sec, threshold]
+            self._tables[name] = self._by_id[spec.table_id] = state
+        if shard.replicas is not None:
+            self._replica_sync.start()
         try:
-            self.client.declare(spec.config())
+            self.client.declare(config)
         except TableError:
             with self._lock:
                 self._tables[name] = None  # keeps ids aligned; using it raises UnknownTable
@@ -179,7 +203,8 @@ class Node:
     def stats(self) -> dict:
         """Counters of this node: per table calls, local and remote keys; messages and bytes sent."""
         tables = {name: {**{k: getattr(s, k) for k in ("pulls", "pushes", "local_keys", "remote_keys", "localizes")},
-                         "forwards": s.shard.forwards, "relocated_in": s.shard.relocated_in}
+                         "forwards": s.shard.forwards, "relocated_in": s.shard.relocated_in,
+                         "replica_syncs": s.shard.replicas.syncs if s.shard.replicas else 0}
                   for name, s in self._tables.items() if s is not None}
         return {"rank": self.rank, "tables": tables, "messages_sent": self._transport.messages_sent,
                 "bytes_sent": self._transport.bytes_sent, "requests_served": self.server.requests,
@@ -253,6 +278,7 @@ class Node:
     def _teardown(self) -> None:
         self._closed = True
         self._stop.set()
+        self._replica_sync.stop()
         self._thread.join(5)
         self.tracker.fail_all(lambda: ClosedError(f"node {self.rank} was shut down while the request was pending"))
         self._local_barrier.break_(ClosedError(f"node {self.rank} was shut down"))
@@ -384,6 +410,86 @@ class _LocalBarrier:
             if self._error is None:
                 self._error = error
             self._cond.notify_all()
+
+
+class ReplicaSync:
+    """The pskv-replica thread: sends each replicated table's accumulated changes to every other node.
+
+    Threads and ownership: the thread only reads TableState and calls Replicas.take_deltas, which
+    locks; `flush()` may run in any thread at the same time (each delta is taken exactly once)."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # guards _inflight and _thread
+        self._inflight: list[Future] = []  # sync rounds not yet acknowledged by every node
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"pskv-replica-{self._node.rank}", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._thread.join(2)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send every change not yet sent, and wait until every node has applied all rounds so far."""
+        futures = [self._round(s, threshold=0.0) for s in self._tables()]
+        with self._lock:
+            futures += self._inflight
+            self._inflight = []
+        wait(*[f for f in futures if f is not None], timeout=timeout)
+
+    def _tables(self) -> list[TableState]:
+        return [s for s in list(self._node._tables.values()) if s is not None and s.shard.replicas is not None]
+
+    def _run(self) -> None:
+        node = self._node
+        while not node._stop.is_set() and node._failure is None:
+            now = time.monotonic()
+            due = [s for s in self._tables() if s.next_sync <= now]
+            for s in due:
+                s.next_sync = now + s.sync_period
+                fut = self._round(s, s.threshold)
+                if fut is not None:
+                    with self._lock:
+                        self._inflight = [f for f in self._inflight if not f.done()] + [fut]
+            upcoming = min((s.next_sync for s in self._tables()), default=now + 0.1)
+            node._stop.wait(min(0.1, max(0.001, upcoming - time.monotonic())))
+
+    def _round(self, s: TableState, threshold: float) -> Future | None:
+        node = self._node
+        replicas = s.shard.replicas
+        keys, deltas = replicas.take_deltas(threshold)
+        if not len(keys) or node.num_nodes == 1:
+            return None
+        others = [r for r in range(node.num_nodes) if r != node.rank]
+        rid, fut = node.tracker.new_request(len(keys) * len(others), desc=f"replica sync of table {s.spec.name!r}")
+        header = Header(Kind.REPLICA_SYNC, cluster=node.cluster, sender=node.rank, origin=node.rank,
+                        table=s.spec.table_id, request_id=rid, n_keys=len(keys), dim=s.spec.dim,
+                        dtype=dtype_code(s.spec.dtype), key_dtype=dtype_code(np.int64))
+        frames = [header.pack(), np.ascontiguousarray(keys), np.ascontiguousarray(deltas)]
+        for r in others:
+            node.tracker.sent_to(rid, r)
+            node.send(r, frames, copy=True)
+        replicas.syncs += 1
+        replicas.keys_sent += len(keys)
+        return fut
+
+
+def _hot_keys(spec: TableSpec, replicate, frequencies) -> np.ndarray:
+    if isinstance(replicate, (int, np.integer)) and not isinstance(replicate, bool):
+        if frequencies is None:
+            raise TableError(f"table {spec.name!r}: replicate={replicate} needs frequencies= (one count per row) "
+                             "to pick the hottest keys; or pass the keys themselves")
+        freq = np.asarray(frequencies)
+        if freq.shape != (spec.rows,):
+            raise ShapeError(f"table {spec.name!r}: frequencies has shape {freq.shape}, expected ({spec.rows},)")
+        return np.sort(np.argsort(-freq, kind="stable")[:int(replicate)]).astype(np.int64)
+    from .table import check_keys
+    return np.unique(check_keys(spec, replicate, "replicate"))
 
 
 def _exit_hook(ref) -> None:

@@ -71,6 +71,8 @@ class Server:
                 self._handover(header, payload.keys, shard)
             elif header.kind == Kind.TRANSFER:
                 self._transfer(header, payload, shard)
+            elif header.kind == Kind.REPLICA_SYNC:
+                self._replica_sync(header, payload, shard)
         except ProtocolError as exc:
             self.errors += 1
             log.warning("node %d rejected %r: %s", self.rank, header, exc)
@@ -227,6 +229,16 @@ class Server:
         for k in keys:
             for op_header, pos, row in self._deferred.pop((header.table, int(k)), ()):
                 self._replay(op_header, int(k), pos, row, shard)
+
+    def _replica_sync(self, header: Header, p: Payload, shard: Shard) -> None:
+        """Another node's accumulated changes of replicated keys: add them here, acknowledge."""
+        keys = np.asarray(p.keys, np.int64)
+        if shard.replicas is None or len(np.unique(keys)) != len(keys) or not shard.replicas.mask(keys).all():
+            raise ProtocolError(f"REPLICA_SYNC for keys that table {shard.spec.name!r} does not replicate")
+        shard.replicas.add_deltas(keys, p.values)
+        h = self._reply_header(header, Kind.ACK)
+        h.n_keys = len(keys)
+        self._send(header.origin, [h.pack()])
 
     def _replay(self, header: Header, key: int, pos: int, row, shard: Shard) -> None:
         one = np.array([key], np.int64)

@@ -87,6 +87,8 @@ class Table:
         self._node._check()
         keys = np.unique(check_keys(self.spec, keys, "localize"))  # (m,) sorted, distinct
         shard = self._state.shard
+        if shard.replicas is not None:  # replicated keys are local everywhere already
+            keys = keys[~shard.replicas.mask(keys)]
         if not len(keys) or shard.owned(keys).all():
             return Future.completed(None, f"localize {self.name!r}")
         fresh = shard.mark_incoming(keys)  # absent keys are now "on their way here"
@@ -118,6 +120,11 @@ class Table:
         miss = self._state.shard.pull(keys, out)
         mask = np.ones(len(keys), bool)
         mask[miss] = False
+        replicas = self._state.shard.replicas
+        if replicas is not None and len(miss):
+            hot = miss[replicas.mask(keys[miss])]
+            replicas.pull(keys[hot], out, hot)
+            mask[hot] = True
         self._state.local_keys += int(mask.sum())
         return mask, out
 
@@ -139,12 +146,23 @@ class Table:
         if n == 0:
             return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
         shard, gpos = self._state.shard, None
+        if shard.replicas is not None:  # replicated keys: always local, never routed
+            hot = shard.replicas.mask(keys)
+            if hot.any():
+                at = np.flatnonzero(hot)
+                self._replica(kind, keys[at], None if values is None else values[at], out, at)
+                self._state.local_keys += len(at)
+                if len(at) == n:
+                    return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
+                gpos = np.flatnonzero(~hot)
+                keys, values, copy = keys[gpos], None if values is None else values[gpos], False
         if shard.slot[keys[0]] >= 0:  # probably all local: one locked pass, no routing
-            miss = self._local(kind, keys, values, out, None)
-            self._state.local_keys += n - len(miss)
+            miss = self._local(kind, keys, values, out, gpos)
+            self._state.local_keys += len(keys) - len(miss)
             if not len(miss):
                 return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
-            keys, values, gpos, copy = keys[miss], None if values is None else values[miss], miss, False
+            keys, values, copy = keys[miss], None if values is None else values[miss], False
+            gpos = miss if gpos is None else gpos[miss]
         req = _Request(self, kind, out)
         req.rid, fut = self._node.tracker.new_request(len(keys), on_part=req.on_part, result=out,
                                                       desc=self._desc(kind))
@@ -213,6 +231,15 @@ class Table:
             pv = np.empty((e - s, values.shape[1]), values.dtype)  # (m, dim) this part's rows
             kernels.take_rows(values, order, s, e, pv)
         return pk, pv
+
+    def _replica(self, kind, keys, values, out, pos) -> None:
+        replicas = self._state.shard.replicas
+        if kind == Kind.PULL:
+            replicas.pull(keys, out, pos)
+        elif kind == Kind.PUSH:
+            replicas.push(keys, values)
+        else:
+            replicas.set(keys, values)
 
     def _local(self, kind, keys, values, out, pos) -> np.ndarray:
         """Serve the keys this node owns; returns the indices of those it does not."""
@@ -308,6 +335,12 @@ class Worker:
         self._node._check()
         self.wait_all(timeout)
         self._node._local_barrier.wait(timeout)
+
+    def wait_replica_sync(self, timeout: float | None = None) -> None:
+        """Send this node's unsent changes of replicated keys now, and block until every node has
+        applied every change this node made so far (to all replicated tables)."""
+        self._node._check()
+        self._node._replica_sync.flush(timeout)
 
     def close(self) -> None:
         """Leave the node's barriers (node.run() does this when the worker function returns)."""
