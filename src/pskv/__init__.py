@@ -25,6 +25,7 @@ from .future import Future as Future
 from .future import wait as wait
 from .node import Node as Node
 from .node import init as init
+from .sampling import Sampling as Sampling
 from .table import Constant as Constant
 from .table import Normal as Normal
 from .table import Uniform as Uniform
@@ -40,7 +41,7 @@ __version__ = "0.1.0"
 __all__ = sorted([
     "Adagrad", "Adam", "BarrierTimeout", "ClosedError", "ClusterError", "ConfigError", "Constant",
     "CoordinatorUnreachable", "DTypeError", "Future", "KeyOutOfRange", "Node", "NodeFailure", "Normal",
-    "ProtocolError", "PskvError", "RemoteError", "SGD", "ShapeError", "Table", "TableError", "TableMismatch",
+    "ProtocolError", "PskvError", "RemoteError", "SGD", "Sampling", "ShapeError", "Table", "TableError", "TableMismatch",
     "TransportError", "Uniform", "UnknownTable", "Worker", "Zeros", "init", "updaters", "wait",
 ])
 

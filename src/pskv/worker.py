@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import kernels
+from . import kernels, sampling
 from .errors import DTypeError, ProtocolError, ShapeError
 from .future import Future, wait as wait_futures
 from .protocol import Header, Kind, dtype_code
@@ -109,6 +109,23 @@ class Table:
             self._node.send(int(m), [header.pack(), mine])
         self._worker._track(fut)
         return fut
+
+    def prepare_sample(self, n: int, *, scheme: str | None = None) -> "sampling.SampleHandle":
+        """A handle that gives out at most `n` keys drawn from the table's distribution.
+
+        `scheme` overrides the table's (naive, preloc, pool, onlylocal; see pskv.sampling). preloc
+        and pool start localizing their keys now, without blocking."""
+        self._node._check()
+        return sampling.prepare(self, n, scheme)
+
+    def pull_sample(self, handle: "sampling.SampleHandle", k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next (up to) k sampled keys of `handle` and their rows. Blocks for the rows."""
+        keys = sampling.checked(self, handle).take(int(k))
+        return keys, self.pull(keys)
+
+    def finish_sample(self, handle: "sampling.SampleHandle") -> None:
+        """Release the handle; keys it did not give out are dropped."""
+        sampling.checked(self, handle).closed = True
 
     def pull_if_local(self, keys, *, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(mask, values): rows of the keys owned here now, without any message; others untouched."""
