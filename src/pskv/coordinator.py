@@ -229,10 +229,12 @@ class Coordinator:
                 self._broadcast(Kind.ABORT, {"reason": reason, "missing": missing})
                 self._finished = True
             return
-        self._broadcast(Kind.TICK, {"barriers": {str(g): sorted(r) for g, r in self._barriers.items()}})
+        # nodes that said bye still serve their rows until everyone has: tick them and watch them too
+        self._broadcast(Kind.TICK, {"barriers": {str(g): sorted(r) for g, r in self._barriers.items()}},
+                        states=("alive", "bye"))
         for rank, state in list(self._state.items()):
             silent = now - self._last_seen[rank]
-            if state == "alive" and silent > self.config.failure_timeout:
+            if state in ("alive", "bye") and silent > self.config.failure_timeout:
                 self._fail(rank, f"missed heartbeats, last seen {silent:.1f} s ago")
 
 

@@ -216,8 +216,9 @@ class Node:
         node's rows), then stop the threads and close the sockets. Idempotent."""
         if self._closed:
             return
-        if self._failure is None:
-            self.client.bye(timeout)
+        if self._failure is None and not self.client.bye(timeout) and self._failure is None:
+            self._abort(f"node {self.rank} left before every node said bye (timeout {timeout} s)",
+                        ClosedError(f"node {self.rank} was shut down"))
         self._teardown()
 
     close = shutdown

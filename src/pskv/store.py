@@ -26,8 +26,8 @@ import numpy as np
 from . import kernels
 from .table import TableSpec
 
-STRIPES = 64  # enough that small requests from a handful of threads rarely collide
-_ALL_STRIPES_FROM = 2048  # above this many keys, skip computing the stripe mask: all are touched
+STRIPES = 16  # a handful of threads rarely collide on 16; taking each lock costs ~0.5 us of Python
+_ALL_STRIPES_FROM = 64  # above this many keys nearly every stripe is touched: take all, skip the mask
 NONE = np.empty(0, np.int64)  # "nothing missing"
 INCOMING = -2
 
@@ -51,6 +51,7 @@ class Shard:
         if self.width:
             self.state = np.empty((len(self.data), self.width), dtype=spec.dtype)  # (capacity, width)
             spec.updater.init_state(self.state)
+        self.static = True  # no key moved in or out yet: slot[k] == k - start (flips under all stripes)
         self._free: list[int] = []  # free rows of data (under all stripes)
         self._used = n  # rows of data ever handed out
         self.replicas: Replicas | None = None  # hot keys copied on every node (set by the node)
@@ -63,16 +64,27 @@ class Shard:
     # ---- the data path (any thread) -------------------------------------------------------------
     def pull(self, keys: np.ndarray, out: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
         """out[i] (or out[pos[i]]) = row keys[i] for owned keys; returns the indices i not owned."""
-        slots = np.empty(len(keys), np.int64)
+        home = self._home(keys)
         with self._locked(keys):
+            if home and self.static:  # the common case: rows where they started, no slot map
+                if pos is None:
+                    kernels.gather(self.data, keys, self.start, out)
+                else:
+                    kernels.gather_to(self.data, keys, self.start, out, pos)
+                return NONE
+            slots = np.empty(len(keys), np.int64)
             miss = kernels.resolve(self.slot, keys, slots)
             kernels.gather_slots(self.data, slots, out, NONE if pos is None else pos, pos is not None)
         return NONE if not miss else np.flatnonzero(slots < 0)
 
     def push(self, keys: np.ndarray, updates: np.ndarray) -> np.ndarray:
         """Apply the updater to owned rows; duplicate keys are summed. Returns indices not owned."""
-        slots = np.empty(len(keys), np.int64)
+        home = self._home(keys)
         with self._locked(keys):
+            if home and self.static:
+                self.spec.updater.apply(self.data, self.state, keys - self.start if self.start else keys, updates)
+                return NONE
+            slots = np.empty(len(keys), np.int64)
             miss = kernels.resolve(self.slot, keys, slots)
             if not miss:
                 self.spec.updater.apply(self.data, self.state, slots, updates)
@@ -83,11 +95,22 @@ class Shard:
 
     def set(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Overwrite owned rows; for duplicate keys the last one wins. Returns indices not owned."""
-        slots = np.empty(len(keys), np.int64)
+        home = self._home(keys)
         with self._locked(keys):
+            if home and self.static:
+                kernels.assign(self.data, keys, self.start, values)
+                return NONE
+            slots = np.empty(len(keys), np.int64)
             miss = kernels.resolve(self.slot, keys, slots)
             kernels.assign_slots(self.data, slots, values)
         return NONE if not miss else np.flatnonzero(slots < 0)
+
+    def _home(self, keys: np.ndarray) -> bool:
+        """All keys in the range this node started with (then, while static, all are here)."""
+        if not len(keys):
+            return True
+        lo, hi = kernels.key_range(keys)
+        return self.start <= lo and hi < self.stop
 
     def owned(self, keys: np.ndarray) -> np.ndarray:
         """Mask of keys owned here now (no lock: a hint that may be stale at once)."""
@@ -97,6 +120,7 @@ class Shard:
     def extract(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Remove owned keys (unique) from this node; returns (keys, rows, state) of those removed."""
         with self._locked(None):
+            self.static = False
             slots = self.slot[keys]
             have = slots >= 0
             keys, slots = keys[have], slots[have]
@@ -109,6 +133,7 @@ class Shard:
     def insert(self, keys: np.ndarray, rows: np.ndarray, state: np.ndarray | None) -> None:
         """Make this node the owner of `keys` (unique) with their rows and updater state."""
         with self._locked(None):
+            self.static = False
             slots = self._allocate(len(keys))
             self.data[slots] = rows
             if self.state is not None:
@@ -122,6 +147,8 @@ class Shard:
         """Mark absent keys as on their way here; returns the keys that were absent (now incoming)."""
         with self._locked(None):
             absent = keys[self.slot[keys] == -1]
+            if len(absent):
+                self.static = False
             self.slot[absent] = INCOMING
         return absent
 

@@ -32,6 +32,11 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 def _scatter_add(data, idx, upd, scale):  # pragma: no cover - compiled
     """data[idx[i]] += scale * upd[i] for each i; duplicates accumulate in order."""
     dim = data.shape[1]
+    if dim == 1:  # one value per row: a flat loop the compiler can unroll
+        d, u = data[:, 0], upd[:, 0]
+        for i in range(idx.shape[0]):
+            d[idx[i]] += scale * u[i]
+        return
     for i in range(idx.shape[0]):
         r = idx[i]
         for j in range(dim):

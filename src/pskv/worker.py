@@ -134,14 +134,15 @@ class Table:
         out = self._out(out, len(keys))
         if not len(keys):
             return np.zeros(0, bool), out
-        miss = self._state.shard.pull(keys, out)
         mask = np.ones(len(keys), bool)
-        mask[miss] = False
         replicas = self._state.shard.replicas
-        if replicas is not None and len(miss):
-            hot = miss[replicas.mask(keys[miss])]
-            replicas.pull(keys[hot], out, hot)
-            mask[hot] = True
+        rest = None
+        if replicas is not None:  # a replica, not the manager's unused home row, holds these
+            hot = replicas.mask(keys)
+            replicas.pull(keys[hot], out, np.flatnonzero(hot))
+            rest = np.flatnonzero(~hot)
+        miss = self._state.shard.pull(keys if rest is None else keys[rest], out, rest)
+        mask[miss if rest is None else rest[miss]] = False
         self._state.local_keys += int(mask.sum())
         return mask, out
 
@@ -183,9 +184,25 @@ class Table:
         req = _Request(self, kind, out)
         req.rid, fut = self._node.tracker.new_request(len(keys), on_part=req.on_part, result=out,
                                                       desc=self._desc(kind))
-        self._route(req, keys, values, gpos, copy)
+        dest = self._static_dest(keys)
+        if dest >= 0:  # nothing moved here and one manager holds every key: skip per-key routing
+            self._part(req, dest, keys, values, gpos, copy)
+        else:
+            self._route(req, keys, values, gpos, copy)
         self._worker._track(fut)
         return fut
+
+    def _static_dest(self, keys) -> int:
+        """The one manager of all `keys` when this node's placement is still the static one, else -1.
+
+        Correct even if other nodes moved some of these keys: their manager forwards them."""
+        st = self._state
+        if not st.shard.static or st.loc_cache.size:
+            return -1
+        lo, hi = kernels.key_range(keys)
+        bounds = st.placement.bounds
+        dest = int(np.searchsorted(bounds, lo, side="right") - 1)
+        return dest if hi < bounds[dest + 1] else -1
 
     def _route(self, req: "_Request", keys, values, gpos, copy) -> None:
         """Send each key to where it lives (or may live); serve the ones owned here."""
