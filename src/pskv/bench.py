@@ -1,6 +1,6 @@
 """`pskv bench`: pull/push speed of pskv next to plain numpy, in one process and across two nodes.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_kv.py           # full run, ~3 min on 2 cores
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_kv.py           # full run, 1-2 min on 2 idle cores
     PYTHONPATH=src .venv/bin/python -m pskv bench --quick            # fewer sizes/repeats, < 40 s
     pskv bench --sizes 1000,100000 --dims 64 --window 8 --no-copy
 
@@ -243,7 +243,8 @@ def run(sizes: list[int], dims: list[int], plan: Plan, remote: bool = True,
         node = None
         try:
             node = Node(NodeConfig(coordinator=address, num_nodes=2, rank=0))
-            tables = {dim: node.table(f"d{dim}", rows=2 * rows, dim=dim) for dim in dims}
+            for dim in dims:
+                node.table(f"d{dim}", rows=2 * rows, dim=dim)  # collective: node 1 declares them too
             worker = node.worker()
             handles = {dim: worker.table(f"d{dim}") for dim in dims}
             for n, dim in shapes:
@@ -332,9 +333,27 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return (f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}; python "
+    return (f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}; load {_load()}; python "
             f"{platform.python_version()}, numpy {np.__version__}, pyzmq {zmq.__version__} (libzmq "
             f"{zmq.zmq_version()}), numba {numba.__version__}")
+
+
+def _load() -> str:
+    """The 1-minute load average: other busy processes make every figure here slower and noisier."""
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
+
+
+def _revision() -> str:
+    try:
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True,
+                             text=True, timeout=5)
+        return out.stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
 
 
 def _ints(text: str) -> list[int]:
@@ -363,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.sizes or list(_QUICK_SIZES if quick else _FULL_SIZES)
     plan = Plan(budget=args.budget or (0.1 if quick else 1.0), reps_min=3 if quick else 5,
                 reps_max=60 if quick else 200, window=max(1, args.window), copy=not args.no_copy)
-    print(f"# pskv bench  {time.strftime('%Y-%m-%d %H:%M')}\n\nmachine: {machine()}\n"
+    print(f"# pskv bench  {time.strftime('%Y-%m-%d %H:%M')}  (pskv {_revision()})\n\nmachine: {machine()}\n"
           f"sizes {sizes}, dims {args.dims}, window {plan.window}, budget {plan.budget} s, "
           f"remote push copy={plan.copy}\n", flush=True)
     t0 = time.perf_counter()
@@ -374,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, got, ok in targets(results):
         mark = "n/a " if ok is None else ("MET " if ok else "MISS")
         print(f"- [{mark}] {name}: {got}")
-    print(f"\ntotal time {time.perf_counter() - t0:.0f} s")
+    print(f"\ntotal time {time.perf_counter() - t0:.0f} s; load average at the end {_load()}")
     return 0
 
 
