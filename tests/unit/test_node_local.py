@@ -424,7 +424,7 @@ def test_node_stats_counts_local_keys(node, table):
     stats = node.stats()
     assert stats["rank"] == 0
     assert stats["tables"] == {"t": {"pulls": 2, "pushes": 1, "local_keys": 9, "remote_keys": 0, "localizes": 0,
-                                     "forwards": 0, "relocated_in": 0}}
+                                     "forwards": 0, "relocated_in": 0, "replica_syncs": 0}}
     assert stats["requests_served"] == 0 and stats["request_errors"] == 0 and stats["dropped"] == 0
 
 
