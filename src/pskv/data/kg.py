@@ -1,0 +1,304 @@
+"""Knowledge graphs: loaders for the formats pskv's KGE app reads, a seeded random generator, and
+filtered ranking.
+
+    python -c "from pskv.data.kg import load; print(load('nations'))"
+
+Formats (every split becomes an (n, 3) int64 array of (head, relation, tail) ids):
+- pykeen's `train.txt` / `valid.txt` / `test.txt` (nations, umls): `head<TAB>relation<TAB>tail`
+  labels, no header; `.gz` files are read too.
+- recbole's `ml-100k.kg`: a typed header (`head_id:token<TAB>relation_id:token<TAB>tail_id:token`,
+  columns found by name) and one triple of labels per line. It has no split: `load_recbole_kg`
+  makes a seeded 90/5/5 one and moves valid/test triples with an entity or relation unseen in
+  train back to train, so every evaluated id was trained.
+- Lapse's toy KGE data (`train.del` / `valid.del` / `test.del`): `subject<TAB>relation<TAB>object`
+  as 0-based integer ids; the ids are kept as they are.
+
+Label ids are the positions in the sorted list of all labels of all splits, so they do not depend
+on the order of the splits or of the lines. A malformed line raises DataError with the file name
+and line number.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .fetch import DataError
+
+SPLITS = ("train", "valid", "test")
+_OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+_RANDOM = re.compile(r"random:(\d+),(\d+),(\d+)")
+
+
+@dataclass(frozen=True)
+class KG:
+    """A knowledge graph with a train/valid/test split; ids index `entities` and `relations`."""
+
+    name: str
+    entities: tuple[str, ...]  # id -> label
+    relations: tuple[str, ...]
+    train: np.ndarray  # (n_train, 3) int64: head, relation, tail
+    valid: np.ndarray  # (n_valid, 3) int64
+    test: np.ndarray  # (n_test, 3) int64
+
+    @property
+    def num_entities(self) -> int:
+        return len(self.entities)
+
+    @property
+    def num_relations(self) -> int:
+        return len(self.relations)
+
+    def all_triples(self) -> np.ndarray:
+        """Train, valid and test stacked: (n, 3) int64, the filter of filtered ranking."""
+        return np.concatenate([self.train, self.valid, self.test])
+
+    def __repr__(self) -> str:
+        return (f"<KG {self.name!r} entities={self.num_entities} relations={self.num_relations} "
+                f"train={len(self.train)} valid={len(self.valid)} test={len(self.test)}>")
+
+
+# ---- reading files -------------------------------------------------------------------------------------------
+
+
+def _lines(path: Path):
+    """(line number, text without the newline) for each line of a text file, decompressing by suffix."""
+    opener = _OPENERS.get(path.suffix, open)
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                yield number, line.rstrip("\r\n")
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file; fetch the data set first (pskv data fetch NAME)") from None
+    except (OSError, EOFError, UnicodeDecodeError, lzma.LZMAError) as exc:
+        raise DataError(f"{path}: cannot read it as {'compressed ' if path.suffix in _OPENERS else ''}"
+                        f"UTF-8 text ({exc}); the file may be truncated, fetch it again") from exc
+
+
+def _fields(path: Path, number: int, line: str, width: int = 3) -> list[str]:
+    fields = line.split("\t")
+    if len(fields) != width or not all(f.strip() for f in fields):
+        raise DataError(f"{path}:{number}: expected {width} non-empty tab-separated fields, got {line[:80]!r}")
+    return [f.strip() for f in fields]
+
+
+def read_label_triples(path: Path, *, columns: tuple[int, int, int] = (0, 1, 2), header: bool = False,
+                       width: int = 3) -> list[tuple[str, str, str]]:
+    """(head, relation, tail) labels of a TSV file; `columns` picks them out of `width` fields.
+
+    Blank lines are skipped; `header` skips line 1. Raises DataError naming file and line."""
+    path = Path(path)
+    triples = []
+    h, r, t = columns
+    for number, line in _lines(path):
+        if (header and number == 1) or not line.strip():
+            continue
+        f = _fields(path, number, line, width)
+        triples.append((f[h], f[r], f[t]))
+    return triples
+
+
+def read_id_triples(path: Path) -> np.ndarray:
+    """(n, 3) int64 of a TSV file of non-negative integer ids (Lapse's `.del`). Raises DataError."""
+    path = Path(path)
+    rows = []
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        f = _fields(path, number, line)
+        if not all(x.isascii() and x.isdigit() for x in f):
+            raise DataError(f"{path}:{number}: expected three non-negative integer ids, got {line[:80]!r}")
+        rows.append([int(x) for x in f])
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def index_triples(name: str, splits: dict[str, list[tuple[str, str, str]]]) -> KG:
+    """Map the labels of every split to ids (sorted labels of all splits) and build the KG."""
+    entities = sorted({x for triples in splits.values() for h, _, t in triples for x in (h, t)})
+    relations = sorted({r for triples in splits.values() for _, r, _ in triples})
+    e_id = {label: i for i, label in enumerate(entities)}
+    r_id = {label: i for i, label in enumerate(relations)}
+    arrays = {s: np.array([(e_id[h], r_id[r], e_id[t]) for h, r, t in splits.get(s, [])], dtype=np.int64)
+              .reshape(-1, 3) for s in SPLITS}
+    return KG(name, tuple(entities), tuple(relations), **arrays)
+
+
+# ---- the formats ---------------------------------------------------------------------------------------------
+
+
+def _split_file(directory: Path, split: str, suffixes: tuple[str, ...]) -> Path:
+    for suffix in suffixes:
+        for candidate in (directory / f"{split}{suffix}", directory / f"{split}{suffix}.gz"):
+            if candidate.exists():
+                return candidate
+    raise DataError(f"{directory}: no {split} split (looked for {split}{{{','.join(suffixes)}}}[.gz])")
+
+
+def load_pykeen(directory: Path, name: str | None = None) -> KG:
+    """pykeen's train/valid/test `.txt` (or `.tsv`) label triples in `directory`."""
+    directory = Path(directory)
+    splits = {s: read_label_triples(_split_file(directory, s, (".txt", ".tsv"))) for s in SPLITS}
+    return index_triples(name or directory.name, splits)
+
+
+def _recbole_columns(path: Path) -> tuple[tuple[int, int, int], int]:
+    for number, line in _lines(path):
+        names = [f.split(":")[0].strip() for f in line.split("\t")]
+        try:
+            return tuple(names.index(c) for c in ("head_id", "relation_id", "tail_id")), len(names)
+        except ValueError:
+            raise DataError(f"{path}:{number}: expected a recbole header with head_id, relation_id and tail_id "
+                            f"columns, got {line[:80]!r}") from None
+    raise DataError(f"{path}: the file is empty; expected a recbole .kg header and triples")
+
+
+def load_recbole_kg(path: Path, *, seed: int = 0, held_out: float = 0.05, name: str | None = None) -> KG:
+    """recbole's `.kg` file with a seeded train/valid/test split (`held_out` of the triples each for
+    valid and test); held-out triples with an entity or relation not in train go back to train."""
+    path = Path(path)
+    columns, width = _recbole_columns(path)
+    labels = sorted(set(read_label_triples(path, columns=columns, header=True, width=width)))
+    kg = index_triples(name or path.stem, {"train": labels})
+    order = np.random.default_rng(seed).permutation(len(kg.train))
+    n = int(round(held_out * len(order)))
+    train, valid, test = kg.train[order[2 * n:]], kg.train[order[:n]], kg.train[order[n:2 * n]]
+    seen_e = np.zeros(kg.num_entities, bool)
+    seen_e[train[:, 0]] = seen_e[train[:, 2]] = True
+    seen_r = np.zeros(kg.num_relations, bool)
+    seen_r[train[:, 1]] = True
+    keep = [seen_e[s[:, 0]] & seen_e[s[:, 2]] & seen_r[s[:, 1]] for s in (valid, test)]
+    train = np.concatenate([train, valid[~keep[0]], test[~keep[1]]])
+    return KG(kg.name, kg.entities, kg.relations, train, valid[keep[0]], test[keep[1]])
+
+
+def load_lapse(directory: Path, *, train_file: str = "train.del", name: str | None = None) -> KG:
+    """Lapse's toy KGE data: `.del` files of 0-based ids, kept as they are (entity i is "i").
+
+    `train_file`: e.g. "train.partitioned.2x2.del", the same triples ordered for 2 nodes x 2 threads."""
+    directory = Path(directory)
+    files = {"train": directory / train_file, "valid": directory / "valid.del", "test": directory / "test.del"}
+    splits = {s: read_id_triples(p) for s, p in files.items()}
+    every = np.concatenate(list(splits.values()))
+    n_e = int(max(every[:, 0].max(initial=-1), every[:, 2].max(initial=-1))) + 1
+    n_r = int(every[:, 1].max(initial=-1)) + 1
+    return KG(name or directory.name, tuple(map(str, range(n_e))), tuple(map(str, range(n_r))), **splits)
+
+
+def random_kg(entities: int, relations: int, triples: int, *, seed: int = 0, clusters: int = 16,
+              skew: float = 0.5, held_out: float = 0.05) -> KG:
+    """A seeded random KG with structure a model can learn, of any size.
+
+    Entities fall into `clusters` groups; relation r maps group g to a fixed group f_r(g), and a
+    triple (h, r, t) takes h from a power-law popularity (P(rank i) ~ i^-`skew`, 0 <= skew < 1: hot
+    keys, as in real KGs), r uniformly and t uniformly from group f_r(group(h)). The triples are
+    distinct, so a tiny graph may have fewer than `triples`; `held_out` of them each for valid and test."""
+    if entities < 2 or relations < 1 or triples < 1 or not 0 <= skew < 1:
+        raise ValueError(f"random:{entities},{relations},{triples} (skew {skew}): need >= 2 entities, "
+                         ">= 1 relation and triple, and 0 <= skew < 1")
+    rng = np.random.default_rng(seed)
+    clusters = max(1, min(clusters, entities // 2))
+    group = rng.permutation(np.arange(entities) % clusters)  # (E,) int64: entity -> group
+    members = np.argsort(group, kind="stable")  # (E,) entities ordered by group
+    starts = np.searchsorted(group[members], np.arange(clusters + 1))  # (clusters+1,) group offsets
+    target = rng.integers(0, clusters, (relations, clusters))  # f_r(g)
+    popularity = rng.permutation(entities)  # (E,) entity of popularity rank i
+    found = np.empty(0, np.int64)  # distinct codes (h * R + r) * E + t
+    for _ in range(20):  # redraw until enough distinct triples; bounded for tiny, dense graphs
+        n = (triples - len(found)) * 5 // 4 + 16
+        h = popularity[(entities * rng.random(n) ** (1 / (1 - skew))).astype(np.int64)]
+        r = rng.integers(0, relations, n)
+        g = target[r, group[h]]
+        t = members[starts[g] + (rng.random(n) * (starts[g + 1] - starts[g])).astype(np.int64)]
+        found = _distinct(np.concatenate([found, (h * relations + r) * entities + t]))
+        if len(found) >= triples:
+            break
+    code = found[rng.permutation(len(found))[:triples]]
+    tri = np.stack([code // entities // relations, code // entities % relations, code % entities], 1)
+    n = int(held_out * len(tri))
+    return KG(f"random:{entities},{relations},{triples}", tuple(map(str, range(entities))),
+              tuple(map(str, range(relations))), tri[2 * n:], tri[:n], tri[n:2 * n])
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values; np.unique hashes int64 in numpy 2 and took 16 s for 6 M keys, this 0.5 s."""
+    a = np.sort(a)
+    return a[np.concatenate([[True], a[1:] != a[:-1]])] if len(a) else a
+
+
+def load(name: str, *, seed: int = 0) -> KG:
+    """A KG by name: "nations", "umls" (pykeen), "ml-100k-kg" (recbole), "lapse-toy", "random:E,R,T"."""
+    from .fetch import fetch, lapse_toy_dir
+
+    m = _RANDOM.fullmatch(name)
+    if m:
+        return random_kg(*map(int, m.groups()), seed=seed)
+    if name in ("nations", "umls"):
+        return load_pykeen(fetch(name), name)
+    if name == "ml-100k-kg":
+        return load_recbole_kg(fetch(name) / "ml-100k.kg", seed=seed, name=name)
+    if name == "lapse-toy":
+        return load_lapse(lapse_toy_dir() / "kge", name=name)
+    raise DataError(f"unknown knowledge graph {name!r}; use nations, umls, ml-100k-kg, lapse-toy or random:E,R,T")
+
+
+# ---- filtered ranking ----------------------------------------------------------------------------------------
+
+
+class Filter:
+    """The known answers of each query, from all splits: tails of (head, relation), heads of
+    (relation, tail). Used to drop the other true answers before ranking (filtered setting)."""
+
+    def __init__(self, triples: np.ndarray, num_entities: int, num_relations: int) -> None:
+        self._n_e, self._n_r = num_entities, num_relations
+        triples = np.asarray(triples, np.int64).reshape(-1, 3)  # duplicates are harmless: filtered twice
+        self._tails = self._index(triples[:, 0] * num_relations + triples[:, 1], triples[:, 2])
+        self._heads = self._index(triples[:, 2] * num_relations + triples[:, 1], triples[:, 0])
+
+    @staticmethod
+    def _index(query: np.ndarray, answer: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        order = np.argsort(query, kind="stable")
+        keys, starts = np.unique(query[order], return_index=True)
+        return keys, np.append(starts, len(order)), answer[order]
+
+    def answers(self, triples: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray]:
+        """CSR (offsets (n+1,), entities) of the known tails (side="tail") or heads of each triple."""
+        keys, starts, answer = self._tails if side == "tail" else self._heads
+        anchor = triples[:, 0] if side == "tail" else triples[:, 2]
+        q = anchor * self._n_r + triples[:, 1]
+        pos = np.clip(np.searchsorted(keys, q), 0, max(len(keys) - 1, 0))
+        hit = keys[pos] == q if len(keys) else np.zeros(len(q), bool)
+        lo = np.where(hit, starts[pos], 0)
+        hi = np.where(hit, starts[np.minimum(pos + 1, len(starts) - 1)], 0)
+        counts = hi - lo  # (n,) known answers per query
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        idx = np.arange(offsets[-1]) + np.repeat(lo - offsets[:-1], counts)  # positions in `answer`, query by query
+        return offsets, answer[idx]
+
+
+def filtered_ranks(scores: np.ndarray, targets: np.ndarray, offsets: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """Filtered rank of `targets[i]` among `scores[i]` after dropping the other known answers
+    `known[offsets[i]:offsets[i+1]]`; ties count half ("realistic" rank, so a constant model is not
+    rewarded). `scores`: (n, num_entities). Returns (n,) float64, 1 is best."""
+    scores = np.array(scores, np.result_type(scores, np.float32))  # (n, E) a copy: filtered entries become -inf
+    n = len(targets)
+    rows = np.repeat(np.arange(n), np.diff(offsets))
+    true = scores[np.arange(n), targets]  # (n,)
+    scores[rows, known] = -np.inf
+    scores[np.arange(n), targets] = -np.inf  # so the target is not its own tie
+    higher = (scores > true[:, None]).sum(1)
+    ties = (scores == true[:, None]).sum(1)
+    return 1.0 + higher + 0.5 * ties
+
+
+def rank_metrics(ranks: np.ndarray) -> dict[str, float]:
+    """MRR and Hits@1/3/10 of filtered ranks."""
+    ranks = np.asarray(ranks, np.float64)
+    if not len(ranks):
+        return {"mrr": float("nan"), "hits@1": float("nan"), "hits@3": float("nan"), "hits@10": float("nan")}
+    return {"mrr": float(np.mean(1 / ranks)), **{f"hits@{k}": float(np.mean(ranks <= k)) for k in (1, 3, 10)}}
