@@ -69,3 +69,17 @@ def test_kge_with_relocation_pool_sampling_and_replication_still_learns(cluster_
     trained = _run_kge(cluster_factory, 2, 1, "--data", "nations", "--localize", "--sampling", "pool", "--reuse", "4",
                        "--replicate", "4", epochs=4)
     assert trained["mrr"] > 1.4 * _random_baseline("nations")["mrr"], trained
+
+
+def test_kge_stalled_worker_stops_the_run_with_stacks_instead_of_hanging(tmp_path):
+    """A node whose workers finish no batch within --stall-timeout exits 3 with every thread's stack, and
+    `pskv run` stops the other node and fails (here the timeout, 1 ms, is shorter than any batch)."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "pskv", "run", "kge", "--nodes", "2", "--threads", "1", "--",
+                           "--data", "nations", "--epochs", "2", "--dim", "16", "--stall-timeout", "0.001",
+                           "--progress", "none"], capture_output=True, text=True, timeout=90)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "no worker of this node finished a batch" in out and "--stall-timeout 0.001" in out, out
+    assert "Thread 0x" in out or "Current thread 0x" in out, out  # faulthandler's stack dump

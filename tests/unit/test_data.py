@@ -293,3 +293,77 @@ def test_cli_data_list_and_run_dispatch(monkeypatch, capsys):
     assert cli.main(["run", "mf", "--nodes", "2", "--threads", "3", "--", "--epochs", "1"]) == 0
     assert seen["n"] == 2 and seen["threads"] == 3 and seen["cmd"][1:] == ["-m", "pskv.apps.mf", "--epochs", "1"]
     assert cli.main(["run", "nope"]) == 2
+
+
+def test_watchdog_fires_once_when_no_batch_finishes():
+    """A Watchdog that is not poked for `seconds` calls on_stall once, naming the flag to raise."""
+    import time
+
+    from pskv.apps.common import Watchdog
+
+    calls = []
+    with Watchdog(0.2, what="pskv run test", on_stall=calls.append):
+        time.sleep(0.9)
+    assert len(calls) == 1 and "pskv run test" in calls[0] and "--stall-timeout" in calls[0], calls
+
+
+def test_watchdog_poked_in_time_or_disabled_never_fires():
+    """Pokes more often than `seconds` keep it quiet; seconds 0 starts no thread at all."""
+    import threading
+    import time
+
+    from pskv.apps.common import Watchdog
+
+    calls = []
+    with Watchdog(0.4, on_stall=calls.append) as dog:
+        for _ in range(8):
+            time.sleep(0.1)
+            dog.poke()
+    with Watchdog(0, on_stall=calls.append):
+        assert not any(t.name == "pskv-app-watchdog" for t in threading.enumerate())
+    assert calls == []
+    assert not any(t.name == "pskv-app-watchdog" for t in threading.enumerate())
+
+
+def test_clock_ticks_worker_clock_only_under_bsp_or_ssp_and_pads_to_a_total():
+    """common.Clock calls Worker.clock once per tick under bsp/ssp (never under async) and pad(n)
+    tops the count up to n, so workers with fewer batches clock as often as the others."""
+    import argparse
+    import types
+
+    from pskv.apps.common import Clock
+
+    calls = []
+    w = types.SimpleNamespace(clock=lambda: calls.append(1))
+    clock = Clock(w, argparse.Namespace(consistency="ssp:2"))
+    clock.tick()
+    clock.pad(5)
+    clock.pad(3)
+    assert clock.count == 5 and len(calls) == 5
+    quiet = Clock(w, argparse.Namespace(consistency="async"))
+    quiet.tick()
+    quiet.pad(4)
+    assert quiet.count == 4 and len(calls) == 5
+
+
+def test_apps_know_the_largest_batch_count_of_any_worker():
+    """The counts the apps pad their clocks to are the real maxima: word2vec's num_batches() is the
+    number of batches() of a shard, and MF's _most_batches() the most batches of any worker in a
+    free epoch and in each DSGD sub-epoch."""
+    from pskv.apps import mf, word2vec
+    from pskv.data.text import Corpus
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 40, 50)
+    corpus = Corpus(rng.integers(0, 9, lengths.sum()).astype(np.int32), np.concatenate([[0], np.cumsum(lengths)]))
+    for batch_words in (1, 25, 100, 10_000):
+        got = sum(1 for _ in word2vec.batches(corpus, np.ones(9), 2, batch_words, np.random.default_rng(1)))
+        assert word2vec.num_batches(corpus, batch_words) == got
+    train = ratings.zipf_ratings(50, 30, 600, seed=0)
+    workers, batch = 3, 7
+    most = mf._most_batches(train, workers, batch)
+    owner, block = train.users % workers, train.items * workers // train.n_items
+    assert most[0] == max(-(-int((owner == m).sum()) // batch) for m in range(workers))
+    for s in range(workers):
+        assert most[1 + s] == max(-(-int(((owner == m) & (block == (m + s) % workers)).sum()) // batch)
+                                  for m in range(workers))

@@ -12,16 +12,20 @@ API (stable; kge.py and word2vec.py import it):
     report = common.Report("mf", args)     # prints on node 0 only; --plot, --log
 
     def train(w):
-        progress = common.Progress(w, total=n_per_epoch * args.epochs, scale=workers, mode=args.progress)
+        progress = common.Progress(w, total=n_per_epoch * args.epochs, scale=workers, mode=args.progress,
+                                   watchdog=report.watchdog)     # each update() tells the watchdog
         for epoch in range(1, args.epochs + 1):
             ...; progress.update(len(batch))
             totals = reducer.sum(w, [sse, n])   # every worker calls it; every worker gets the sums
             report.epoch(w, epoch, train_rmse=..., seconds=...)  # node 0 thread 0 prints and keeps it
         progress.close()
-    node.run(train)
+    with report.watchdog:                  # no batch for --stall-timeout s: stacks dumped, node exits 3
+        node.run(train)
     report.summary(["...", f"test RMSE {rmse:.4f}"], rank=node.rank)  # node 0 prints, writes --plot, --log
 
 Common flags: --epochs, --seed, --plot FILE.png, --log FILE.jsonl, --progress {auto,bar,lines,json,none},
+--stall-timeout SECONDS (the Watchdog: `with report.watchdog: node.run(...)`, and pass
+`watchdog=report.watchdog` to Progress; a node whose workers finish no batch for that long exits 3),
 and the Lapse/NuPS/Petuum techniques --localize, --replicate N, --sampling {naive,preloc,pool,onlylocal},
 --consistency {async,bsp,ssp:S}. A technique that this pskv does not have yet raises Unsupported
 naming it (see TECHNIQUES: each check looks for the API, so a flag works as soon as its feature lands).
@@ -34,8 +38,10 @@ forwards output line by line); `json` prints machine-readable lines tagged TAG o
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import inspect
 import json
+import os
 import sys
 import threading
 import time
@@ -50,6 +56,10 @@ from ..errors import PskvError
 
 TAG = "@@pskv "  # prefix of the JSON lines of --progress json
 _LINE_INTERVAL = 2.0  # seconds between progress lines when stderr is not a terminal
+# A batch takes milliseconds to seconds (a thrashing relocation run: pulls of up to 9 s measured, see
+# benchmarks/RESULTS-word2vec.md); five minutes without one is a hang, not a slow step.
+STALL_TIMEOUT = 300.0
+STALL_STATUS = 3  # exit status of a node stopped by the watchdog
 
 
 class Unsupported(PskvError, NotImplementedError):
@@ -82,6 +92,9 @@ def parser(app: str, description: str, *, epochs: int = 10) -> argparse.Argument
     g.add_argument("--log", type=Path, metavar="FILE.jsonl", help="write one JSON line per epoch")
     g.add_argument("--progress", choices=["auto", "bar", "lines", "json", "none"], default="auto",
                    help="auto: a bar on a terminal, else a line every ~2 s")
+    g.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT, metavar="SECONDS",
+                   help="stop this node (status 3, with every thread's stack) when no worker finished a "
+                        "batch for this long; 0: never")
     t = p.add_argument_group("techniques (Lapse / NuPS / Petuum)")
     t.add_argument("--localize", action="store_true", help="relocate parameters to where they are used")
     t.add_argument("--replicate", type=int, default=0, metavar="N", help="replicate the N hottest keys")
@@ -132,6 +145,27 @@ def init_node(args: argparse.Namespace, **overrides) -> pskv.Node:
     return pskv.init(**overrides)
 
 
+class Clock:
+    """Worker.clock() once per batch under --consistency bsp/ssp (Petuum's per-batch clock); under async
+    it only counts. Workers of unequal shares run unequal numbers of batches, and a worker that stops
+    clocking early would hold every other one at the staleness bound while it waits in a barrier for
+    them: so each worker pad()s to the largest count of any worker before such a barrier."""
+
+    def __init__(self, w: pskv.Worker, args: argparse.Namespace) -> None:
+        self._tick = w.clock if getattr(args, "consistency", "async") != "async" else None
+        self.count = 0  # clocks so far
+
+    def tick(self) -> None:
+        if self._tick is not None:
+            self._tick()
+        self.count += 1
+
+    def pad(self, total: int) -> None:
+        """Tick until `total` clocks (the same total on every worker) have been made."""
+        while self.count < total:
+            self.tick()
+
+
 def _consistency(text: str) -> str:
     if text in ("async", "bsp") or (text.startswith("ssp:") and text[4:].isdigit()):
         return text
@@ -154,7 +188,8 @@ class Progress:
     Every worker may make one and call update(); only node 0's thread 0 shows anything."""
 
     def __init__(self, w: pskv.Worker, *, total: int, scale: int = 1, unit: str = "samples",
-                 mode: str = "auto") -> None:
+                 mode: str = "auto", watchdog: Watchdog | None = None) -> None:
+        self.watchdog = watchdog  # poked by every update() of every worker
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
         self.leader = is_leader(w)
@@ -170,6 +205,8 @@ class Progress:
 
     def update(self, n: int) -> None:
         """Count `n` samples done by this worker (the cluster did about n * scale)."""
+        if self.watchdog is not None:
+            self.watchdog.poke()
         if self.mode == "none":
             return
         self.done += n * self.scale
@@ -198,6 +235,57 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+class Watchdog:
+    """Stops a node that makes no progress: a bug that blocks a worker forever must not hang a run.
+
+    `with watchdog:` around node.run(); the workers call poke() after each batch (Progress.update and
+    Report.epoch do). If `seconds` pass without a poke, on_stall(message) runs once: by default it
+    prints the message and the stack of every thread to stderr and ends the process with status 3
+    (`pskv launch` then stops the other nodes). seconds <= 0: never. Threads and ownership: one daemon
+    thread, pskv-app-watchdog, reads the time of the last poke; any thread may poke (one float store)."""
+
+    def __init__(self, seconds: float, *, what: str = "pskv app", on_stall: Callable[[str], None] | None = None):
+        self.seconds, self.what = float(seconds or 0.0), what
+        self.on_stall = on_stall or _stop_stalled_process
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poke(self) -> None:
+        self._last = time.monotonic()
+
+    def __enter__(self) -> "Watchdog":
+        if self.seconds > 0 and self._thread is None:
+            self.poke()
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._watch, name="pskv-app-watchdog", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(1.0, self.seconds / 4)):
+            idle = time.monotonic() - self._last
+            if idle > self.seconds:
+                self.on_stall(f"{self.what}: no worker of this node finished a batch for {idle:.0f} s "
+                              f"(--stall-timeout {self.seconds:g}); stopping this node with status {STALL_STATUS}. "
+                              "The stack of every thread follows: a blocked pull, wait or barrier points at the "
+                              "bug; raise --stall-timeout if a step really takes this long")
+                return
+
+
+def _stop_stalled_process(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    os._exit(STALL_STATUS)  # the workers are blocked: a normal exit would wait for them forever
 
 
 class Reducer:
@@ -246,9 +334,11 @@ class Report:
         self.rows: list[dict] = []
         self.json = getattr(args, "progress", "auto") == "json"
         self._start = time.monotonic()
+        self.watchdog = Watchdog(getattr(args, "stall_timeout", 0.0), what=f"pskv run {app}")
 
     def epoch(self, w: pskv.Worker, epoch: int, progress: Progress | None = None, **metrics: float) -> None:
         """Record epoch `epoch`'s metrics; a no-op except on node 0's thread 0."""
+        self.watchdog.poke()
         if not is_leader(w):
             return
         row = {"epoch": epoch, "wall": time.monotonic() - self._start, **{k: float(v) for k, v in metrics.items()}}

@@ -306,7 +306,8 @@ def _node_main(args) -> int:
             print(f"kge: {args.model} on {kg!r}, dim {args.dim}, {args.neg} negatives per side, "
                   f"{node.num_nodes} node(s) x {threads} thread(s)", flush=True)
         start = time.monotonic()
-        node.run(lambda w: _train(w, run), threads=threads)
+        with run.report.watchdog:  # a worker blocked for --stall-timeout stops the node, never a hang
+            node.run(lambda w: _train(w, run), threads=threads)
         _summary(run, node.rank, time.monotonic() - start)
     finally:
         node.shutdown()
@@ -337,11 +338,13 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     rng = np.random.default_rng([args.seed, me])
     negatives = Negatives(ent, kg.num_entities, rng, api=run.sampling)
     progress = common.Progress(w, total=len(run.train) * args.epochs, scale=run.workers, unit="triples",
-                               mode=args.progress)
-    clock = w.clock if args.consistency != "async" else None
+                               mode=args.progress, watchdog=run.report.watchdog)
+    clock = common.Clock(w, args)
+    most = -(-int(np.diff(bounds).max()) // args.batch)  # batches per epoch of the largest share
     for epoch in range(1, args.epochs + 1):
         t0 = time.monotonic()
         loss = _epoch(args, mine, ent, rel, negatives, rng, progress, clock)
+        clock.pad(epoch * most)  # every worker clocks as often before the barriers below
         seconds = time.monotonic() - t0
         last = epoch == args.epochs
         split = kg.test if last else kg.valid
@@ -373,9 +376,9 @@ def _sample(split: np.ndarray, args) -> np.ndarray:
     return split[np.sort(np.random.default_rng(args.seed).choice(len(split), args.eval_triples, replace=False))]
 
 
-def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress, clock) -> float:
-    """One pass of a worker over its triples `mine`, in batches; returns the summed loss. `clock`:
-    Worker.clock under --consistency bsp/ssp (one clock per batch, as Petuum), else None."""
+def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress, clock: common.Clock) -> float:
+    """One pass of a worker over its triples `mine`, in batches; returns the summed loss. `clock`
+    ticks once per batch (Worker.clock under --consistency bsp/ssp)."""
     n, cplx, ce, reg = args.neg, args.model == "complex", args.loss == "ce", _REGS[args.reg]
     order = rng.permutation(len(mine))
     batches = [mine[order[lo:lo + args.batch]] for lo in range(0, len(order), args.batch)]  # (b, 3) int64 each
@@ -395,8 +398,7 @@ def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress
         ent.push(np.concatenate([pos_ids, neg_ids]), np.concatenate([g_pos, g_neg]), copy=False)  # fresh arrays
         rel.push(tri[:, 1], g_rel, copy=False)
         progress.update(b)
-        if clock is not None:
-            clock()
+        clock.tick()
     return loss
 
 

@@ -203,7 +203,8 @@ class Part:
             rng = np.random.default_rng([args.seed, 7, me])
             self.U = rng.normal(0, args.init_std, (n_local, args.rank)).astype(np.float32)
         self.bu = np.zeros(n_local, np.float32)
-        self.clock = None  # Worker.clock under --consistency bsp/ssp
+        self.clock: common.Clock | None = None  # ticks once per batch (Worker.clock under --consistency bsp/ssp)
+        self.most = _most_batches(problem.train, workers, args.batch)  # (W + 1,) see _most_batches
         self.rng = np.random.default_rng([args.seed, 11, me])
         self.blocks = self.train.items * workers // self.n_items  # (nnz,) item block of each rating
 
@@ -220,20 +221,37 @@ class Part:
                              mu, args.biases, *clip)
 
 
+def _most_batches(train: ratings.Ratings, workers: int, batch: int) -> np.ndarray:
+    """(W + 1,) int64: the most batches any worker runs in a free-schedule epoch, then in each DSGD
+    sub-epoch s (worker m takes users u % W == m and item block (m + s) mod W), so that every worker
+    pads its clocks to the same count."""
+    owner = train.users % workers
+    block = train.items * workers // train.n_items
+    per_block = np.bincount(owner * workers + block, minlength=workers * workers).reshape(workers, workers)
+    per_sub = [per_block[np.arange(workers), (np.arange(workers) + s) % workers] for s in range(workers)]
+    counts = [np.bincount(owner, minlength=workers), *per_sub]  # ratings per worker
+    return np.array([-(-int(c.max()) // batch) for c in counts], np.int64)
+
+
 def train_epoch(w: pskv.Worker, part: Part, items: pskv.Table, args, mu: float, lr: float,
                 progress: common.Progress) -> float:
     """One pass over this worker's ratings; returns the squared training error. `--schedule free`:
     all of them in random order. `dsgd`: W sub-epochs; in sub-epoch s worker `me` takes the ratings
     of item block (me + s) mod W, so no two workers share an item, with a barrier after each."""
     if args.schedule == "free":
-        return _train(part, items, part.rng.permutation(len(part.train)), args, mu, lr, progress)
+        start = part.clock.count
+        sse = _train(part, items, part.rng.permutation(len(part.train)), args, mu, lr, progress)
+        part.clock.pad(start + part.most[0])  # as many clocks as the worker with the most batches
+        return sse
     sse = 0.0
     for sub in range(part.workers):
         block = (part.me + sub) % part.workers
         if args.localize:  # Lapse: the block's items move here, so every access below is local
             items.localize(np.arange(*part.block_range(block))).wait()
         mine = np.flatnonzero(part.blocks == block)
+        start = part.clock.count
         sse += _train(part, items, mine[part.rng.permutation(len(mine))], args, mu, lr, progress)
+        part.clock.pad(start + part.most[1 + sub])  # every worker clocks as often before the barrier
         w.barrier()
     return sse
 
@@ -259,8 +277,7 @@ def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr
             update = np.zeros_like(V)
             sse += gradient_batch(part.U, part.bu, *batch, update)
         items.push(keys, update, copy=False)  # a fresh array: nobody writes it afterwards
-        if part.clock is not None:  # --consistency bsp/ssp: one clock per batch (Petuum's per-batch clock)
-            part.clock()
+        part.clock.tick()  # --consistency bsp/ssp: one clock per batch (Petuum's per-batch clock)
         progress.update(len(b))
     return sse
 
@@ -270,13 +287,13 @@ def _work(w: pskv.Worker, args, problem: Problem, reducer: common.Reducer, repor
     workers = w.num_nodes * threads
     me = w.rank * threads + w.thread
     part, items = Part(problem, me, workers, args), w.table(_ITEMS)
-    part.clock = w.clock if args.consistency != "async" else None
+    part.clock = common.Clock(w, args)
     mu = float(problem.train.values.mean()) if args.global_mean else 0.0
     if problem.item_init is not None and common.is_leader(w):
         items.set(np.arange(problem.train.n_items), _with_bias(problem.item_init, args)).wait()
     w.barrier()
     progress = common.Progress(w, total=args.epochs * len(problem.train), scale=workers, unit="ratings",
-                               mode=args.progress)
+                               mode=args.progress, watchdog=report.watchdog)
     for epoch in range(args.epochs):
         start = time.monotonic()
         sse = train_epoch(w, part, items, args, mu, step_size(args, epoch), progress)
@@ -330,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"rank {args.rank}, {node.num_nodes} node(s) x {threads} thread(s), {args.epochs} epochs",
                   flush=True)
         start = time.monotonic()
-        node.run(lambda w: _work(w, args, problem, reducer, report, threads))
+        with report.watchdog:  # a worker blocked for --stall-timeout stops the node, never a hang
+            node.run(lambda w: _work(w, args, problem, reducer, report, threads))
         wall = time.monotonic() - start
         if node.rank == 0:
             if args.out:

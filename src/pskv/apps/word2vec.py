@@ -170,6 +170,15 @@ def sgns(contexts, centres, negatives, syn0, syn1, alpha0, alpha1, neu1e):
     return loss
 
 
+def num_batches(shard: Corpus, batch_words: int) -> int:
+    """How many minibatches batches() makes of `shard` (the cuts do not depend on subsampling)."""
+    offsets, s, n = shard.offsets, 0, 0
+    while s < shard.num_sentences:
+        e = int(np.searchsorted(offsets, offsets[s] + batch_words, side="left"))
+        s, n = min(max(e, s + 1), shard.num_sentences), n + 1
+    return n
+
+
 def batches(shard: Corpus, keep: np.ndarray, window: int, batch_words: int,
             rng: np.random.Generator) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """One epoch over `shard` in minibatches of whole sentences: (corpus words read, centres, contexts),
@@ -296,8 +305,10 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     step = Step(syn0, syn1, negatives, len(run.vocab), args.neg,
                 localize_from=args.replicate if args.localize else None)
     progress = common.Progress(w, total=run.epoch_words * args.epochs, scale=run.workers, unit="words",
-                               mode=args.progress)
+                               mode=args.progress, watchdog=run.report.watchdog)
     total, done = max(1, shard.num_words * args.epochs), 0
+    clock = common.Clock(w, args)  # once per batch under --consistency bsp/ssp
+    most = max(num_batches(run.shard(i), args.batch_words) for i in range(run.workers))
     start = time.monotonic()
     for epoch in range(1, args.epochs + 1):
         t0, loss, pairs = time.monotonic(), 0.0, 0
@@ -311,7 +322,9 @@ def _train(w: pskv.Worker, run: _Run) -> None:
                 loss += step(centres, contexts, a0, a1)
                 pairs += len(centres)
             progress.update(words)
+            clock.tick()
         step.close()
+        clock.pad(epoch * most)  # every worker clocks as often before the reducer's barrier
         sums = run.reducer.sum(w, [loss, pairs, shard.num_words])
         seconds = time.monotonic() - t0
         if common.is_leader(w):
@@ -459,7 +472,8 @@ def _node_main(args) -> int:
                   f"{args.window}, {args.neg} negatives ({negatives}), {node.num_nodes} node(s) x {threads} "
                   f"thread(s)", flush=True)
         start = time.monotonic()
-        node.run(lambda w: _train(w, run), threads=threads)
+        with run.report.watchdog:  # a worker blocked for --stall-timeout stops the node, never a hang
+            node.run(lambda w: _train(w, run), threads=threads)
         if node.rank == 0:
             vectors = syn0.pull(np.arange(len(vocab)))  # (V, dim) float32; every push is in (barrier)
             result = _result(run, vectors, time.monotonic() - start)
