@@ -367,3 +367,17 @@ def test_apps_know_the_largest_batch_count_of_any_worker():
     for s in range(workers):
         assert most[1 + s] == max(-(-int(((owner == m) & (block == (m + s) % workers)).sum()) // batch)
                                   for m in range(workers))
+
+
+def test_report_plot_draws_each_metric_even_when_some_rows_lack_it(tmp_path):
+    """--plot writes a PNG with a panel per metric, including one (valid_mrr) missing from early epochs."""
+    import argparse
+    import types
+
+    pytest.importorskip("matplotlib")
+    report = common.Report("test", argparse.Namespace(progress="none", plot=None, log=None, stall_timeout=0))
+    leader = types.SimpleNamespace(rank=0, thread=0)
+    report.epoch(leader, 1, loss=2.0, words_per_s=150_000.0)
+    report.epoch(leader, 2, loss=1.5, words_per_s=160_000.0, valid_mrr=0.4)
+    message = report.plot(tmp_path / "p.png")
+    assert message == f"plot: {tmp_path / 'p.png'}" and (tmp_path / "p.png").stat().st_size > 1000

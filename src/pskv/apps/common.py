@@ -378,14 +378,17 @@ class Report:
             return f"--plot {path}: matplotlib is not installed; pip install 'pskv[plot]' to get plots"
         if not self.rows:
             return f"--plot {path}: no epoch finished, nothing to plot"
-        names = metrics or [k for k in self.rows[0] if k not in ("epoch", "wall", "seconds")]
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for name in names:
-            ax.plot([r["wall"] for r in self.rows], [r[name] for r in self.rows], marker="o", label=name)
-        ax.set_xlabel("wall time (s)")
-        ax.set_title(f"pskv {self.app}")
-        ax.grid(alpha=0.3)
-        ax.legend()
+        every = dict.fromkeys(k for r in self.rows for k in r)  # a metric may be missing from some rows
+        names = [n for n in (metrics or every) if n in every and n not in ("epoch", "wall", "seconds")]
+        # one panel per metric: scales differ (a loss of 2.4 beside 150,000 words/s would be a flat line)
+        fig, axes = plt.subplots(len(names), 1, sharex=True, figsize=(7, 0.8 + 2.0 * len(names)), squeeze=False)
+        for ax, name in zip(axes[:, 0], names):
+            rows = [r for r in self.rows if name in r]  # e.g. valid_mrr only every --eval-every epochs
+            ax.plot([r["wall"] for r in rows], [r[name] for r in rows], marker="o")
+            ax.set_ylabel(name)
+            ax.grid(alpha=0.3)
+        axes[0, 0].set_title(f"pskv {self.app}")
+        axes[-1, 0].set_xlabel("wall time (s)")
         fig.tight_layout()
         fig.savefig(path, dpi=100)
         plt.close(fig)
