@@ -5,6 +5,7 @@ store, server, transport, protocol, coordinator, ...) are internal. See README.m
 """
 
 from . import updaters as updaters
+from .errors import AggregationError as AggregationError
 from .errors import BarrierTimeout as BarrierTimeout
 from .errors import ClosedError as ClosedError
 from .errors import ClusterError as ClusterError
@@ -20,7 +21,12 @@ from .errors import TableError as TableError
 from .errors import TableMismatch as TableMismatch
 from .errors import TransportError as TransportError
 from .errors import UnknownTable as UnknownTable
+from .errors import ConsistencyError as ConsistencyError
 from .config import ConfigError as ConfigError
+from .consistency import Async as Async
+from .consistency import BSP as BSP
+from .consistency import Consistency as Consistency
+from .consistency import SSP as SSP
 from .future import Future as Future
 from .future import wait as wait
 from .node import Node as Node
@@ -39,7 +45,8 @@ from .worker import Worker as Worker
 __version__ = "0.1.0"
 
 __all__ = sorted([
-    "Adagrad", "Adam", "BarrierTimeout", "ClosedError", "ClusterError", "ConfigError", "Constant",
+    "Adagrad", "Adam", "AggregationError", "Async", "BSP", "BarrierTimeout", "ClosedError", "ClusterError", "ConfigError", "Consistency",
+    "ConsistencyError", "Constant", "SSP",
     "CoordinatorUnreachable", "DTypeError", "Future", "KeyOutOfRange", "Node", "NodeFailure", "Normal",
     "ProtocolError", "PskvError", "RemoteError", "SGD", "Sampling", "ShapeError", "Table", "TableError", "TableMismatch",
     "TransportError", "Uniform", "UnknownTable", "Worker", "Zeros", "init", "updaters", "wait",

@@ -13,6 +13,7 @@ torchrun) may set them instead. Every default below carries its reason.
 | PSKV_FAILURE_TIMEOUT | seconds of silence before a peer counts as failed | 10 |
 | PSKV_HEARTBEAT_INTERVAL | seconds between heartbeats | 0.5 |
 | PSKV_RENDEZVOUS_TIMEOUT | seconds to wait for all nodes to join | 60 |
+| PSKV_CONSISTENCY | default consistency of tables: async, bsp or ssp:S | async |
 | PSKV_TEST_DROP_RATE | test only: fraction of outgoing data messages dropped | 0 |
 """
 
@@ -42,6 +43,7 @@ class NodeConfig:
     failure_timeout: float = 10.0  # long enough for a GC pause or a numba compile, short enough to notice
     heartbeat_interval: float = 0.5  # 20 heartbeats per failure_timeout: one lost packet is no failure
     rendezvous_timeout: float = 60.0  # ssh-started nodes and first numba compiles can take a while
+    consistency: str = "async"  # Async never waits; BSP/SSP are opt-in (pskv.init(consistency=...))
     test_drop_rate: float = 0.0
 
     @classmethod
@@ -55,6 +57,12 @@ class NodeConfig:
                 continue
             values[field.name] = _parse(field, raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if "consistency" in values:  # an object (pskv.SSP(3)) or its text; kept as text so launch can pass it on
+            from .consistency import ConsistencyError, as_consistency
+            try:
+                values["consistency"] = as_consistency(values["consistency"]).spec
+            except ConsistencyError as exc:
+                raise ConfigError(f"PSKV_CONSISTENCY: {exc}") from None
         config = cls(**values)
         config.validate()
         return config

@@ -6,6 +6,7 @@
     node  -- HELLO{rank,address} -->  coordinator    all N joined: WELCOME{cluster, addresses}
     node  -- TABLE_DECL{seq,spec} ->  coordinator    all agree: TABLE_OK, else TABLE_OK{error}
     node  -- BARRIER{gen} -------->   coordinator    all alive nodes arrived: BARRIER_RELEASE{gen}
+    node  -- CLOCK{clock,seq} ---->   coordinator    min over alive nodes changed: GLOBAL_CLOCK{clock}
     node  -- BYE ----------------->   coordinator    all said BYE: SHUTDOWN_OK
     node  -- HEARTBEAT / ABORT --->   coordinator    silence > failure_timeout or ABORT: NODE_FAILED{rank}
     coordinator -- TICK (every heartbeat_interval) -> nodes: a silent coordinator is a failure too
@@ -52,6 +53,9 @@ class Coordinator:
         self._last_seen: dict[int, float] = {}
         self._decls: dict[int, dict[int, dict]] = {}  # seq -> rank -> table config
         self._barriers: dict[int, set[int]] = {}  # generation -> ranks arrived
+        self._clocks: dict[int, int] = {}  # rank -> its applied clock (SSP/BSP); 0 until reported
+        self._global_clock = 0  # min over alive nodes, last broadcast
+        self._clock_seq: dict[int, int] = {}  # rank -> sequence number of its last report
         self._welcomed = False
         self._finished = False
         self.failures: list[tuple[int, str]] = []  # (rank, reason), for the launcher's report
@@ -121,6 +125,7 @@ class Coordinator:
             return
         self._last_seen[rank] = time.monotonic()
         handler = {Kind.TABLE_DECL: self._decl, Kind.BARRIER: self._barrier, Kind.BYE: self._bye,
+                   Kind.CLOCK: self._clock,
                    Kind.ABORT: lambda r, p: self._fail(r, p.get("reason", "aborted"))}.get(header.kind)
         if self._state[rank] == "failed":  # it stalled and came back: tell it, not only the others
             self._send(rank, Kind.NODE_FAILED, self._failure_payload(rank))
@@ -196,9 +201,27 @@ class Coordinator:
                 del self._barriers[gen]
                 self._broadcast(Kind.BARRIER_RELEASE, {"gen": gen})
 
+    def _clock(self, rank: int, p: dict) -> None:
+        seq = int(p["seq"])
+        if seq <= self._clock_seq.get(rank, 0):
+            return  # overtaken by a later report
+        self._clock_seq[rank] = seq
+        self._clocks[rank] = int(p["clock"])
+        self._release_clock()
+
+    def _release_clock(self) -> None:
+        alive = [r for r, s in self._state.items() if s == "alive"]
+        if not alive:
+            return
+        clock = min(self._clocks.get(r, 0) for r in alive)
+        if clock != self._global_clock:
+            self._global_clock = clock
+            self._broadcast(Kind.GLOBAL_CLOCK, {"clock": clock})
+
     def _bye(self, rank: int, p: dict) -> None:
         self._state[rank] = "bye"
         self._release_barriers()  # a node that left no longer holds barriers up
+        self._release_clock()  # nor clocks
         if all(s != "alive" for s in self._state.values()):
             self._broadcast(Kind.SHUTDOWN_OK, states=("bye",))
             self._finished = True
@@ -242,11 +265,12 @@ class CoordinatorClient:
     """A node's side of the coordinator. `handle()` and `check()` are fed by pskv-server."""
 
     def __init__(self, send: Callable[[list], None], rank: int, config: NodeConfig,
-                 on_failure: Callable[[NodeFailure], None]) -> None:
+                 on_failure: Callable[[NodeFailure], None], on_clock: Callable[[int], None] | None = None) -> None:
         self._send_frames = send
         self.rank = rank
         self.config = config
         self._on_failure = on_failure
+        self._on_clock = on_clock  # receives the global clock (pskv-server thread)
         self._cond = threading.Condition()  # guards everything below; never held while sending
         self.cluster = 0
         self.addresses: dict[int, str] | None = None
@@ -312,6 +336,13 @@ class CoordinatorClient:
     def abort(self, reason: str) -> None:
         self._send(Kind.ABORT, {"reason": reason})
 
+    def report_clock(self, clock: int, seq: int) -> None:
+        """Tell the coordinator that every update stamped < clock of this node is applied.
+
+        `seq` orders the reports: they are sent from several threads, whose sockets do not keep
+        order between them."""
+        self._send(Kind.CLOCK, {"clock": int(clock), "seq": int(seq)})
+
     def _wait(self, ready: Callable[[], bool], timeout: float | None, on_timeout) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
@@ -344,6 +375,8 @@ class CoordinatorClient:
             elif kind == Kind.ABORT:
                 self._abort = str(payload.get("reason", "unknown reason"))
             self._cond.notify_all()
+        if kind == Kind.GLOBAL_CLOCK and self._on_clock is not None:
+            self._on_clock(int(payload["clock"]))
         if kind == Kind.NODE_FAILED:
             self._fail(NodeFailure(f"node {payload['rank']} ({payload.get('address', '?')}) failed: "
                                    f"{payload.get('reason')}; this cluster cannot continue without it",

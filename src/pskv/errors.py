@@ -8,6 +8,8 @@ PskvError
 │   ├── ShapeError(TableError, ValueError)        keys/values of the wrong shape
 │   ├── DTypeError(TableError, TypeError)         a dtype that cannot be cast safely
 │   └── TableMismatch(TableError, ValueError)     nodes declared one table differently
+├── ConsistencyError(PskvError, ValueError)       unknown consistency model, clock() misused
+├── AggregationError(PskvError, RuntimeError)     aggregate="node" table: pushed twice in a round, pulled twice
 ├── ClusterError
 │   ├── NodeFailure        a peer stopped answering; .node_id .address
 │   ├── BarrierTimeout     a barrier did not complete; .missing (node ids)
@@ -100,3 +102,12 @@ class RemoteError(PskvError):
 
 class ClosedError(PskvError, RuntimeError):
     """This Node or Worker was closed by your code and then used."""
+
+
+class ConsistencyError(PskvError, ValueError):
+    """A consistency model pskv does not know, or a clock used where there is none."""
+
+
+class AggregationError(PskvError, RuntimeError):
+    """A thread broke the rounds of an aggregated table: it pushed a key twice in one round, or
+    pulled a key while its earlier pull of it was outstanding (pskv.aggregation)."""

@@ -75,6 +75,27 @@ class Future:
                 return
         self._run_callback(fn)
 
+    def then(self, fn: Callable[[Any], None]) -> "Future":
+        """A Future that resolves with this one's result after fn(result) ran (not if this one failed).
+
+        fn runs in the thread that resolves this Future; if it raises, the new Future fails with
+        that error. This is how pull_async(callback=) runs a callback before wait() returns."""
+        nxt = Future(self.desc, self._health)
+
+        def chain(f: "Future") -> None:
+            if f._error is not None:
+                nxt._resolve(None, f._error)
+                return
+            try:
+                fn(f._result)
+            except Exception as exc:  # noqa: BLE001 - delivered to the waiter
+                nxt._resolve(None, exc)
+                return
+            nxt._resolve(f._result)
+
+        self.add_done_callback(chain)
+        return nxt
+
     def _resolve(self, result: Any = None, error: BaseException | None = None) -> None:
         with self._lock:
             if self._event.is_set():

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import updaters
 from .config import NodeConfig, split_address
+from .consistency import Clocks, Consistency, PushBuffer, RowCache, as_consistency
 from .coordinator import Coordinator, CoordinatorClient
 from .errors import (ClosedError, NodeFailure, ProtocolError, PskvError, RemoteError, ShapeError, TableError,
                      TransportError, UnknownTable)
@@ -59,6 +60,10 @@ class TableState:
     local_keys: int = 0  # keys served from this node's memory without a message
     remote_keys: int = 0  # keys sent to another node
     localizes: int = 0  # keys this node asked to move here
+    consistency: Consistency = dataclasses.field(default_factory=lambda: as_consistency(None))
+    cache: RowCache | None = None  # BSP/SSP: copies of remote rows, shared by the node's workers
+    buffer: PushBuffer | None = None  # BSP/SSP: remote updates waiting for the next flush
+    aggregator: object = None  # aggregate="node": an aggregation.Aggregator (mshadow-ps level 1)
 
 
 class Node:
@@ -81,10 +86,12 @@ class Node:
         self._transport.set_address(COORDINATOR, self.config.coordinator)
         self.store = Store()
         self.tracker = RequestTracker(health=self._check)
+        self.consistency = as_consistency(config.consistency)  # the default of this node's tables
+        self.clocks = Clocks(lambda clock, seq: self.client.report_clock(clock, seq), self._flush_buffers, self._check)
         self.server = Server(self.store, self.send, self.rank, lambda: self.cluster, self.tracker,
                              lambda table_id: self._by_id[table_id].placement.bounds)
         self.client = CoordinatorClient(lambda frames: self._transport.send(COORDINATOR, frames), self.rank,
-                                        self.config, self._on_failure)
+                                        self.config, self._on_failure, self.clocks.on_global)
         self._local_barrier = _LocalBarrier(self)
         self._main_worker: Worker | None = None
         self._replica_sync = ReplicaSync(self)
@@ -122,7 +129,8 @@ class Node:
     # ---- public API -----------------------------------------------------------------------------
     def table(self, name: str, rows: int, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
               location_caches: bool = False, replicate=None, frequencies=None, syncs_per_sec: float = 25.0,
-              threshold: float = 0.0, sampling=None) -> Table:
+              threshold: float = 0.0, sampling=None, consistency=None, cache_rows: int | None = None,
+              buffer_rows: int = 1 << 16, aggregate: str | None = None) -> Table:
         """Declare table `name` on every node (collective) and return a handle for this thread.
 
         Blocks until every node declared it. Raises TableMismatch (on every node) if nodes declared
@@ -134,8 +142,18 @@ class Node:
         (or `replicate=N` with `frequencies=`, one count per row: the N most frequent keys) keeps
         a copy of those keys on every node; their changes are sent to the others `syncs_per_sec`
         times a second, for keys whose change exceeds `threshold` (L2 norm; 0: every changed
-        key). `sampling=pskv.Sampling(...)` gives the table a distribution to draw keys from."""
+        key). `sampling=pskv.Sampling(...)` gives the table a distribution to draw keys from.
+
+        `consistency` (default: the node's, from `pskv.init(consistency=...)`) is pskv.Async(),
+        pskv.BSP() or pskv.SSP(staleness=s). A BSP/SSP table keeps up to `cache_rows` copies of
+        remote rows on this node (default min(rows, 100,000); 0: none) and buffers remote
+        updates, duplicates summed, until the node's clock advances or `buffer_rows` are
+        waiting. `aggregate="node"` sums the pushes of this node's worker threads per round
+        before one update goes to the owner (mshadow-ps's two levels)."""
         self._check()
+        consistency = self.consistency if consistency is None else as_consistency(consistency)
+        if aggregate not in (None, "node"):
+            raise TableError(f"table {name!r}: aggregate={aggregate!r}; use None or 'node'")
         with self._lock:
             if name in self._tables:
                 raise TableError(f"table {name!r} is already declared on node {self.rank}; declare each table once")
@@ -144,8 +162,15 @@ class Node:
             placement = Placement(spec.rows, self.num_nodes)
             shard = self.store.add(spec, *placement.manager_range(self.rank), self.rank)
             cache = np.full(spec.rows if location_caches else 0, -1, np.int64)
-            state = TableState(spec, placement, shard, cache, sampling=sampling)
+            state = TableState(spec, placement, shard, cache, sampling=sampling, consistency=consistency)
             config = spec.config()
+            config["consistency"] = consistency.spec
+            if consistency.synchronous and aggregate is None:
+                self._add_cache_and_buffer(state, cache_rows, buffer_rows)
+            if aggregate is not None:
+                from .aggregation import Aggregator
+                state.aggregator = Aggregator(self, state)
+                config["aggregate"] = aggregate
             if replicate is not None:
                 keys = _hot_keys(spec, replicate, frequencies)
                 shard.replicas = Replicas(spec, keys)
@@ -163,12 +188,46 @@ class Node:
             raise
         return self._main().table(name)
 
+    def _add_cache_and_buffer(self, state: TableState, cache_rows: int | None, buffer_rows: int) -> None:
+        spec = state.spec
+        capacity = min(spec.rows, 100_000) if cache_rows is None else int(cache_rows)
+        if capacity < 0 or buffer_rows < 1:
+            raise TableError(f"table {spec.name!r}: cache_rows={cache_rows} and buffer_rows={buffer_rows}; "
+                             "use cache_rows >= 0 and buffer_rows >= 1")
+        if capacity:
+            state.cache = RowCache(spec.rows, spec.dim, spec.dtype, capacity,
+                                   additive=isinstance(spec.updater, updaters.Add))
+        main = self._main()
+        state.buffer = PushBuffer(spec.dim, spec.dtype, buffer_rows,
+                                  lambda keys, values: main.table(spec.name)._send_push(keys, values))
+
+    def _clear_caches(self) -> None:
+        """After a barrier, cached rows may miss updates issued before it: drop them."""
+        for state in list(self._tables.values()):
+            if state is not None and state.cache is not None:
+                state.cache.clear()
+
+    def _flush_buffers(self) -> list[Future]:
+        """Send every BSP/SSP table's buffered updates; their Futures (any thread)."""
+        futures = []
+        for state in list(self._tables.values()):
+            if state is not None and state.buffer is not None:
+                fut = state.buffer.flush()
+                if fut is not None:
+                    futures.append(fut)
+        return futures
+
     def run(self, fn: Callable[[Worker], object], threads: int | None = None) -> None:
         """Run fn(worker) in `threads` new threads (default PSKV_THREADS or 1) and wait for all.
 
         Re-raises the first exception a worker raised (the others then fail fast with it)."""
         self._check()
-        workers = [self.worker() for _ in range(threads or self.config.threads)]
+        again = self.clocks.started
+        workers = [self._new_worker(thread) for thread in range(threads or self.config.threads)]
+        if again and any(s is not None and s.consistency.synchronous for s in self._tables.values()):
+            # a later run: the workers' clocks restart at 0 on every node; no node's workers may
+            # race ahead before the others registered theirs (their nodes count as done till then)
+            self.client.barrier()
         errors: list[BaseException] = []
 
         def body(w: Worker) -> None:
@@ -196,20 +255,26 @@ class Node:
         with self._lock:
             thread = self._next_thread
             self._next_thread += 1
+        return self._new_worker(thread)
+
+    def _new_worker(self, thread: int) -> Worker:
         w = Worker(self, thread)
         self._local_barrier.join(w)
+        self.clocks.register(w)
         return w
 
     def stats(self) -> dict:
         """Counters of this node: per table calls, local and remote keys; messages and bytes sent."""
         tables = {name: {**{k: getattr(s, k) for k in ("pulls", "pushes", "local_keys", "remote_keys", "localizes")},
                          "forwards": s.shard.forwards, "relocated_in": s.shard.relocated_in,
-                         "replica_syncs": s.shard.replicas.syncs if s.shard.replicas else 0}
+                         "replica_syncs": s.shard.replicas.syncs if s.shard.replicas else 0,
+                         **_consistency_stats(s)}
                   for name, s in self._tables.items() if s is not None}
         return {"rank": self.rank, "tables": tables, "messages_sent": self._transport.messages_sent,
                 "bytes_sent": self._transport.bytes_sent, "requests_served": self.server.requests,
                 "request_errors": self.server.errors, "dropped": self.dropped, "forwards": self.server.forwards,
-                "relocated_in": self.server.relocated_in}
+                "relocated_in": self.server.relocated_in, "clock": self.clocks.global_clock,
+                "clock_waits": self.clocks.waits, "clock_wait_seconds": round(self.clocks.wait_seconds, 6)}
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Leave the cluster: wait until every node called shutdown (they may still need this
@@ -333,6 +398,9 @@ class Node:
             self.dropped += 1
             log.warning("node %d dropped %r: not from this cluster", self.rank, header)
             return
+        if header.kind == Kind.AGG_PUSH:  # a node's level-1 sum for an aggregate="node" table
+            self.server.handle(header, frames)
+            return
         if header.kind in REQUESTS or header.kind in RELOCATION:
             self.server.handle(header, frames)
         elif header.kind in REPLIES:
@@ -395,6 +463,7 @@ class _LocalBarrier:
         error = None
         try:
             self._node.client.barrier(timeout)
+            self._node._clear_caches()  # every worker of this node waits here: no pull races the clear
         except BaseException as exc:
             error = exc
         with self._cond:
@@ -480,6 +549,17 @@ class ReplicaSync:
         return fut
 
 
+def _consistency_stats(s: TableState) -> dict:
+    """The row cache's and push buffer's counters of a BSP/SSP table (nothing for Async ones)."""
+    out = {}
+    if s.cache is not None:
+        out.update(cache_hits=s.cache.hits, cache_misses=s.cache.misses, cache_evictions=s.cache.evictions,
+                   cache_rows=len(s.cache))
+    if s.buffer is not None:
+        out.update(flushes=s.buffer.flushes, buffered_rows=s.buffer.rows_in, flushed_rows=s.buffer.rows_out)
+    return out
+
+
 def _hot_keys(spec: TableSpec, replicate, frequencies) -> np.ndarray:
     if isinstance(replicate, (int, np.integer)) and not isinstance(replicate, bool):
         if frequencies is None:
@@ -505,6 +585,6 @@ def init(**overrides) -> Node:
     """Join the cluster described by PSKV_* (set by `pskv launch`), or start a private 1-node one.
 
     Blocks until every node joined (PSKV_RENDEZVOUS_TIMEOUT). Keyword overrides take precedence
-    over the environment (e.g. `threads=4`, `failure_timeout=5`). Use it as a context manager or
-    call `node.shutdown()` at the end."""
+    over the environment (e.g. `threads=4`, `failure_timeout=5`, `consistency=pskv.SSP(2)`).
+    Use it as a context manager or call `node.shutdown()` at the end."""
     return Node(NodeConfig.from_env(**overrides))

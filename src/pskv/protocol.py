@@ -10,6 +10,9 @@ zero-copy frames and are read back with np.frombuffer; nothing on the data path 
                    [header, utf-8 message] ERROR
     relocation     [header, keys] LOCALIZE, HANDOVER; [header, keys, values, (state)] TRANSFER
     replication    [header, keys, values] REPLICA_SYNC (answered by ACK)
+    aggregation    [header, keys, values, (rounds)] AGG_PUSH: one node's level-1 sums (sorted
+                   distinct keys) of round `part`, or with flag ROUNDS of an int64 round per
+                   key; answered by PULL_REPLY with the rows after the rounds were applied
     control        [header, json]                              coordinator traffic
 
 `positions` (int64, flag POSITIONS) appear when a message covers only some keys of a request
@@ -49,6 +52,7 @@ class Kind(enum.IntEnum):
     HANDOVER = 8  # manager -> old owner: send these keys to `origin`
     TRANSFER = 9  # old owner -> new owner: the rows (and updater state) of these keys
     REPLICA_SYNC = 10  # deltas of replicated keys, to every other node
+    AGG_PUSH = 11  # node -> owner: a node's summed pushes of round `part` (aggregate="node" tables)
     # control traffic between nodes and the coordinator; payload is one JSON frame
     HELLO = 20
     WELCOME = 21
@@ -62,6 +66,8 @@ class Kind(enum.IntEnum):
     SHUTDOWN_OK = 29
     NODE_FAILED = 30
     ABORT = 31
+    CLOCK = 32  # node -> coordinator: every update stamped < clock is applied (SSP/BSP)
+    GLOBAL_CLOCK = 33  # coordinator -> nodes: the minimum of the nodes' clocks
 
 
 REQUESTS = frozenset({Kind.PULL, Kind.PUSH, Kind.SET})
@@ -69,8 +75,10 @@ REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR})
 RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.REPLICA_SYNC})
 POSITIONS = 1  # flag: a positions frame follows the keys (requests) or the header (replies)
 STATE = 2  # flag: a TRANSFER carries updater state after the values
-_WITH_KEYS = REQUESTS | RELOCATION
-_WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC})
+ROUNDS = 4  # flag: an AGG_PUSH carries an int64 round per key after the values (else all are `part`)
+AGGREGATION = frozenset({Kind.AGG_PUSH})  # handled by Server, served by pskv.aggregation
+_WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION
+_WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH})
 
 _DTYPES = {0: None, 1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int64), 4: np.dtype(np.int32)}
 _CODES = {dt: code for code, dt in _DTYPES.items() if dt is not None}
@@ -137,6 +145,7 @@ class Payload(NamedTuple):
     positions: np.ndarray | None  # (n,) int64 positions within the request part, or None: all, in order
     values: np.ndarray | None  # (n, dim), read-only view
     state: np.ndarray | None  # (n, width) updater state of a TRANSFER
+    rounds: np.ndarray | None = None  # (n,) int64 round of each key of an AGG_PUSH with flag ROUNDS
 
 
 def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
@@ -148,7 +157,8 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     has_pos = bool(header.flags & POSITIONS) and kind not in RELOCATION
     has_values = kind in _WITH_VALUES
     has_state = bool(header.flags & STATE) and kind == Kind.TRANSFER
-    expected = 1 + has_keys + has_pos + has_values + has_state
+    has_rounds = bool(header.flags & ROUNDS) and kind == Kind.AGG_PUSH
+    expected = 1 + has_keys + has_pos + has_values + has_state + has_rounds
     if len(frames) != expected:
         raise ProtocolError(f"{header!r} has {len(frames)} frames, expected {expected}")
     keys = positions = values = state = None
@@ -170,6 +180,8 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
         i += 1
     if has_state:
         state = _view(frames[i], values.dtype, (header.n_keys, state_width), header)
+    if has_rounds:
+        return Payload(keys, positions, values, state, _view(frames[i], np.dtype(np.int64), (header.n_keys,), header))
     return Payload(keys, positions, values, state)
 
 

@@ -52,6 +52,7 @@ class Server:
         self.errors = 0
         self.forwards = 0  # keys passed on to another node
         self.relocated_in = 0  # keys received by TRANSFER
+        self.aggregators: dict[int, Callable] = {}  # table id -> fn(header, payload): AGG_PUSH (pskv.aggregation)
 
     # ---- entry point ------------------------------------------------------------------------------
     def handle(self, header: Header, frames: list) -> None:
@@ -73,6 +74,10 @@ class Server:
                 self._transfer(header, payload, shard)
             elif header.kind == Kind.REPLICA_SYNC:
                 self._replica_sync(header, payload, shard)
+            elif header.kind == Kind.AGG_PUSH:
+                if header.table not in self.aggregators:
+                    raise ProtocolError(f"{header!r}: table {shard.spec.name!r} is not aggregated on node {self.rank}")
+                self.aggregators[header.table](header, payload)
         except ProtocolError as exc:
             self.errors += 1
             log.warning("node %d rejected %r: %s", self.rank, header, exc)

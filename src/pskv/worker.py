@@ -15,12 +15,12 @@ only after `wait()`.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from . import kernels, sampling
-from .errors import DTypeError, ProtocolError, ShapeError
+from .errors import DTypeError, ProtocolError, ShapeError, TableError
 from .future import Future, wait as wait_futures
 from .protocol import Header, Kind, dtype_code
 from .table import TableSpec, check_keys, check_values
@@ -47,17 +47,30 @@ class Table:
         """Rows `keys` as a (len(keys), dim) array. Blocks. See pull_async."""
         return self.pull_async(keys, out=out).wait(timeout)
 
-    def pull_async(self, keys, *, out: np.ndarray | None = None) -> Future:
+    def pull_async(self, keys, *, out: np.ndarray | None = None,
+                   callback: Callable[[np.ndarray], None] | None = None) -> Future:
         """Fetch rows `keys`. Returns at once; `.wait()` gives the (len(keys), dim) array (`out` if given).
 
         Thread-safe. `keys`: integer row ids, any order, duplicates allowed. Local rows are copied
-        before this returns. Raises KeyOutOfRange / ShapeError / DTypeError before sending; the
-        Future fails with NodeFailure if a node holding some keys dies."""
+        before this returns. `callback(values)` runs once when the values are in place, before
+        `wait()` returns (in the thread that completes the pull: keep it short; if it raises, the
+        Future fails with its error). On a BSP/SSP table this call blocks while the slowest
+        worker is more than the staleness behind this worker's clock (see pskv.consistency).
+        Raises KeyOutOfRange / ShapeError / DTypeError before sending; the Future fails with
+        NodeFailure if a node holding some keys dies."""
         self._node._check()
         keys = check_keys(self.spec, keys, "pull")
         out = self._out(out, len(keys))
         self._state.pulls += 1
-        return self._request(Kind.PULL, keys, None, out, copy=True)
+        if self._state.aggregator is not None:
+            fut = self._state.aggregator.pull(self._worker, keys, out)
+        elif self._state.consistency.synchronous:
+            fut = self._pull_bounded(keys, out)
+        else:
+            fut = self._request(Kind.PULL, keys, None, out, copy=True)
+        if callback is not None:
+            fut = fut.then(callback)
+        return fut
 
     def push(self, keys, updates, *, copy: bool = True) -> Future:
         """Send `updates` (len(keys), dim) for rows `keys` to the table's updater. Returns a Future.
@@ -69,14 +82,25 @@ class Table:
         keys = check_keys(self.spec, keys, "push")
         updates = check_values(self.spec, updates, len(keys), "push")
         self._state.pushes += 1
-        return self._request(Kind.PUSH, keys, updates, None, copy=copy)
+        if self._state.aggregator is not None:
+            return self._worker._update(self._state.aggregator.push(self._worker, keys, updates))
+        if self._state.buffer is not None:
+            return self._worker._update(self._push_buffered(keys, updates))
+        return self._worker._update(self._request(Kind.PUSH, keys, updates, None, copy=copy))
 
     def set(self, keys, values, *, copy: bool = True) -> Future:
         """Overwrite rows `keys` with `values` (len(keys), dim); for duplicate keys the last wins."""
         self._node._check()
         keys = check_keys(self.spec, keys, "set")
         values = check_values(self.spec, values, len(keys), "set")
-        return self._request(Kind.SET, keys, values, None, copy=copy)
+        st = self._state
+        if st.aggregator is not None:
+            raise TableError(f"set on table {self.name!r}: an aggregated table takes only push and pull")
+        if st.buffer is not None:  # keep order with buffered pushes, and drop cached copies
+            st.buffer.flush()
+            if st.cache is not None:
+                st.cache.write(keys, None)
+        return self._worker._update(self._request(Kind.SET, keys, values, None, copy=copy))
 
     def localize(self, keys) -> Future:
         """Move ownership of `keys` (rows and updater state) to this node. Returns a Future.
@@ -85,6 +109,8 @@ class Table:
         pushes of the keys keep working during the move: requests that reach a key in transfer
         wait at its new owner and apply in arrival order when it lands. Thread-safe."""
         self._node._check()
+        if self._state.aggregator is not None:
+            raise TableError(f"localize on table {self.name!r}: an aggregated table keeps its static placement")
         keys = np.unique(check_keys(self.spec, keys, "localize"))  # (m,) sorted, distinct
         shard = self._state.shard
         if shard.replicas is not None:  # replicated keys are local everywhere already
@@ -146,6 +172,62 @@ class Table:
         self._state.local_keys += int(mask.sum())
         return mask, out
 
+    # ---- BSP / SSP (pskv.consistency) -----------------------------------------------------------
+    def _pull_bounded(self, keys: np.ndarray, out: np.ndarray) -> Future:
+        """A pull that includes every update stamped <= clock - staleness - 1, and this node's own."""
+        st = self._state
+        needed = self._worker.current_clock - st.consistency.staleness  # the global clock the rows need
+        rest = np.arange(len(keys))  # (n,) positions in out not yet served
+        if st.cache is not None:  # copies of rows owned elsewhere, fresh enough for this clock
+            far = np.flatnonzero(st.shard.slot[keys] < 0)
+            if len(far):
+                todo = np.ones(len(keys), bool)
+                todo[far] = False
+                todo[far[st.cache.lookup(keys[far], needed, out, far)]] = True
+                rest = np.flatnonzero(todo)
+                if not len(rest):
+                    return Future.completed(out, self._desc(Kind.PULL))
+        self._node.clocks.wait_for(needed)
+        st.buffer.flush_before_pull()  # read-my-writes: our buffered updates reach the owners first
+        fresh = self._node.clocks.global_clock
+        if st.cache is None:
+            return self._request(Kind.PULL, keys, None, out, copy=True)
+        since = st.cache.sequence()
+        miss_keys = keys[rest]
+        fut = self._request(Kind.PULL, miss_keys, None, out, copy=True, gpos=rest)
+        remote = st.shard.slot[miss_keys] < 0  # rows owned here are read from the store, never cached
+
+        def keep(values: np.ndarray) -> None:
+            st.cache.insert(miss_keys[remote], values[rest[remote]], fresh, since)
+
+        return fut.then(keep)
+
+    def _push_buffered(self, keys: np.ndarray, updates: np.ndarray) -> Future:
+        """Apply the local part now; buffer the rest (copied) for the next flush."""
+        st = self._state
+        if st.shard.replicas is not None:
+            hot = st.shard.replicas.mask(keys)
+            if hot.any():
+                st.shard.replicas.push(keys[hot], updates[hot])
+                self._state.local_keys += int(hot.sum())
+                keys, updates = keys[~hot], updates[~hot]
+        if not len(keys):
+            return Future.completed(None, self._desc(Kind.PUSH))
+        miss = st.shard.push(keys, updates)
+        self._state.local_keys += len(keys) - len(miss)
+        if not len(miss):
+            return Future.completed(None, self._desc(Kind.PUSH))
+        keys, updates = keys[miss], updates[miss]
+        if st.cache is not None:
+            st.cache.write(keys, updates)
+        fut = st.buffer.add(keys, updates)
+        self._worker._track(fut)
+        return fut
+
+    def _send_push(self, keys: np.ndarray, values: np.ndarray) -> Future:
+        """A flush of the push buffer: a plain push of arrays nobody else holds."""
+        return self._request(Kind.PUSH, keys, values, None, copy=False)
+
     # ---- the data path --------------------------------------------------------------------------
     def _out(self, out: np.ndarray | None, n: int) -> np.ndarray:
         if out is None:
@@ -159,21 +241,24 @@ class Table:
                              "pass np.ascontiguousarray(out) or let pull allocate it")
         return out
 
-    def _request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool) -> Future:
+    def _request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool, gpos=None) -> Future:
+        """Serve or send `keys`; with `gpos`, key i's row goes to out[gpos[i]]."""
         n = len(keys)
         if n == 0:
             return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
-        shard, gpos = self._state.shard, None
+        shard = self._state.shard
         if shard.replicas is not None:  # replicated keys: always local, never routed
             hot = shard.replicas.mask(keys)
             if hot.any():
                 at = np.flatnonzero(hot)
-                self._replica(kind, keys[at], None if values is None else values[at], out, at)
+                self._replica(kind, keys[at], None if values is None else values[at], out,
+                              at if gpos is None else gpos[at])
                 self._state.local_keys += len(at)
                 if len(at) == n:
                     return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
-                gpos = np.flatnonzero(~hot)
-                keys, values, copy = keys[gpos], None if values is None else values[gpos], False
+                rest = np.flatnonzero(~hot)
+                keys, values, copy = keys[rest], None if values is None else values[rest], False
+                gpos = rest if gpos is None else gpos[rest]
         if shard.slot[keys[0]] >= 0:  # probably all local: one locked pass, no routing
             miss = self._local(kind, keys, values, out, gpos)
             self._state.local_keys += len(keys) - len(miss)
@@ -345,7 +430,8 @@ class Worker:
         self.thread = thread
         self._tables: dict[str, Table] = {}
         self._pending: list[Future] = []  # outstanding futures for wait_all(); pruned as it grows
-        self._lock = threading.Lock()  # guards _pending
+        self._updates: list[Future] = []  # pushes/sets since the last clock(), stamped with the current clock
+        self._lock = threading.Lock()  # guards _pending and _updates
         self._closed = False
 
     def table(self, name: str) -> Table:
@@ -355,8 +441,28 @@ class Worker:
             handle = self._tables[name] = Table(self, self._node._table_state(name))
         return handle
 
+    @property
+    def current_clock(self) -> int:
+        """This worker's clock: how many times it called clock() (updates it issues now are stamped with it)."""
+        return self._node.clocks.clock_of(self)
+
+    def clock(self) -> int:
+        """End this worker's current clock (Bösen's Clock); never blocks. Returns the new clock.
+
+        Under BSP/SSP, a later pull by any worker at clock c waits until every worker's updates
+        stamped <= c - s - 1 are applied; buffered updates are sent once every worker of this
+        node has ended the clock. Raises ConsistencyError on the main thread's worker (use
+        node.run() or node.worker())."""
+        self._node._check()
+        with self._lock:
+            updates, self._updates = self._updates, []
+        return self._node.clocks.tick(self, [f for f in updates if not f.done()])
+
     def wait_all(self, timeout: float | None = None) -> None:
-        """Block until every request this worker issued so far completed; raises the first error."""
+        """Block until every request this worker issued so far completed; raises the first error.
+
+        Buffered updates of BSP/SSP tables are sent first."""
+        self._node._flush_buffers()
         with self._lock:
             pending, self._pending = self._pending, []
         wait_futures(*pending, timeout=timeout)
@@ -377,13 +483,30 @@ class Worker:
         self._node._replica_sync.flush(timeout)
 
     def close(self) -> None:
-        """Leave the node's barriers (node.run() does this when the worker function returns)."""
+        """Leave the node's barriers and clocks (node.run() does this when the worker function returns)."""
         if not self._closed:
             self._closed = True
             self._node._local_barrier.leave(self)
+            for state in list(self._node._tables.values()):  # aggregate="node": rounds stop waiting for it
+                if state is not None and state.aggregator is not None:
+                    state.aggregator.leave(self)
+            with self._lock:
+                updates, self._updates = self._updates, []
+            self._node.clocks.close(self, [f for f in updates if not f.done()])
+
+    def _update(self, fut: Future) -> Future:
+        """Remember a push/set for clock(): the node's clock waits until it is applied."""
+        if not fut.done():
+            with self._lock:
+                self._updates.append(fut)
+                if len(self._updates) >= 4096:
+                    self._updates = [f for f in self._updates if not f.done()]
+        return fut
 
     def _track(self, fut: Future) -> None:
         with self._lock:
+            if self._pending and self._pending[-1] is fut:  # pushes into one buffer share its Future
+                return
             self._pending.append(fut)
             if len(self._pending) >= 4096:
                 # keep failures: wait_all() must still raise them
