@@ -302,8 +302,9 @@ class RowCache:
             self._values[slots] = rows
             self._fresh[slots] = fresh
 
-    def write(self, keys: np.ndarray, updates: np.ndarray) -> None:
-        """A push through this node: add it to the copies (add updater) or drop them (others)."""
+    def write(self, keys: np.ndarray, updates: np.ndarray | None) -> None:
+        """A push through this node: add it to the copies (add updater) or drop them (others, and
+        `updates=None`: a set)."""
         with self._lock:
             self._seq += 1
             self._touched[keys] = self._seq
@@ -311,7 +312,7 @@ class RowCache:
             at = np.flatnonzero(slots >= 0)
             if not len(at):
                 return
-            if self._additive:
+            if self._additive and updates is not None:
                 _scatter_add(self._values, slots[at], np.ascontiguousarray(updates[at], self._values.dtype), self._values.dtype.type(1))
             else:
                 self._drop(slots[at])
@@ -364,6 +365,7 @@ class PushBuffer:
 
     def add(self, keys: np.ndarray, values: np.ndarray) -> Future:
         """Buffer a copy of the update; returns the Future of its flush (flushing now if full)."""
+        # a copy: the caller may reuse its arrays at once (push's copy=True contract)
         with self._lock:
             self._keys.append(np.array(keys, np.int64))
             self._values.append(np.array(values, self._dtype))

@@ -83,10 +83,10 @@ class Table:
         updates = check_values(self.spec, updates, len(keys), "push")
         self._state.pushes += 1
         if self._state.aggregator is not None:
-            return self._worker._update(self._state.aggregator.push(self._worker, keys, updates))
+            return self._state.aggregator.push(self._worker, keys, updates)
         if self._state.buffer is not None:
             return self._worker._update(self._push_buffered(keys, updates))
-        return self._worker._update(self._request(Kind.PUSH, keys, updates, None, copy=copy))
+        return self._request(Kind.PUSH, keys, updates, None, copy=copy)  # Async: no clock to hold
 
     def set(self, keys, values, *, copy: bool = True) -> Future:
         """Overwrite rows `keys` with `values` (len(keys), dim); for duplicate keys the last wins."""
@@ -97,10 +97,11 @@ class Table:
         if st.aggregator is not None:
             raise TableError(f"set on table {self.name!r}: an aggregated table takes only push and pull")
         if st.buffer is not None:  # keep order with buffered pushes, and drop cached copies
-            st.buffer.flush()
+            st.buffer.flush_before_pull()
             if st.cache is not None:
                 st.cache.write(keys, None)
-        return self._worker._update(self._request(Kind.SET, keys, values, None, copy=copy))
+        fut = self._request(Kind.SET, keys, values, None, copy=copy)
+        return self._worker._update(fut) if st.consistency.synchronous else fut
 
     def localize(self, keys) -> Future:
         """Move ownership of `keys` (rows and updater state) to this node. Returns a Future.

@@ -33,3 +33,23 @@ def test_quickstart_runs_and_learns(launch):
     assert m, proc.stdout
     assert float(m.group(1)) < 0.6 * float(m.group(2))
     assert ("[node 0]" in proc.stdout) == launch
+
+
+CONSISTENCY = ROOT / "examples" / "consistency.py"
+
+
+def test_readme_consistency_block_is_the_example_file():
+    """The python block of the README's consistency section is examples/consistency.py, verbatim."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Consistency.*?```python\n(.*?)```", text, re.S).group(1)
+    assert block.strip() in CONSISTENCY.read_text()
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_consistency_example_counts_every_push(nodes):
+    """Under SSP(1), after the barrier, key t holds one push per clock from thread t of every node."""
+    cmd = [sys.executable, "-m", "pskv", "launch", "-n", str(nodes), "--", sys.executable, str(CONSISTENCY)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    want = f"[{5.0 * nodes}. {5.0 * nodes}.]".replace(".0.", ".")
+    assert proc.stdout.count(want) == nodes, proc.stdout

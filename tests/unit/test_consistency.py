@@ -236,3 +236,15 @@ def test_one_node_ssp_pull_sees_every_update_and_callbacks_run():
         node.run(train, threads=2)
         assert len(calls) == 12 and node.stats()["tables"]["t"]["flushes"] == 0  # all local: nothing buffered
         assert node._main().table("t").pull([0])[0, 0] == 12
+
+
+def test_one_node_ssp_set_and_main_thread_clock():
+    """set on an SSP table overwrites (cached copies dropped); clock() on the main thread's
+    handle raises ConsistencyError naming node.run."""
+    with pskv.init(consistency="ssp:1") as node:
+        t = node.table("t", rows=4, dim=2)
+        t.push([1], np.ones((1, 2))).wait(5)
+        t.set([1], np.full((1, 2), 7.0)).wait(5)
+        assert t.pull([1]).tolist() == [[7.0, 7.0]]
+        with pytest.raises(pskv.ConsistencyError, match="node.run"):
+            node._main().clock()
