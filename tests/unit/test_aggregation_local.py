@@ -1,4 +1,7 @@
-"""pskv.aggregation on a private 1-node cluster (level 1 with threads) and its Owner with a fake send (level 2)."""
+"""pskv.aggregation without processes: level 1 on a private 1-node cluster, the level-2 Owner with a fake send.
+
+Named test_aggregation_local (not test_aggregation) so that it does not collide with tests/cluster/test_aggregation.py:
+the test directories are not packages, so pytest imports test modules by their base name."""
 
 from __future__ import annotations
 
