@@ -74,6 +74,23 @@ def baseline(flags: list[str]) -> dict:
                 time.monotonic() - start, float(np.sqrt(sse / len(test))), f"item {args.item_updater}")
 
 
+def _run(command: list[str], *, timeout: float) -> subprocess.CompletedProcess:
+    """Run a `pskv run` command; after `timeout` s SIGTERM it (the launcher stops its nodes, which a
+    SIGKILL would orphan) and return what it printed, with a last line saying so."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            stdout, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        stderr += f"\nstopped after {timeout:.0f} s (not finished)"
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
 def pskv_run(variant: str, flags: list[str], nodes: int, threads: int, note: str = "") -> dict:
     """`pskv run mf` with `flags` on `nodes` x `threads`; the row from its --log and summary."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,7 +98,7 @@ def pskv_run(variant: str, flags: list[str], nodes: int, threads: int, note: str
         command = [sys.executable, "-m", "pskv", "run", APP, "--nodes", str(nodes), "--threads", str(threads),
                    "--", *flags, "--progress", "none", "--log", str(log)]
         start = time.monotonic()
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        proc = _run(command, timeout=900)
         wall = time.monotonic() - start
         if proc.returncode != 0:
             return {"app": APP, "variant": variant, "nodes": nodes, "threads": threads,
