@@ -1,4 +1,5 @@
-"""Consistency models, worker clocks, the row cache and the push buffer, without processes."""
+"""Consistency models, worker clocks, the row cache and the push buffer, without processes (not named
+test_consistency: that base name is tests/cluster's, and the test folders are not packages)."""
 
 from __future__ import annotations
 
