@@ -154,6 +154,9 @@ class Node:
         consistency = self.consistency if consistency is None else as_consistency(consistency)
         if aggregate not in (None, "node"):
             raise TableError(f"table {name!r}: aggregate={aggregate!r}; use None or 'node'")
+        if aggregate is not None and replicate is not None:
+            raise TableError(f"table {name!r}: aggregate='node' and replicate= do not mix; an aggregated "
+                             "table keeps its static placement (choose one technique per table)")
         with self._lock:
             if name in self._tables:
                 raise TableError(f"table {name!r} is already declared on node {self.rank}; declare each table once")

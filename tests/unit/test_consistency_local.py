@@ -249,3 +249,10 @@ def test_one_node_ssp_set_and_main_thread_clock():
         assert t.pull([1]).tolist() == [[7.0, 7.0]]
         with pytest.raises(pskv.ConsistencyError, match="node.run"):
             node._main().clock()
+
+
+def test_aggregate_with_replication_is_refused_at_declaration():
+    """aggregate='node' with replicate= raises TableError when the table is declared."""
+    with pskv.init() as node:
+        with pytest.raises(pskv.TableError, match="do not mix"):
+            node.table("t", rows=4, aggregate="node", replicate=[1])
