@@ -381,3 +381,12 @@ def test_report_plot_draws_each_metric_even_when_some_rows_lack_it(tmp_path):
     report.epoch(leader, 2, loss=1.5, words_per_s=160_000.0, valid_mrr=0.4)
     message = report.plot(tmp_path / "p.png")
     assert message == f"plot: {tmp_path / 'p.png'}" and (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_relocation_note_warns_only_when_a_batch_touches_most_movable_rows():
+    """relocation_note() warns when a batch's draws are expected to hit at least half of the rows
+    relocation may move (here 6,400 uniform draws over 135 rows), and stays quiet otherwise."""
+    note = common.relocation_note("kge", np.full(135, 1 / 135), 6400)
+    assert note and "100% of the 135 rows" in note and "replication" in note
+    assert common.relocation_note("kge", np.full(40_000, 1 / 40_000), 6400) is None
+    assert common.relocation_note("kge", np.full(135, 1 / 135), 0) is None

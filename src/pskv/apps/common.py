@@ -166,6 +166,23 @@ class Clock:
             self.tick()
 
 
+def relocation_note(app: str, p: np.ndarray, draws: int) -> str | None:
+    """A warning when relocating a batch's keys will thrash. `p`: the probability that one draw hits
+    each row relocation may move (replicated rows left out, so `p` may sum to less than 1); `draws`:
+    rows drawn per batch and worker. When they are expected to hit most of those rows, every worker
+    moves most rows to its node once per batch and the others take them back (measured: 7-35x slower
+    than without; benchmarks/RESULTS.md). None when they hit under half."""
+    p = np.minimum(np.asarray(p, np.float64), 1 - 1e-12)
+    if not len(p) or draws < 1:
+        return None
+    hit = float(np.sum(-np.expm1(draws * np.log1p(-p)))) / len(p)  # expected share of rows hit at least once
+    if hit < 0.5:
+        return None
+    return (f"{app}: note: each batch of each worker touches about {100 * hit:.0f}% of the {len(p):,} rows "
+            "that relocation may move, so they will move back and forth between the nodes every batch (slow; "
+            "relocation pays when a batch touches a small part of a table); replication is the cheap technique here")
+
+
 def _consistency(text: str) -> str:
     if text in ("async", "bsp") or (text.startswith("ssp:") and text[4:].isdigit()):
         return text

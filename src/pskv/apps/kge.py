@@ -305,6 +305,12 @@ def _node_main(args) -> int:
         if node.rank == 0:
             print(f"kge: {args.model} on {kg!r}, dim {args.dim}, {args.neg} negatives per side, "
                   f"{node.num_nodes} node(s) x {threads} thread(s)", flush=True)
+            draws = args.batch * 2 * args.neg if args.sampling in ("preloc", "pool") else 0  # uniform negatives
+            movable = np.setdiff1d(np.arange(kg.num_entities), _hottest(kg, args.replicate))
+            note = node.num_nodes > 1 and common.relocation_note("kge", np.full(len(movable), 1 / kg.num_entities),
+                                                                draws)
+            if note:
+                print(note, flush=True)
         start = time.monotonic()
         with run.report.watchdog:  # a worker blocked for --stall-timeout stops the node, never a hang
             node.run(lambda w: _train(w, run), threads=threads)

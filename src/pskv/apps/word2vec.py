@@ -471,6 +471,11 @@ def _node_main(args) -> int:
                   f"({per_epoch:,} per epoch), {len(vocab):,} in the vocabulary; dim {args.dim}, window "
                   f"{args.window}, {args.neg} negatives ({negatives}), {node.num_nodes} node(s) x {threads} "
                   f"thread(s)", flush=True)
+            pairs = 2 * args.window * args.batch_words  # at most; about 60% of it with subsampling and reduced windows
+            note = (node.num_nodes > 1 and args.sampling in ("preloc", "pool")  # negatives localized each batch
+                    and common.relocation_note("word2vec", unigram.p[args.replicate:], pairs * args.neg // 2))
+            if note:
+                print(note, flush=True)
         start = time.monotonic()
         with run.report.watchdog:  # a worker blocked for --stall-timeout stops the node, never a hang
             node.run(lambda w: _train(w, run), threads=threads)
