@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 
 import numpy as np
@@ -20,8 +21,13 @@ CLOCKS = 8
 SLOW = 0.3  # seconds the slow worker sleeps before each clock()
 
 
+_PRINT = threading.Lock()  # worker threads print whole lines, never interleaved
+
+
 def _emit(**fields) -> None:
-    print("RESULT " + json.dumps(fields), flush=True)
+    with _PRINT:
+        sys.stdout.write("RESULT " + json.dumps(fields) + "\n")
+        sys.stdout.flush()
 
 
 def ssp(node: pskv.Node, threads: int, staleness: str) -> None:

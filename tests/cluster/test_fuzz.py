@@ -136,7 +136,7 @@ class Fuzz:
         elif which == 1:
             fields[1] = int(self.rng.choice([0, 2, 3, 255]))
         elif which == 2:
-            fields[2] = int(self.rng.choice([0, 11, 19, 32, 200, 255]))
+            fields[2] = int(self.rng.choice([0, 15, 19, 99, 200, 255]))  # kinds no Kind names
         else:
             fields[11 if which == 3 else 12] = int(self.rng.integers(5, 256))
         return [WIRE.pack(*fields), *self.frames(h)[1:]], "dropped"
