@@ -148,7 +148,10 @@ class Table:
     def pull_sample(self, handle: "sampling.SampleHandle", k: int) -> tuple[np.ndarray, np.ndarray]:
         """The next (up to) k sampled keys of `handle` and their rows. Blocks for the rows."""
         keys = sampling.checked(self, handle).take(int(k))
-        return keys, self.pull(keys)
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        if len(distinct) == len(keys):
+            return keys, self.pull(keys)
+        return keys, self.pull(distinct)[inverse]  # (k, dim): each distinct row crosses the network once
 
     def finish_sample(self, handle: "sampling.SampleHandle") -> None:
         """Release the handle; keys it did not give out are dropped."""

@@ -38,6 +38,17 @@ def test_mf_ml100k_slice_two_nodes_beats_the_mean():
     assert rmse < baseline - 0.1, (rmse, baseline)
 
 
+@pytest.mark.parametrize("model", ["bsp", "ssp:2"])
+def test_mf_under_bsp_and_ssp_learns_and_clocks(model):
+    """The same slice under BSP / SSP(2) (a clock per batch, row cache, push buffer) also ends well
+    below the mean baseline, with every epoch reported."""
+    proc = _run("--nodes", "2", "--threads", "2", "--", "--data", "ml-100k", "--max-ratings", "30000",
+                "--epochs", "4", "--consistency", model, "--progress", "none")
+    assert len(re.findall(r"epoch +\d+ +train_rmse", proc.stdout)) == 4
+    rmse, baseline = _rmse(proc.stdout)
+    assert rmse < baseline - 0.1, (rmse, baseline)
+
+
 def test_mf_zipf_two_nodes_learns():
     """Generated zipf-skewed ratings on 2 nodes x 2 threads: test RMSE falls clearly below the baseline."""
     proc = _run("--nodes", "2", "--threads", "2", "--", "--data", "zipf:2000x1000x100000", "--rank", "10",
