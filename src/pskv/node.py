@@ -553,13 +553,15 @@ class ReplicaSync:
 
 
 def _consistency_stats(s: TableState) -> dict:
-    """The row cache's and push buffer's counters of a BSP/SSP table (nothing for Async ones)."""
+    """Counters of a BSP/SSP table's row cache and push buffer, and of an aggregated table's rounds."""
     out = {}
     if s.cache is not None:
         out.update(cache_hits=s.cache.hits, cache_misses=s.cache.misses, cache_evictions=s.cache.evictions,
                    cache_rows=len(s.cache))
     if s.buffer is not None:
         out.update(flushes=s.buffer.flushes, buffered_rows=s.buffer.rows_in, flushed_rows=s.buffer.rows_out)
+    if s.aggregator is not None:
+        out.update(aggregated_rounds=s.aggregator.rounds, aggregated_messages=s.aggregator.messages)
     return out
 
 

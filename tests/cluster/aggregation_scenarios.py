@@ -66,6 +66,9 @@ def rounds(node: pskv.Node, threads: int, model: str) -> None:
         assert np.array_equal(g.pull(np.arange(ROWS)), total[STEPS]), "final rows differ from the total"
 
     node.run(train, threads=threads)
+    st = node.stats()["tables"]["g"]
+    assert st["aggregated_rounds"] == STEPS * 12, st  # a round per key per step, whatever the threads
+    assert node.num_nodes == 1 or 0 < st["aggregated_messages"] <= STEPS * 12, st
     print(f"rounds ok node={node.rank} model={model} {node._tables['g'].aggregator!r}")
 
 
