@@ -502,6 +502,8 @@ class Worker:
         """Remember a push/set for clock(): the node's clock waits until it is applied."""
         if not fut.done():
             with self._lock:
+                if self._updates and self._updates[-1] is fut:  # pushes into one buffer share its Future
+                    return fut
                 self._updates.append(fut)
                 if len(self._updates) >= 4096:
                     self._updates = [f for f in self._updates if not f.done()]
