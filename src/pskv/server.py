@@ -21,7 +21,6 @@ bad request gets an ERROR reply and changes nothing.
 from __future__ import annotations
 
 import collections
-import heapq
 import logging
 from typing import Callable
 
@@ -48,8 +47,7 @@ class Server:
         self._cluster = cluster  # the cluster id, known once the node joined
         self._tracker = tracker  # completes this node's localize requests when TRANSFERs land
         self._bounds = bounds  # table id -> manager range bounds (nodes + 1,)
-        self._deferred: dict[tuple[int, int], list] = collections.defaultdict(list)  # (table, key) -> waiting ops
-        self._deferrals = 0  # numbers each message's deferral: (number, header, pos, row) per waiting op
+        self._deferred: dict[int, list[_Waiting]] = collections.defaultdict(list)  # table -> waiting ops, in arrival order
         self.requests = 0  # handled, for stats
         self.errors = 0
         self.forwards = 0  # keys passed on to another node
@@ -147,11 +145,9 @@ class Server:
         targets = self._targets(mkeys, shard)
         for target in np.unique(targets):
             sel = targets == target
-            if target == -1:  # incoming here: wait for the TRANSFER
-                self._deferrals += 1
-                for k, pos, i in zip(mkeys[sel].tolist(), positions[sel].tolist(), np.flatnonzero(sel).tolist()):
-                    row = None if values is None else values[i:i + 1].copy()
-                    self._deferred[(header.table, k)].append((self._deferrals, header, pos, row))
+            if target == -1:  # incoming here: wait for the TRANSFER (copies: the message's buffers go)
+                self._deferred[header.table].append(
+                    _Waiting(header, mkeys[sel], np.asarray(positions[sel], np.int64), None if values is None else values[sel]))
                 continue
             hops = (header.flags >> _HOP_SHIFT) + 1
             if hops > _MAX_HOPS:
@@ -204,9 +200,9 @@ class Server:
         keys = np.asarray(keys, np.int64)
         incoming = shard.slot[keys] == INCOMING
         if incoming.any():
-            self._deferrals += 1
-            for k in keys[incoming].tolist():
-                self._deferred[(header.table, k)].append((self._deferrals, header, -1, None))
+            self._deferred[header.table].append(_Waiting(header, keys[incoming], None, None))
+            if incoming.all():
+                return
         moved, rows, state = shard.extract(keys[~incoming])
         if len(moved) < int((~incoming).sum()):
             log.error("node %d: HANDOVER of keys it neither owns nor awaits (table %r)", self.rank, shard.spec.name)
@@ -234,9 +230,9 @@ class Server:
         shard.insert(keys, p.values, p.state)
         self.relocated_in += len(keys)
         shard.relocated_in += len(keys)
-        for rid, count in shard.arrived(keys).items():
+        for rid, count in shard.arrived().items():
             self._tracker.on_reply(rid, count, header.sender)
-        self._replay_deferred(header.table, keys, shard)
+        self._replay_deferred(header.table, shard)
 
     def _replica_sync(self, header: Header, p: Payload, shard: Shard) -> None:
         """Another node's accumulated changes of replicated keys: add them here, acknowledge."""
@@ -248,44 +244,36 @@ class Server:
         h.n_keys = len(keys)
         self._send(header.origin, [h.pack()])
 
-    def _replay_deferred(self, table: int, keys: np.ndarray, shard: Shard) -> None:
-        """Apply what waited for `keys`: each key's ops in arrival order, each message's ops together.
+    def _replay_deferred(self, table: int, shard: Shard) -> None:
+        """After a TRANSFER: apply, in arrival order, the part of each waiting op whose keys are no
+        longer incoming (they landed; keys that wait stay incoming until their TRANSFER).
 
-        Always apply, as one batch, the earliest deferred message among the keys' next ops: its
-        every waiting op is then next in its key's queue (anything ahead of it came earlier), so
-        a HANDOVER that waited for 6,000 keys moves them in one TRANSFER and a pull gets one
-        reply. Replaying key by key sent one message per key: TRANSFERs took up to 0.8 s under
-        thrash (word2vec --sampling preloc)."""
-        queues = {k: ops for k in keys.tolist() if (ops := self._deferred.pop((table, k), None))}
-        nxt = dict.fromkeys(queues, 0)  # key -> index of its next op
-        heads: dict[int, list] = collections.defaultdict(list)  # deferral number -> keys whose next op it is
-        for k, ops in queues.items():
-            heads[ops[0][0]].append(k)
-        order = list(heads)
-        heapq.heapify(order)
-        while order:
-            batch = heads.pop(heapq.heappop(order))
-            header = queues[batch[0]][nxt[batch[0]]][1]
-            items = []  # (key, position, row) of this message, one per key
-            for k in batch:
-                _, _, pos, row = queues[k][nxt[k]]
-                items.append((k, pos, row))
-                nxt[k] += 1
-                if nxt[k] < len(queues[k]):  # the key's next op (a duplicate key of this message: later)
-                    d = queues[k][nxt[k]][0]
-                    if d not in heads:
-                        heapq.heappush(order, d)
-                    heads[d].append(k)
-            self._replay(header, items, shard)
-
-    def _replay(self, header: Header, items: list, shard: Shard) -> None:
-        keys = np.array([k for k, _, _ in items], np.int64)  # (m,) distinct
-        if header.kind == Kind.HANDOVER:
-            self._handover(header, keys, shard)
+        One batch per waiting message, so a HANDOVER that waited for 6,000 keys moves them in one
+        TRANSFER and a pull gets one reply. Per-key order holds: earlier messages go first, and a
+        key that is incoming for a later message was incoming for the earlier ones too (only
+        TRANSFER, this thread, ends INCOMING). Keeping ops per key and replaying key by key sent
+        one message per key: TRANSFERs took up to 0.8 s under thrash (word2vec --sampling preloc)."""
+        waiting = self._deferred.pop(table, None)
+        if not waiting:
             return
-        positions = np.array([pos for _, pos, _ in items], np.int64)  # (m,) in the request part
-        rows = None if items[0][2] is None else np.concatenate([row for _, _, row in items])  # (m, dim)
-        self._serve(header, Payload(keys, positions, rows, None), shard)
+        still = self._deferred[table]  # ops this replay defers again land here, after ...
+        for w in waiting:
+            ready = shard.slot[w.keys] != INCOMING  # (m,)
+            if ready.all():
+                self._replay(w, shard)
+            elif ready.any():
+                still.append(w.take(~ready))  # ... the rest of earlier messages: order per key holds
+                self._replay(w.take(ready), shard)
+            else:
+                still.append(w)
+        if not still:
+            del self._deferred[table]
+
+    def _replay(self, w: "_Waiting", shard: Shard) -> None:
+        if w.header.kind == Kind.HANDOVER:
+            self._handover(w.header, w.keys, shard)
+        else:
+            self._serve(w.header, Payload(w.keys, w.positions, w.values, None), shard)
 
     def _is_node(self, table: int, rank: int) -> bool:
         return 0 <= rank < len(self._bounds(table)) - 1
@@ -296,4 +284,24 @@ class Server:
 
     def __repr__(self) -> str:
         return (f"<Server node={self.rank} handled={self.requests} errors={self.errors} forwards={self.forwards} "
-                f"deferred={len(self._deferred)}>")
+                f"deferred={sum(map(len, self._deferred.values()))}>")
+
+
+class _Waiting:
+    """A message's keys that wait for their TRANSFER here, with their positions in the request
+    part and their rows (copies), or a HANDOVER's keys (no positions, no rows)."""
+
+    __slots__ = ("header", "keys", "positions", "values")
+
+    def __init__(self, header: Header, keys: np.ndarray, positions: np.ndarray | None, values: np.ndarray | None):
+        self.header = header
+        self.keys = keys  # (m,) int64
+        self.positions = positions  # (m,) int64 or None
+        self.values = values  # (m, dim) or None
+
+    def take(self, sel: np.ndarray) -> "_Waiting":
+        return _Waiting(self.header, self.keys[sel], None if self.positions is None else self.positions[sel],
+                        None if self.values is None else self.values[sel])
+
+    def __repr__(self) -> str:
+        return f"<Waiting {self.header!r} keys={self.keys[:5].tolist()}{'...' if len(self.keys) > 5 else ''}>"

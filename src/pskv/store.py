@@ -58,7 +58,7 @@ class Shard:
         self.forwards = 0  # keys this node passed on (counted by the server thread)
         self.relocated_in = 0  # keys that moved here
         self._locks = [threading.Lock() for _ in range(STRIPES)]
-        self._waiters: dict[int, list[int]] = {}  # key -> localize request ids waiting for it to land
+        self._waiters: list[tuple[int, np.ndarray]] = []  # localize requests: (request id, keys incoming for it)
         self._waiters_lock = threading.Lock()  # guards _waiters; checked against slot under it
 
     # ---- the data path (any thread) -------------------------------------------------------------
@@ -153,25 +153,32 @@ class Shard:
         return absent
 
     def await_keys(self, keys: np.ndarray, rid: int) -> int:
-        """Register request `rid` to hear when `keys` land here; returns how many need no wait.
+        """Register request `rid` (distinct `keys`) to hear when they land here; returns how many need no wait.
 
         A key that is not incoming any more has landed (and may even have moved on since)."""
-        here = 0
         with self._waiters_lock:
-            for k, s in zip(keys.tolist(), self.slot[keys].tolist()):
-                if s != INCOMING:
-                    here += 1
-                else:
-                    self._waiters.setdefault(k, []).append(rid)
-        return here
+            incoming = self.slot[keys] == INCOMING  # (m,)
+            if incoming.any():
+                self._waiters.append((rid, keys[incoming]))
+        return len(keys) - int(incoming.sum())
 
-    def arrived(self, keys: np.ndarray) -> dict[int, int]:
-        """After insert(): request id -> number of its keys among `keys`."""
+    def arrived(self) -> dict[int, int]:
+        """After insert() (pskv-server): request id -> number of its waited-for keys not incoming any more.
+
+        Only insert() ends INCOMING, so those landed, in this insert or an earlier one that
+        raced with await_keys; each is counted once. Vectorised per request: a per-key loop here
+        and in await_keys held the GIL for up to 0.1 s on 6,700-key localizes."""
         counts: dict[int, int] = {}
         with self._waiters_lock:
-            for k in keys.tolist():
-                for rid in self._waiters.pop(k, ()):
-                    counts[rid] = counts.get(rid, 0) + 1
+            still = []
+            for rid, keys in self._waiters:
+                landed = self.slot[keys] != INCOMING  # (m,)
+                n = int(landed.sum())
+                if n:
+                    counts[rid] = counts.get(rid, 0) + n
+                if n < len(keys):
+                    still.append((rid, keys[~landed] if n else keys))
+            self._waiters = still
         return counts
 
     def _allocate(self, n: int) -> np.ndarray:
