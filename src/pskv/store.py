@@ -52,7 +52,8 @@ class Shard:
             self.state = np.empty((len(self.data), self.width), dtype=spec.dtype)  # (capacity, width)
             spec.updater.init_state(self.state)
         self.static = True  # no key moved in or out yet: slot[k] == k - start (flips under all stripes)
-        self._free: list[int] = []  # free rows of data (under all stripes)
+        self._free = np.empty(len(self.data), np.int64)  # (capacity,) a stack of free rows of data: _free[:_n_free]
+        self._n_free = 0  # (both under all stripes)
         self._used = n  # rows of data ever handed out
         self.replicas: Replicas | None = None  # hot keys copied on every node (set by the node)
         self.forwards = 0  # keys this node passed on (counted by the server thread)
@@ -127,7 +128,8 @@ class Shard:
             rows = self.data[slots]  # (m, dim) copies
             state = None if self.state is None else self.state[slots]
             self.slot[keys] = -1
-            self._free.extend(slots.tolist())
+            self._free[self._n_free:self._n_free + len(slots)] = slots  # free rows are distinct rows of data: fits
+            self._n_free += len(slots)
         return keys, rows, state
 
     def insert(self, keys: np.ndarray, rows: np.ndarray, state: np.ndarray | None) -> None:
@@ -182,20 +184,24 @@ class Shard:
         return counts
 
     def _allocate(self, n: int) -> np.ndarray:
-        take = min(n, len(self._free))
-        slots = [self._free.pop() for _ in range(take)]
+        take = min(n, self._n_free)
+        self._n_free -= take
+        free = self._free[self._n_free:self._n_free + take]  # (take,) from the top of the stack
         extra = n - take
         if self._used + extra > len(self.data):
             self._grow(self._used + extra)
-        slots.extend(range(self._used, self._used + extra))
+        slots = np.concatenate([free, np.arange(self._used, self._used + extra)])  # (n,) a copy of free
         self._used += extra
-        return np.array(slots, np.int64)
+        return slots
 
     def _grow(self, need: int) -> None:
         capacity = max(need, 2 * len(self.data))  # doubling: amortised O(1) per relocated row
         data = np.empty((capacity, self.spec.dim), self.spec.dtype)
         data[:self._used] = self.data[:self._used]
         self.data = data
+        free = np.empty(capacity, np.int64)
+        free[:self._n_free] = self._free[:self._n_free]
+        self._free = free
         if self.state is not None:
             state = np.empty((capacity, self.width), self.spec.dtype)
             state[:self._used] = self.state[:self._used]
