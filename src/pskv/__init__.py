@@ -9,6 +9,7 @@ from .errors import AggregationError as AggregationError
 from .errors import BarrierTimeout as BarrierTimeout
 from .errors import ClosedError as ClosedError
 from .errors import ClusterError as ClusterError
+from .errors import ConsistencyError as ConsistencyError
 from .errors import CoordinatorUnreachable as CoordinatorUnreachable
 from .errors import DTypeError as DTypeError
 from .errors import KeyOutOfRange as KeyOutOfRange
@@ -21,7 +22,6 @@ from .errors import TableError as TableError
 from .errors import TableMismatch as TableMismatch
 from .errors import TransportError as TransportError
 from .errors import UnknownTable as UnknownTable
-from .errors import ConsistencyError as ConsistencyError
 from .config import ConfigError as ConfigError
 from .consistency import Async as Async
 from .consistency import BSP as BSP
@@ -45,11 +45,11 @@ from .worker import Worker as Worker
 __version__ = "0.1.0"
 
 __all__ = sorted([
-    "Adagrad", "Adam", "AggregationError", "Async", "BSP", "BarrierTimeout", "ClosedError", "ClusterError", "ConfigError", "Consistency",
-    "ConsistencyError", "Constant", "SSP",
-    "CoordinatorUnreachable", "DTypeError", "Future", "KeyOutOfRange", "Node", "NodeFailure", "Normal",
-    "ProtocolError", "PskvError", "RemoteError", "SGD", "Sampling", "ShapeError", "Table", "TableError", "TableMismatch",
-    "TransportError", "Uniform", "UnknownTable", "Worker", "Zeros", "init", "updaters", "wait",
+    "Adagrad", "Adam", "AggregationError", "Async", "BSP", "BarrierTimeout", "ClosedError", "ClusterError",
+    "ConfigError", "Consistency", "ConsistencyError", "Constant", "CoordinatorUnreachable", "DTypeError", "Future",
+    "KeyOutOfRange", "Node", "NodeFailure", "Normal", "ProtocolError", "PskvError", "RemoteError", "SGD", "SSP",
+    "Sampling", "ShapeError", "Table", "TableError", "TableMismatch", "TransportError", "Uniform", "UnknownTable",
+    "Worker", "Zeros", "init", "updaters", "wait",
 ])
 
 for _name in __all__:

@@ -24,7 +24,7 @@ import time
 import numba
 import numpy as np
 
-from .apps.common import TAG, say
+from .apps.common import TAG
 
 
 def _parse(argv):

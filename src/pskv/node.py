@@ -27,11 +27,11 @@ from . import updaters
 from .config import NodeConfig, split_address
 from .consistency import Clocks, Consistency, PushBuffer, RowCache, as_consistency
 from .coordinator import Coordinator, CoordinatorClient
-from .errors import (ClosedError, NodeFailure, ProtocolError, PskvError, RemoteError, ShapeError, TableError,
-                     TransportError, UnknownTable)
-from .future import Future, RequestTracker, wait
-from .protocol import (COORDINATOR, RELOCATION, REPLIES, REQUESTS, Header, Kind, control_payload, dtype_code,
-                       frame_bytes, unpack, unpack_header)
+from .errors import ClosedError, ProtocolError, PskvError, RemoteError, TableError, TransportError, UnknownTable
+from .future import Future, RequestTracker
+from .protocol import (COORDINATOR, RELOCATION, REPLIES, REQUESTS, Kind, control_payload, frame_bytes, unpack,
+                       unpack_header)
+from .replication import ReplicaSync, hot_keys
 from .server import Server
 from .store import Replicas, Shard, Store
 from .table import Placement, TableSpec, as_init
@@ -175,7 +175,7 @@ class Node:
                 state.aggregator = Aggregator(self, state)
                 config["aggregate"] = aggregate
             if replicate is not None:
-                keys = _hot_keys(spec, replicate, frequencies)
+                keys = hot_keys(spec, replicate, frequencies)
                 shard.replicas = Replicas(spec, keys)
                 state.sync_period = 1.0 / syncs_per_sec if syncs_per_sec > 0 else float("inf")
                 state.threshold = float(threshold)
@@ -485,73 +485,6 @@ class _LocalBarrier:
             self._cond.notify_all()
 
 
-class ReplicaSync:
-    """The pskv-replica thread: sends each replicated table's accumulated changes to every other node.
-
-    Threads and ownership: the thread only reads TableState and calls Replicas.take_deltas, which
-    locks; `flush()` may run in any thread at the same time (each delta is taken exactly once)."""
-
-    def __init__(self, node: Node) -> None:
-        self._node = node
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()  # guards _inflight and _thread
-        self._inflight: list[Future] = []  # sync rounds not yet acknowledged by every node
-
-    def start(self) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=f"pskv-replica-{self._node.rank}", daemon=True)
-                self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._thread.join(2)
-
-    def flush(self, timeout: float | None = None) -> None:
-        """Send every change not yet sent, and wait until every node has applied all rounds so far."""
-        futures = [self._round(s, threshold=0.0) for s in self._tables()]
-        with self._lock:
-            futures += self._inflight
-            self._inflight = []
-        wait(*[f for f in futures if f is not None], timeout=timeout)
-
-    def _tables(self) -> list[TableState]:
-        return [s for s in list(self._node._tables.values()) if s is not None and s.shard.replicas is not None]
-
-    def _run(self) -> None:
-        node = self._node
-        while not node._stop.is_set() and node._failure is None:
-            now = time.monotonic()
-            due = [s for s in self._tables() if s.next_sync <= now]
-            for s in due:
-                s.next_sync = now + s.sync_period
-                fut = self._round(s, s.threshold)
-                if fut is not None:
-                    with self._lock:
-                        self._inflight = [f for f in self._inflight if not f.done()] + [fut]
-            upcoming = min((s.next_sync for s in self._tables()), default=now + 0.1)
-            node._stop.wait(min(0.1, max(0.001, upcoming - time.monotonic())))
-
-    def _round(self, s: TableState, threshold: float) -> Future | None:
-        node = self._node
-        replicas = s.shard.replicas
-        keys, deltas = replicas.take_deltas(threshold)
-        if not len(keys) or node.num_nodes == 1:
-            return None
-        others = [r for r in range(node.num_nodes) if r != node.rank]
-        rid, fut = node.tracker.new_request(len(keys) * len(others), desc=f"replica sync of table {s.spec.name!r}")
-        header = Header(Kind.REPLICA_SYNC, cluster=node.cluster, sender=node.rank, origin=node.rank,
-                        table=s.spec.table_id, request_id=rid, n_keys=len(keys), dim=s.spec.dim,
-                        dtype=dtype_code(s.spec.dtype), key_dtype=dtype_code(np.int64))
-        frames = [header.pack(), np.ascontiguousarray(keys), np.ascontiguousarray(deltas)]
-        for r in others:
-            node.tracker.sent_to(rid, r)
-            node.send(r, frames, copy=True)
-        replicas.syncs += 1
-        replicas.keys_sent += len(keys)
-        return fut
-
-
 def _consistency_stats(s: TableState) -> dict:
     """Counters of a BSP/SSP table's row cache and push buffer, and of an aggregated table's rounds."""
     out = {}
@@ -563,19 +496,6 @@ def _consistency_stats(s: TableState) -> dict:
     if s.aggregator is not None:
         out.update(aggregated_rounds=s.aggregator.rounds, aggregated_messages=s.aggregator.messages)
     return out
-
-
-def _hot_keys(spec: TableSpec, replicate, frequencies) -> np.ndarray:
-    if isinstance(replicate, (int, np.integer)) and not isinstance(replicate, bool):
-        if frequencies is None:
-            raise TableError(f"table {spec.name!r}: replicate={replicate} needs frequencies= (one count per row) "
-                             "to pick the hottest keys; or pass the keys themselves")
-        freq = np.asarray(frequencies)
-        if freq.shape != (spec.rows,):
-            raise ShapeError(f"table {spec.name!r}: frequencies has shape {freq.shape}, expected ({spec.rows},)")
-        return np.sort(np.argsort(-freq, kind="stable")[:int(replicate)]).astype(np.int64)
-    from .table import check_keys
-    return np.unique(check_keys(spec, replicate, "replicate"))
 
 
 def _exit_hook(ref) -> None:
