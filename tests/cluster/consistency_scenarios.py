@@ -121,10 +121,10 @@ def bsp(node: pskv.Node, threads: int, clocks: int = 10, keys_per_worker: int = 
 def cache(node: pskv.Node, threads: int) -> None:
     """Row cache: hits send no message, read-my-writes through it, eviction at the bound; push
     coalescing: many small pushes become one message per flush, values exact."""
-    ssp_t = node.table("c", rows=100, dim=2, consistency=pskv.SSP(3), cache_rows=8)
-    sgd = node.table("g", rows=100, dim=2, consistency=pskv.SSP(3), updater=pskv.SGD(lr=0.5),
+    node.table("c", rows=100, dim=2, consistency=pskv.SSP(3), cache_rows=8)
+    node.table("g", rows=100, dim=2, consistency=pskv.SSP(3), updater=pskv.SGD(lr=0.5),
                      init=pskv.Constant(1.0))
-    plain = node.table("p", rows=100, dim=2)  # Async: no cache, no buffer
+    node.table("p", rows=100, dim=2)  # Async: no cache, no buffer
     other = 1 - node.rank
     remote = np.arange(other * 50, other * 50 + 20)  # rows owned by the other node
     w = node.worker()
@@ -200,16 +200,7 @@ def barrier(node: pskv.Node, threads: int, rounds: int = 20) -> None:
     _emit(node=node.rank, ok=True)
 
 
-def main() -> None:
-    name, args = sys.argv[1], sys.argv[2:]
-    node = pskv.init()
-    try:
-        globals()[name](node, node.config.threads, *args)
-    except pskv.NodeFailure as exc:
-        print(f"NodeFailure node_id={exc.node_id} msg={exc}", flush=True)
-        sys.exit(17)
-    node.shutdown()
-
-
 if __name__ == "__main__":
-    main()
+    from scenarios import main  # this file's folder is on sys.path when it runs as a script
+
+    main(globals())

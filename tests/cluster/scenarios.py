@@ -183,11 +183,12 @@ def failure(node: pskv.Node, threads: int, victim: int, how: str) -> None:
         sys.exit(17)
 
 
-def main() -> None:
+def main(scenarios: dict | None = None) -> None:
+    """Run scenario argv[1] of `scenarios` (default: this module's) with argv[2:] (digits as ints)."""
     name, args = sys.argv[1], [int(a) if a.isdigit() else a for a in sys.argv[2:]]
     node = pskv.init()
     try:
-        globals()[name](node, node.config.threads, *args)
+        (scenarios or globals())[name](node, node.config.threads, *args)
     except pskv.NodeFailure as exc:
         print(f"NodeFailure node_id={exc.node_id} msg={exc}", flush=True)
         sys.exit(17)

@@ -21,13 +21,6 @@ from pskv import updaters
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def node():
-    n = pskv.init()
-    try:
-        yield n
-    finally:
-        n.shutdown(timeout=10)
 
 
 def test_round_pull_returns_sum_of_all_threads(node):

@@ -15,14 +15,6 @@ pytestmark = pytest.mark.timeout(60)
 ROWS, DIM = 100, 4
 
 
-@pytest.fixture
-def node():
-    """A 1-node cluster (no PSKV_* variables), shut down on every path."""
-    n = pskv.init()
-    try:
-        yield n
-    finally:
-        n.shutdown(timeout=10)
 
 
 @pytest.fixture
