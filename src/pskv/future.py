@@ -149,9 +149,15 @@ class RequestTracker:
 
     def new_request(self, total: int, *, on_part: Callable | None = None, result: Any = None,
                     desc: str = "") -> tuple[int, Future]:
-        """Register a request that completes when `total` keys have been answered."""
+        """Register a request that completes when `total` keys have been answered.
+
+        A request with nothing outstanding (total <= 0) is complete at once and never registered:
+        no reply will ever come for it, so waiting for one would wait forever."""
         fut = Future(desc, self._health)
         rid = next(self._ids)
+        if total <= 0:
+            fut._resolve(result)
+            return rid, fut
         with self._lock:
             self._pending[rid] = _Pending(fut, total, on_part, result)
         return rid, fut
