@@ -9,6 +9,7 @@ from .errors import AggregationError as AggregationError
 from .errors import BarrierTimeout as BarrierTimeout
 from .errors import ClosedError as ClosedError
 from .errors import ClusterError as ClusterError
+from .errors import CollectiveStalled as CollectiveStalled
 from .errors import ConsistencyError as ConsistencyError
 from .errors import CoordinatorUnreachable as CoordinatorUnreachable
 from .errors import DTypeError as DTypeError
@@ -17,6 +18,7 @@ from .errors import NodeFailure as NodeFailure
 from .errors import ProtocolError as ProtocolError
 from .errors import PskvError as PskvError
 from .errors import RemoteError as RemoteError
+from .errors import RequestStalled as RequestStalled
 from .errors import ShapeError as ShapeError
 from .errors import TableError as TableError
 from .errors import TableMismatch as TableMismatch
@@ -46,8 +48,8 @@ __version__ = "0.1.0"
 
 __all__ = sorted([
     "Adagrad", "Adam", "AggregationError", "Async", "BSP", "BarrierTimeout", "ClosedError", "ClusterError",
-    "ConfigError", "Consistency", "ConsistencyError", "Constant", "CoordinatorUnreachable", "DTypeError", "Future",
-    "KeyOutOfRange", "Node", "NodeFailure", "Normal", "ProtocolError", "PskvError", "RemoteError", "SGD", "SSP",
+    "CollectiveStalled", "ConfigError", "Consistency", "ConsistencyError", "Constant", "CoordinatorUnreachable", "DTypeError", "Future",
+    "KeyOutOfRange", "Node", "NodeFailure", "Normal", "ProtocolError", "PskvError", "RemoteError", "RequestStalled", "SGD", "SSP",
     "Sampling", "ShapeError", "Table", "TableError", "TableMismatch", "TransportError", "Uniform", "UnknownTable",
     "Worker", "Zeros", "init", "updaters", "wait",
 ])

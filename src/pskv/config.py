@@ -14,6 +14,9 @@ torchrun) may set them instead. Every default below carries its reason.
 | PSKV_HEARTBEAT_INTERVAL | seconds between heartbeats | 0.5 |
 | PSKV_RENDEZVOUS_TIMEOUT | seconds to wait for all nodes to join | 60 |
 | PSKV_CONSISTENCY | default consistency of tables: async, bsp or ssp:S | async |
+| PSKV_REQUEST_TIMEOUT | seconds a request may go without progress before it fails (RequestStalled) | 60 |
+| PSKV_COLLECTIVE_TIMEOUT | seconds a table()/barrier may wait for nodes that never join (CollectiveStalled) | 600 |
+| PSKV_EXTERNAL_COORDINATOR | 1: a launcher runs the coordinator at PSKV_COORDINATOR; node 0 starts none | 0 |
 | PSKV_TEST_DROP_RATE | test only: fraction of outgoing data messages dropped | 0 |
 """
 
@@ -44,6 +47,9 @@ class NodeConfig:
     heartbeat_interval: float = 0.5  # 20 heartbeats per failure_timeout: one lost packet is no failure
     rendezvous_timeout: float = 60.0  # ssh-started nodes and first numba compiles can take a while
     consistency: str = "async"  # Async never waits; BSP/SSP are opt-in (pskv.init(consistency=...))
+    request_timeout: float = 60.0  # far beyond any healthy round trip, short enough to notice overnight
+    collective_timeout: float = 600.0  # nodes legitimately reach a barrier minutes apart (rank 0 evaluates)
+    external_coordinator: bool = False  # set by `pskv launch`, which runs the coordinator itself
     test_drop_rate: float = 0.0
 
     @classmethod
@@ -82,7 +88,8 @@ class NodeConfig:
             )
         if self.coordinator:
             split_address(self.coordinator)
-        for name in ("failure_timeout", "heartbeat_interval", "rendezvous_timeout"):
+        for name in ("failure_timeout", "heartbeat_interval", "rendezvous_timeout", "request_timeout",
+                     "collective_timeout"):
             if not 0 < getattr(self, name) < math.inf:  # also rejects nan
                 raise ConfigError(f"PSKV_{name.upper()} is {getattr(self, name)}; it must be > 0 (and finite)")
         if not 0 <= self.test_drop_rate <= 1:
@@ -96,7 +103,7 @@ class NodeConfig:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if value is not None and value != field.default:
-                out[_PREFIX + field.name.upper()] = str(value)
+                out[_PREFIX + field.name.upper()] = str(int(value)) if isinstance(value, bool) else str(value)
         return out
 
 
@@ -115,6 +122,12 @@ def zmq_url(host: str, port: int) -> str:
 
 def _parse(field: dataclasses.Field, raw: str):
     kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
+    if kind.startswith("bool"):
+        if raw.lower() in ("1", "true", "yes"):
+            return True
+        if raw.lower() in ("0", "false", "no"):
+            return False
+        raise ConfigError(f"{_PREFIX}{field.name.upper()}={raw!r} is not a boolean; use 1 or 0")
     try:
         if kind.startswith("int"):
             return int(raw)

@@ -10,6 +10,8 @@
     node  -- BYE ----------------->   coordinator    all said BYE: SHUTDOWN_OK
     node  -- HEARTBEAT / ABORT --->   coordinator    silence > failure_timeout or ABORT: NODE_FAILED{rank}
     coordinator -- TICK (every heartbeat_interval) -> nodes: a silent coordinator is a failure too
+    coordinator -- STALLED{reason, missing} -> nodes: a table declaration or barrier that some
+                   nodes did not join within collective_timeout, or left (BYE) without joining
 
 Threads and ownership: `Coordinator` runs in its own thread, pskv-coord, which owns its
 Transport and all of its state; other threads reach it only through `_control`, a
@@ -28,7 +30,9 @@ import time
 from typing import Callable
 
 from .config import ConfigError, NodeConfig, split_address
-from .errors import BarrierTimeout, CoordinatorUnreachable, NodeFailure, TableMismatch
+import copy
+
+from .errors import BarrierTimeout, CollectiveStalled, CoordinatorUnreachable, NodeFailure, TableMismatch
 from .protocol import COORDINATOR, Header, Kind, control
 from .transport import Transport
 
@@ -53,6 +57,9 @@ class Coordinator:
         self._last_seen: dict[int, float] = {}
         self._decls: dict[int, dict[int, dict]] = {}  # seq -> rank -> table config
         self._barriers: dict[int, set[int]] = {}  # generation -> ranks arrived
+        self._since: dict[tuple[str, int], float] = {}  # ("table"|"barrier", seq) -> first arrival
+        self._declared: dict[int, int] = {}  # rank -> how many tables it declared
+        self._stalled = False  # a STALLED went out: the cluster is stopping
         self._clocks: dict[int, int] = {}  # rank -> its applied clock (SSP/BSP); 0 until reported
         self._global_clock = 0  # min over alive nodes, last broadcast
         self._clock_seq: dict[int, int] = {}  # rank -> sequence number of its last report
@@ -178,8 +185,16 @@ class Coordinator:
         seq = int(p["seq"])
         got = self._decls.setdefault(seq, {})
         got[rank] = p["spec"]
+        self._since.setdefault(("table", seq), time.monotonic())
+        self._declared[rank] = max(self._declared.get(rank, 0), seq + 1)
+        left = sorted(r for r, s in self._state.items() if s == "bye" and self._declared.get(r, 0) <= seq)
+        if left:
+            self._stall(f"table declaration #{seq} ({p['spec'].get('name', '?')!r} by node {rank}): node(s) {left} "
+                        "called shutdown() without declaring it", left)
+            return
         if all(r in got for r, s in self._state.items() if s == "alive"):
             del self._decls[seq]
+            self._since.pop(("table", seq), None)
             first = got[min(got)]
             bad = [r for r in sorted(got) if got[r] != first]
             error = None
@@ -192,6 +207,7 @@ class Coordinator:
     def _barrier(self, rank: int, p: dict) -> None:
         gen = int(p["gen"])
         self._barriers.setdefault(gen, set()).add(rank)
+        self._since.setdefault(("barrier", gen), time.monotonic())
         self._release_barriers()
 
     def _release_barriers(self) -> None:
@@ -199,6 +215,7 @@ class Coordinator:
         for gen in sorted(self._barriers):
             if alive <= self._barriers[gen]:
                 del self._barriers[gen]
+                self._since.pop(("barrier", gen), None)
                 self._broadcast(Kind.BARRIER_RELEASE, {"gen": gen})
 
     def _clock(self, rank: int, p: dict) -> None:
@@ -220,6 +237,11 @@ class Coordinator:
 
     def _bye(self, rank: int, p: dict) -> None:
         self._state[rank] = "bye"
+        for seq, got in sorted(self._decls.items()):
+            if rank not in got:
+                self._stall(f"table declaration #{seq} ({next(iter(got.values())).get('name', '?')!r}, declared by "
+                            f"node(s) {sorted(got)}): node {rank} called shutdown() without declaring it", [rank])
+                return
         self._release_barriers()  # a node that left no longer holds barriers up
         self._release_clock()  # nor clocks
         if all(s != "alive" for s in self._state.values()):
@@ -239,6 +261,37 @@ class Coordinator:
         if rank in self._addresses:
             self._send(rank, Kind.NODE_FAILED, self._failure_payload(rank))  # if it only stalled, it learns why
 
+    def _stall(self, reason: str, missing: list[int]) -> None:
+        """A collective cannot complete: tell every node, which all stop with CollectiveStalled."""
+        if self._stalled:
+            return
+        self._stalled = True
+        reason += ("; every node stops. Declare the same tables in the same order and call barrier() the same "
+                   "number of times on every node")
+        log.error("coordinator: %s", reason)
+        self.failures.append((missing[0] if missing else -1, reason))
+        self._broadcast(Kind.STALLED, {"reason": reason, "missing": missing}, states=("alive", "bye"))
+
+    def _stalled_collectives(self, now: float) -> None:
+        """Fail the oldest collective that waited longer than collective_timeout, naming who is missing."""
+        timeout = self.config.collective_timeout
+        for (what, seq), since in sorted(self._since.items(), key=lambda item: item[1]):
+            if now - since <= timeout:
+                return
+            arrived = set(self._decls.get(seq, {})) if what == "table" else self._barriers.get(seq, set())
+            alive = {r for r, s in self._state.items() if s == "alive"}
+            missing = sorted(alive - arrived)
+            doing = "; ".join(f"node {r} {self._waits_in(r)}" for r in missing)
+            name = f"table declaration #{seq}" if what == "table" else f"barrier #{seq}"
+            self._stall(f"{name}: node(s) {missing} did not join within {timeout:g} s (PSKV_COLLECTIVE_TIMEOUT) "
+                        f"while node(s) {sorted(arrived)} waited ({doing})", missing)
+            return
+
+    def _waits_in(self, rank: int) -> str:
+        ins = [f"table declaration #{seq}" for seq, got in self._decls.items() if rank in got]
+        ins += [f"barrier #{gen}" for gen, got in self._barriers.items() if rank in got]
+        return "waits in " + ", ".join(ins) if ins else "is alive (heartbeats arrive) but in no collective"
+
     def _failure_payload(self, rank: int) -> dict:
         reason = next((r for k, r in self.failures if k == rank), "failed")
         return {"rank": rank, "address": self._addresses.get(rank, ""), "reason": reason}
@@ -252,6 +305,7 @@ class Coordinator:
                 self._broadcast(Kind.ABORT, {"reason": reason, "missing": missing})
                 self._finished = True
             return
+        self._stalled_collectives(now)
         # nodes that said bye still serve their rows until everyone has: tick them and watch them too
         self._broadcast(Kind.TICK, {"barriers": {str(g): sorted(r) for g, r in self._barriers.items()}},
                         states=("alive", "bye"))
@@ -265,11 +319,13 @@ class CoordinatorClient:
     """A node's side of the coordinator. `handle()` and `check()` are fed by pskv-server."""
 
     def __init__(self, send: Callable[[list], None], rank: int, config: NodeConfig,
-                 on_failure: Callable[[NodeFailure], None], on_clock: Callable[[int], None] | None = None) -> None:
+                 on_failure: Callable[[NodeFailure], None], on_clock: Callable[[int], None] | None = None,
+                 health: Callable[[], None] | None = None) -> None:
         self._send_frames = send
         self.rank = rank
         self.config = config
-        self._on_failure = on_failure
+        self._on_failure = on_failure  # the node records the failure before any waiter here sees it
+        self._health = health  # raises the node's own failure (so every call raises the same error)
         self._on_clock = on_clock  # receives the global clock (pskv-server thread)
         self._cond = threading.Condition()  # guards everything below; never held while sending
         self.cluster = 0
@@ -282,6 +338,7 @@ class CoordinatorClient:
         self._released: set[int] = set()
         self._arrivals: dict[str, list[int]] = {}  # barrier generation -> ranks arrived (from TICKs)
         self._shutdown_ok = False
+        self._failing = False
         self._last_heard = time.monotonic()
         self._last_beat = 0.0
 
@@ -349,8 +406,10 @@ class CoordinatorClient:
             while not ready():
                 if self._abort is not None:
                     raise CoordinatorUnreachable(f"node {self.rank}: the coordinator aborted: {self._abort}")
+                if self._health is not None:
+                    self._health()
                 if self.failure is not None:
-                    raise self.failure
+                    raise copy.copy(self.failure) from self.failure
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise on_timeout()
@@ -377,6 +436,9 @@ class CoordinatorClient:
             self._cond.notify_all()
         if kind == Kind.GLOBAL_CLOCK and self._on_clock is not None:
             self._on_clock(int(payload["clock"]))
+        if kind == Kind.STALLED:
+            missing = [int(r) for r in payload.get("missing", [])]
+            self._fail(CollectiveStalled(f"node {self.rank}: {payload.get('reason')}", missing))
         if kind == Kind.NODE_FAILED:
             self._fail(NodeFailure(f"node {payload['rank']} ({payload.get('address', '?')}) failed: "
                                    f"{payload.get('reason')}; this cluster cannot continue without it",
@@ -397,8 +459,19 @@ class CoordinatorClient:
 
     def _fail(self, exc: NodeFailure) -> None:
         with self._cond:
-            if self.failure is not None:
+            if self.failure is not None or self._failing:
                 return
+            self._failing = True
+        self._on_failure(exc)  # first: a waiter that wakes up below finds the node failed already
+        with self._cond:
             self.failure = exc
             self._cond.notify_all()
-        self._on_failure(exc)
+
+    def describe(self) -> list[str]:
+        """The collectives this node waits in, for debug dumps."""
+        with self._cond:
+            barriers = sorted(set(range(self._barrier_gen)) - self._released)
+            return [f"coordinator {self.config.coordinator or 'in-process'}: heard {time.monotonic() - self._last_heard:.1f} s "
+                    f"ago; {self._decl_seq} table declaration(s), {self._barrier_gen} barrier(s) sent; "
+                    f"barrier generations not released: {barriers[-5:]}; arrivals seen: {self._arrivals}; "
+                    f"failure: {self.failure}"]

@@ -11,8 +11,10 @@ PskvError
 ├── ConsistencyError(PskvError, ValueError)       unknown consistency model, clock() misused
 ├── AggregationError(PskvError, RuntimeError)     aggregate="node" table: pushed twice in a round, pulled twice
 ├── ClusterError
-│   ├── NodeFailure        a peer stopped answering; .node_id .address
-│   ├── BarrierTimeout     a barrier did not complete; .missing (node ids)
+│   ├── NodeFailure        the cluster stopped: a peer died, or a node aborted; .node_id .address
+│   │   ├── RequestStalled     a request made no progress for request_timeout; .request .destinations
+│   │   └── CollectiveStalled  a table()/barrier some node never joined; .missing (node ids)
+│   ├── BarrierTimeout     a barrier did not complete within its timeout; .missing (node ids)
 │   └── CoordinatorUnreachable
 ├── TransportError         ZeroMQ failed; __cause__ is the zmq.ZMQError
 ├── ProtocolError          a peer sent frames we cannot decode (version skew, garbage)
@@ -21,7 +23,10 @@ PskvError
 ```
 
 Classify by who caused it: ClosedError means the caller closed it (do not retry), NodeFailure
-means something outside broke it. Messages say what happened with the actual values, then
+means something outside broke it. After the first failure of a node (a peer died, one of its own
+worker threads raised, a request or collective stalled) every later call on that node raises a
+fresh NodeFailure (or the subclass it first failed with) whose `__cause__` is the original error,
+whatever the timing. Messages say what happened with the actual values, then
 what pskv did and what to do next; one sentence, lower-case start, no final period.
 """
 
@@ -70,6 +75,28 @@ class NodeFailure(ClusterError):
         super().__init__(message)
         self.node_id = node_id
         self.address = address
+
+
+class RequestStalled(NodeFailure):
+    """A request made no progress for `request_timeout` seconds. `.request` describes it (table,
+    kind, keys), `.destinations` the nodes it was sent to; `.node_id` is the first of those."""
+
+    def __init__(self, message: str, node_id: int = -1, address: str = "", request: str = "",
+                 destinations: list[int] | None = None) -> None:
+        super().__init__(message, node_id, address)
+        self.request = request
+        self.destinations = list(destinations or [])
+
+
+class CollectiveStalled(NodeFailure):
+    """A collective (table declaration, barrier) that some nodes never joined within
+    `collective_timeout`, or that a node left without joining. Raised on every node; `.missing`
+    lists the nodes that did not join, `.node_id` is the first of them."""
+
+    def __init__(self, message: str, missing: list[int] | None = None) -> None:
+        missing = list(missing or [])
+        super().__init__(message, missing[0] if missing else -1)
+        self.missing = missing
 
 
 class BarrierTimeout(ClusterError):

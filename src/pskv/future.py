@@ -124,14 +124,30 @@ def wait(*futures: Future, timeout: float | None = None) -> list:
 
 
 class _Pending:
-    __slots__ = ("future", "remaining", "on_part", "result", "ranks")
+    __slots__ = ("future", "total", "remaining", "on_part", "result", "ranks", "born", "progress", "seen")
 
     def __init__(self, future, total, on_part, result):
         self.future = future
+        self.total = total
         self.remaining = total  # keys (or other units) still to be answered
         self.on_part = on_part  # fn(sender, payload) writes a reply into the result
         self.result = result
         self.ranks: set[int] = set()  # nodes some of it was sent to, for fail_rank
+        self.born = self.progress = time.monotonic()  # progress: the last send or reply
+        self.seen: tuple = ()  # the last thing that happened to it: (rank,) sent, (rank, keys, error) reply
+
+    @property
+    def last(self) -> str:
+        if not self.seen:
+            return "registered, nothing sent yet"
+        if len(self.seen) == 1:
+            return f"sent to node {self.seen[0]}"
+        rank, count, error = self.seen
+        return f"an error from node {rank}" if error else f"a reply for {count} key(s) from node {rank}"
+
+    def describe(self, now: float) -> str:
+        return (f"{self.future.desc}: {self.remaining}/{self.total} unanswered, age {now - self.born:.1f} s, "
+                f"idle {now - self.progress:.1f} s, nodes {sorted(self.ranks)}, last: {self.last}")
 
 
 class RequestTracker:
@@ -166,6 +182,8 @@ class RequestTracker:
         p = self._pending.get(rid)
         if p is not None:
             p.ranks.add(rank)
+            p.progress = time.monotonic()
+            p.seen = (rank,)
 
     def on_reply(self, rid: int, count: int, sender: int = -1, payload: Any = None,
                  error: BaseException | None = None) -> bool:
@@ -184,6 +202,8 @@ class RequestTracker:
             if self._pending.get(rid) is not p:
                 return False
             p.remaining -= count
+            p.progress = time.monotonic()
+            p.seen = (sender, count, error is not None)
             finished = error is not None or p.remaining <= 0
             if finished:
                 del self._pending[rid]
@@ -202,6 +222,29 @@ class RequestTracker:
         for _, p in hit:
             p.future._resolve(None, error_for())
         return len(hit)
+
+    def expire(self, now: float, timeout: float, error_for: Callable[..., BaseException]) -> list[str]:
+        """Fail every request without progress (a send or reply) for `timeout` seconds with
+        error_for(desc, age, idle, remaining, total, ranks, seen); returns their descriptions."""
+        with self._lock:
+            hit = [(rid, p) for rid, p in self._pending.items() if now - p.progress > timeout]
+            for rid, _ in hit:
+                del self._pending[rid]
+        for _, p in hit:
+            p.future._resolve(None, error_for(p.future.desc, now - p.born, now - p.progress, p.remaining, p.total,
+                                              sorted(p.ranks), p.last))
+        return [p.describe(now) for _, p in hit]
+
+    def describe(self, limit: int = 20) -> list[str]:
+        """One line per outstanding request (the oldest `limit`), for debug dumps."""
+        now = time.monotonic()
+        with self._lock:
+            pending = sorted(self._pending.values(), key=lambda p: p.born)
+        lines = [f"outstanding requests: {len(pending)}"]
+        lines += ["  " + p.describe(now) for p in pending[:limit]]
+        if len(pending) > limit:
+            lines.append(f"  ... and {len(pending) - limit} more")
+        return lines
 
     def fail_all(self, error_for: Callable[[], BaseException]) -> None:
         with self._lock:

@@ -6,15 +6,23 @@
 Threads and ownership: the thread that calls `init()` owns the Node's lifecycle (`table()`,
 `run()`, `shutdown()`). pskv-server reads the inbox and dispatches: requests to `Server`,
 replies to `RequestTracker`, coordinator messages to `CoordinatorClient`; it also sends
-heartbeats. Worker threads call `Table`/`Worker` methods. `_failure` is written once, by the
-first failure (any thread); every API call checks it, so no call blocks on a broken cluster.
+heartbeats, and fails requests that made no progress for `request_timeout`. Worker threads
+call `Table`/`Worker` methods. `_failure` is written once, under `_fail_lock`, by the first
+failure (any thread); every API call checks it, so no call blocks on a broken cluster, and
+each raises a fresh copy of it (`_failed()`), chained to the original cause.
+
+`SIGUSR1` makes every node of this process log its outstanding requests, deferred requests,
+collectives and queues (`debug_state()`), so a hang explains itself.
 """
 
 from __future__ import annotations
 
 import atexit
+import copy
 import dataclasses
 import logging
+import signal
+import sys
 import threading
 import time
 import weakref
@@ -22,12 +30,14 @@ import zlib
 from typing import Callable
 
 import numpy as np
+import zmq
 
 from . import updaters
 from .config import NodeConfig, split_address
 from .consistency import Clocks, Consistency, PushBuffer, RowCache, as_consistency
 from .coordinator import Coordinator, CoordinatorClient
-from .errors import ClosedError, ProtocolError, PskvError, RemoteError, TableError, TransportError, UnknownTable
+from .errors import (ClosedError, NodeFailure, ProtocolError, PskvError, RemoteError, RequestStalled, TableError,
+                     TransportError, UnknownTable)
 from .future import Future, RequestTracker
 from .protocol import (COORDINATOR, RELOCATION, REPLIES, REQUESTS, Kind, control_payload, frame_bytes, unpack,
                        unpack_header)
@@ -73,7 +83,8 @@ class Node:
         self.config = config
         self.rank = config.rank
         self.num_nodes = config.num_nodes
-        self._failure: BaseException | None = None
+        self._failure: NodeFailure | None = None  # the first failure; see _fail()
+        self._fail_lock = threading.Lock()  # guards writing _failure
         self._closed = False
         self._tables: dict[str, TableState] = {}
         self._by_id: dict[int, TableState] = {}
@@ -86,12 +97,13 @@ class Node:
         self._transport.set_address(COORDINATOR, self.config.coordinator)
         self.store = Store()
         self.tracker = RequestTracker(health=self._check)
+        self._next_expiry = 0.0  # pskv-server: when to look for stalled requests next
         self.consistency = as_consistency(config.consistency)  # the default of this node's tables
         self.clocks = Clocks(lambda clock, seq: self.client.report_clock(clock, seq), self._flush_buffers, self._check)
         self.server = Server(self.store, self.send, self.rank, lambda: self.cluster, self.tracker,
                              lambda table_id: self._by_id[table_id].placement.bounds)
         self.client = CoordinatorClient(lambda frames: self._transport.send(COORDINATOR, frames), self.rank,
-                                        self.config, self._on_failure, self.clocks.on_global)
+                                        self.config, self._fail, self.clocks.on_global, health=self._check)
         self._local_barrier = _LocalBarrier(self)
         self._main_worker: Worker | None = None
         self._replica_sync = ReplicaSync(self)
@@ -104,6 +116,8 @@ class Node:
             self._teardown()
             raise
         atexit.register(_exit_hook, weakref.ref(self))
+        _live_nodes.add(self)
+        _install_dump_handler()
         log.info("node %d/%d up at %s", self.rank, self.num_nodes, self._transport.address)
 
     @property
@@ -117,13 +131,14 @@ class Node:
             coord = Coordinator(1, "127.0.0.1", 0, cfg).start()
             self.config = dataclasses.replace(cfg, coordinator=coord.address)
             return coord
-        if cfg.rank != 0:
-            return None
+        if cfg.rank != 0 or cfg.external_coordinator:
+            return None  # `pskv launch` (PSKV_EXTERNAL_COORDINATOR=1) runs it
         host, port = split_address(cfg.coordinator)
         try:
             coord = Coordinator(cfg.num_nodes, host, port, cfg)
-        except TransportError:
-            return None  # bound already (the launcher runs it) or not our address: use the one there
+        except TransportError as exc:
+            raise TransportError(f"node 0 cannot start the coordinator at {cfg.coordinator}: "
+                                 f"{_bind_problem(exc, host, port)}") from exc
         return coord.start()
 
     # ---- public API -----------------------------------------------------------------------------
@@ -284,10 +299,16 @@ class Node:
         node's rows), then stop the threads and close the sockets. Idempotent."""
         if self._closed:
             return
-        if self._failure is None and not self.client.bye(timeout) and self._failure is None:
-            self._abort(f"node {self.rank} left before every node said bye (timeout {timeout} s)",
-                        ClosedError(f"node {self.rank} was shut down"))
+        failed_before = self._failure is not None
+        if not failed_before and not self.client.bye(timeout):
+            if self.client.failure is not None:  # the cluster failed while we waited: say so
+                self._fail(self.client.failure)
+            else:
+                self._abort(f"node {self.rank} left before every node said bye (timeout {timeout} s)",
+                            ClosedError(f"node {self.rank} was shut down"))
         self._teardown()
+        if not failed_before and self._failure is not None and not isinstance(self._failure.__cause__, ClosedError):
+            raise self._failed()
 
     close = shutdown
 
@@ -295,7 +316,8 @@ class Node:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc is not None and self._failure is None:
+        clean = exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None))
+        if not clean and self._failure is None:
             self._abort(f"node {self.rank} left with {exc!r}", exc)
         self.shutdown()
 
@@ -311,7 +333,7 @@ class Node:
         if self._closed:
             raise ClosedError(f"node {self.rank} was shut down; create a new one with pskv.init()")
         if self._failure is not None:
-            raise self._failure
+            raise self._failed()
 
     def _table_state(self, name: str) -> TableState:
         self._check()
@@ -328,21 +350,34 @@ class Node:
         return self._main_worker
 
     # ---- failure and teardown -------------------------------------------------------------------
-    def _on_failure(self, exc: BaseException) -> None:
-        if self._failure is None:
-            self._failure = exc
-        self.tracker.fail_all(lambda: exc)
-        self._local_barrier.break_(exc)
+    def _fail(self, error: NodeFailure) -> bool:
+        """Record the node's first failure and fail everything that waits; False if one was recorded."""
+        with self._fail_lock:
+            if self._failure is not None:
+                return False
+            self._failure = error
+        self.tracker.fail_all(self._failed)
+        self._local_barrier.break_(self._failed)
+        return True
+
+    def _failed(self) -> NodeFailure:
+        """A fresh copy of the first failure (its own traceback), chained to its cause."""
+        exc = copy.copy(self._failure)
+        exc.__cause__ = self._failure.__cause__ or self._failure
+        return exc
 
     def _abort(self, reason: str, exc: BaseException) -> None:
-        """This node cannot go on: tell the others, and make local calls fail fast."""
-        if self._failure is not None:
+        """This node cannot go on: fail local calls first (so they all raise the same error,
+        whatever comes back from the coordinator), then tell the others."""
+        error = NodeFailure(f"node {self.rank} stopped: {reason}; every node of the cluster stops with it",
+                            self.rank, self._transport.address)
+        error.__cause__ = exc
+        if not self._fail(error):
             return
         try:
             self.client.abort(reason)
         except PskvError:
             pass
-        self._on_failure(exc if isinstance(exc, PskvError) else PskvError(f"node {self.rank}: {reason}"))
 
     def _teardown(self) -> None:
         self._closed = True
@@ -350,10 +385,43 @@ class Node:
         self._replica_sync.stop()
         self._thread.join(5)
         self.tracker.fail_all(lambda: ClosedError(f"node {self.rank} was shut down while the request was pending"))
-        self._local_barrier.break_(ClosedError(f"node {self.rank} was shut down"))
+        self._local_barrier.break_(lambda: ClosedError(f"node {self.rank} was shut down"))
+        _live_nodes.discard(self)
         self._transport.close()
         if self._coordinator is not None:
             self._coordinator.close()
+
+    # ---- liveness ------------------------------------------------------------------------------
+    def _expire(self, now: float) -> None:
+        """pskv-server: fail requests without progress for request_timeout; log why, once per batch."""
+        timeout = self.config.request_timeout
+        stalled = self.tracker.expire(now, timeout, self._stalled)
+        if stalled:
+            log.error("node %d: %d request(s) made no progress for %g s (PSKV_REQUEST_TIMEOUT); the first: %s\n%s",
+                      self.rank, len(stalled), timeout, stalled[0], self.debug_state())
+
+    def _stalled(self, desc: str, age: float, idle: float, remaining: int, total: int, ranks: list[int],
+                 seen: str) -> RequestStalled:
+        where = f"sent to node(s) {ranks}" if ranks else "not sent to any node"
+        address = (self.client.addresses or {}).get(ranks[0], "") if ranks else ""
+        return RequestStalled(
+            f"{desc}: no progress for {idle:.1f} s (request_timeout {self.config.request_timeout:g} s, age "
+            f"{age:.1f} s), {remaining} of {total} key(s) unanswered, {where}; last seen: {seen}. The node(s) may "
+            "be hung, overloaded or unreachable: their logs (or SIGUSR1 to them) show what they wait for; raise "
+            "PSKV_REQUEST_TIMEOUT if they are only slow", ranks[0] if ranks else -1, address, desc, ranks)
+
+    def debug_state(self) -> str:
+        """What this node waits for, as text: outstanding and deferred requests, collectives, clocks,
+        worker barrier, queues. Any thread; never blocks on the cluster. Also logged on SIGUSR1."""
+        lines = [f"pskv node {self.rank}/{self.num_nodes} ({'closed' if self._closed else 'failed: ' + str(self._failure) if self._failure else 'up'}) "
+                 f"at {self._transport.address}"]
+        lines += ["  " + line for line in self.tracker.describe()]
+        lines += ["  " + line for line in self.server.describe()]
+        lines += ["  " + line for line in self.client.describe()]
+        lines.append(f"  {self._local_barrier!r}")
+        lines.append(f"  clocks: global={self.clocks.global_clock} waits={self.clocks.waits}")
+        lines.append(f"  transport: {self._transport!r}")
+        return "\n".join(lines)
 
     # ---- pskv-server thread ---------------------------------------------------------------------
     def _serve(self) -> None:
@@ -362,7 +430,11 @@ class Node:
                 frames = self._transport.recv(0.05)
                 if frames is not None:
                     self._dispatch(frames)
-                self.client.check(time.monotonic())
+                now = time.monotonic()
+                self.client.check(now)
+                if now >= self._next_expiry:
+                    self._next_expiry = now + min(1.0, self.config.request_timeout / 4)
+                    self._expire(now)
             except Exception:  # garbage must never kill the server thread
                 self.dropped += 1
                 log.exception("node %d: error while dispatching a message", self.rank)
@@ -432,7 +504,7 @@ class _LocalBarrier:
         self._members: set[int] = set()
         self._arrived = 0
         self._generation = 0
-        self._error: BaseException | None = None
+        self._error: Callable[[], BaseException] | None = None  # makes the error each waiter raises
 
     def join(self, worker: Worker) -> None:
         with self._cond:
@@ -460,7 +532,7 @@ class _LocalBarrier:
             while self._generation == gen and self._error is None:
                 self._cond.wait(0.2)
             if self._error is not None:
-                raise self._error
+                raise self._error()
 
     def _lead(self, timeout: float | None) -> None:
         error = None
@@ -473,16 +545,22 @@ class _LocalBarrier:
             self._arrived = 0
             self._generation += 1
             if error is not None and self._error is None:
-                self._error = error
+                self._error = lambda: copy.copy(error)
             self._cond.notify_all()
         if error is not None:
             raise error
 
-    def break_(self, error: BaseException) -> None:
+    def break_(self, error_for: Callable[[], BaseException]) -> None:
+        """Fail every waiting and later wait() with a fresh error_for() each."""
         with self._cond:
             if self._error is None:
-                self._error = error
+                self._error = error_for
             self._cond.notify_all()
+
+    def __repr__(self) -> str:
+        with self._cond:
+            return (f"<worker barrier members={len(self._members)} arrived={self._arrived} "
+                    f"generation={self._generation}{' broken' if self._error else ''}>")
 
 
 def _consistency_stats(s: TableState) -> dict:
@@ -496,6 +574,39 @@ def _consistency_stats(s: TableState) -> dict:
     if s.aggregator is not None:
         out.update(aggregated_rounds=s.aggregator.rounds, aggregated_messages=s.aggregator.messages)
     return out
+
+
+def _bind_problem(exc: TransportError, host: str, port: int) -> str:
+    """Why binding the coordinator's port failed, and what to do, in words."""
+    errno = getattr(exc.__cause__, "errno", None)
+    if errno == zmq.EADDRINUSE:
+        return (f"port {port} is already in use (another pskv cluster or another program holds it); choose a free "
+                f"port in PSKV_COORDINATOR, or stop what listens there (`ss -ltnp | grep :{port}`)")
+    if errno == zmq.EADDRNOTAVAIL:
+        return (f"{host} is not an address of this machine; node 0 starts the coordinator when no launcher runs "
+                "one, so PSKV_COORDINATOR must name node 0's machine (or use `pskv launch`)")
+    return str(exc)
+
+
+_live_nodes: "weakref.WeakSet[Node]" = weakref.WeakSet()  # for the SIGUSR1 dump
+_dump_installed = False
+
+
+def _install_dump_handler() -> None:
+    """SIGUSR1 logs every live node's debug_state() to stderr (main thread only; never replaces
+    a handler the program installed itself)."""
+    global _dump_installed
+    if _dump_installed or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
+        return
+    if signal.getsignal(signal.SIGUSR1) not in (signal.SIG_DFL, None):
+        return
+    signal.signal(signal.SIGUSR1, _dump)
+    _dump_installed = True
+
+
+def _dump(signum=None, frame=None) -> None:
+    for node in list(_live_nodes):
+        print(node.debug_state(), file=sys.stderr, flush=True)
 
 
 def _exit_hook(ref) -> None:

@@ -68,6 +68,7 @@ class Kind(enum.IntEnum):
     ABORT = 31
     CLOCK = 32  # node -> coordinator: every update stamped < clock is applied (SSP/BSP)
     GLOBAL_CLOCK = 33  # coordinator -> nodes: the minimum of the nodes' clocks
+    STALLED = 34  # coordinator -> nodes: a collective some nodes never joined; the cluster stops
 
 
 REQUESTS = frozenset({Kind.PULL, Kind.PUSH, Kind.SET})

@@ -15,7 +15,10 @@ Threads and ownership: everything here runs in the node's pskv-server thread. It
 only through `Shard` methods (stripe locks), and writes the manager map `Shard.owner` and
 `_deferred`, which no other thread touches. Guarantees: one sender's requests are applied in
 the order sent; a key has one owner at any instant, so no update is lost or applied twice; a
-bad request gets an ERROR reply and changes nothing.
+bad request gets an ERROR reply and changes nothing. Every request that reaches `handle` ends
+in a reply: its answer, or an ERROR naming what failed (also for an unexpected exception, and for
+each deferred operation whose replay fails); if even that cannot be sent, the origin's
+request_timeout reports it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import kernels
+from . import _hooks, kernels
 from .errors import ProtocolError
 from .future import RequestTracker
 from .protocol import POSITIONS, REQUESTS, STATE, Header, Kind, Payload, dtype_code, unpack
@@ -59,6 +62,8 @@ class Server:
         """Apply one request or relocation message (ERROR to its origin on any problem)."""
         self.requests += 1
         try:
+            if _hooks.reach("server.handle", node=self.rank, header=header):
+                return  # a test drops it: a hung or lost server
             shard = self._store.get(header.table)
             if shard is None:
                 raise ProtocolError(f"node {self.rank} has no table with id {header.table}")
@@ -78,13 +83,28 @@ class Server:
                 if header.table not in self.aggregators:
                     raise ProtocolError(f"{header!r}: table {shard.spec.name!r} is not aggregated on node {self.rank}")
                 self.aggregators[header.table](header, payload)
-        except ProtocolError as exc:
-            self.errors += 1
+        except Exception as exc:  # noqa: BLE001 - answered with an ERROR, never dropped
+            self._reject(header, exc)
+
+    def _reject(self, header: Header, exc: Exception) -> None:
+        """Answer a request that failed here with ERROR (or fail our own localize for a TRANSFER)."""
+        self.errors += 1
+        if isinstance(exc, ProtocolError):
             log.warning("node %d rejected %r: %s", self.rank, header, exc)
-            if header.kind == Kind.TRANSFER and self._tracker is not None:  # our own localize: fail it here
-                self._tracker.on_reply(header.request_id, 0, header.sender, error=exc)
-            elif self._store.get(header.table) is not None and self._is_node(header.table, header.origin):
-                self._send(header.origin, [self._reply_header(header, Kind.ERROR).pack(), str(exc).encode()])
+            message = str(exc)
+        else:
+            log.error("node %d failed while handling %r", self.rank, header, exc_info=exc)
+            message = f"node {self.rank} failed while handling {header!r}: {exc!r}"
+        if header.kind == Kind.TRANSFER and self._tracker is not None:  # our own localize: fail it here
+            error = exc if isinstance(exc, ProtocolError) else ProtocolError(message)
+            self._tracker.on_reply(header.request_id, 0, header.sender, error=error)
+            return
+        if self._store.get(header.table) is None or not self._is_node(header.table, header.origin):
+            return  # garbage: no one to answer
+        try:
+            self._send(header.origin, [self._reply_header(header, Kind.ERROR).pack(), message.encode()])
+        except Exception:  # noqa: BLE001 - the origin's request_timeout reports the request
+            log.exception("node %d could not send ERROR for %r to node %d", self.rank, header, header.origin)
 
     def _check(self, header: Header, p: Payload, shard: Shard) -> None:
         spec = shard.spec
@@ -227,6 +247,7 @@ class Server:
             raise ProtocolError("TRANSFER with duplicate keys")
         if (shard.slot[keys] >= 0).any():  # the manager made us owner (we may not have asked: accept), twice is wrong
             raise ProtocolError(f"TRANSFER of keys node {self.rank} already owns")
+        _hooks.reach("server.transfer", node=self.rank, keys=keys)
         shard.insert(keys, p.values, p.state)
         self.relocated_in += len(keys)
         shard.relocated_in += len(keys)
@@ -270,10 +291,22 @@ class Server:
             del self._deferred[table]
 
     def _replay(self, w: "_Waiting", shard: Shard) -> None:
-        if w.header.kind == Kind.HANDOVER:
-            self._handover(w.header, w.keys, shard)
-        else:
-            self._serve(w.header, Payload(w.keys, w.positions, w.values, None), shard)
+        """Apply one waiting operation; if it fails, its origin hears so and the others still run."""
+        try:
+            if w.header.kind == Kind.HANDOVER:
+                self._handover(w.header, w.keys, shard)
+            else:
+                self._serve(w.header, Payload(w.keys, w.positions, w.values, None), shard)
+        except Exception as exc:  # noqa: BLE001 - answered with an ERROR, never dropped
+            self._reject(w.header, exc)
+
+    def describe(self, limit: int = 10) -> list[str]:
+        """Deferred operations per table (the oldest `limit`), for debug dumps. Racy reads: debug only."""
+        lines = []
+        for table, waiting in list(self._deferred.items()):
+            lines.append(f"deferred on table {table}: {len(waiting)} operation(s) waiting for a TRANSFER")
+            lines += [f"  {w!r}" for w in list(waiting)[:limit]]
+        return lines or ["deferred operations: none"]
 
     def _is_node(self, table: int, rank: int) -> bool:
         return 0 <= rank < len(self._bounds(table)) - 1

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from . import kernels, sampling
+from . import _hooks, kernels, sampling
 from .errors import DTypeError, ProtocolError, ShapeError, TableError
 from .future import Future, wait as wait_futures
 from .protocol import Header, Kind, dtype_code
@@ -118,6 +118,7 @@ class Table:
             keys = keys[~shard.replicas.mask(keys)]
         if not len(keys) or shard.owned(keys).all():
             return Future.completed(None, f"localize {self.name!r}")
+        _hooks.reach("localize.checked", node=self._node.rank, keys=keys)
         fresh = shard.mark_incoming(keys)  # absent keys are now "on their way here"
         waiting = keys[shard.slot[keys] < 0]
         rid, fut = self._node.tracker.new_request(len(waiting), desc=f"localize on table {self.name!r}")

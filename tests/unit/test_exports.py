@@ -15,7 +15,7 @@ PUBLIC_CLASSES = [
     # errors
     "PskvError", "TableError", "UnknownTable", "KeyOutOfRange", "ShapeError", "DTypeError", "TableMismatch",
     "ClusterError", "NodeFailure", "BarrierTimeout", "CoordinatorUnreachable", "TransportError", "ProtocolError",
-    "RemoteError", "ClosedError", "ConfigError", "AggregationError",
+    "RemoteError", "ClosedError", "ConfigError", "AggregationError", "RequestStalled", "CollectiveStalled",
     # the API objects
     "Node", "Worker", "Table", "Future",
     # initialisers and updaters

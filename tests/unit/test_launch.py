@@ -92,7 +92,8 @@ def test_start_local_env_per_rank(cluster_factory, fake_coordinator):
     for rank in range(3):
         env = json.loads(cluster.output(rank))
         assert env == {"PSKV_COORDINATOR": "127.0.0.1:4999", "PSKV_NUM_NODES": "3",
-                       "PSKV_RANK": str(rank), "PSKV_HOST": "127.0.0.1", "PSKV_THREADS": "2"}
+                       "PSKV_RANK": str(rank), "PSKV_HOST": "127.0.0.1", "PSKV_THREADS": "2",
+                       "PSKV_EXTERNAL_COORDINATOR": "1"}
     (coord,) = fake_coordinator.made
     assert coord.num_nodes == 3 and coord.host == "127.0.0.1"
     cluster.shutdown()
@@ -116,7 +117,7 @@ def test_node_env_writes_per_node_vars_at_defaults():
     """Rank 0 and one thread are written even though they are NodeConfig's defaults."""
     env = node_env(NodeConfig(coordinator="h:1", num_nodes=2, rank=0))
     assert env == {"PSKV_COORDINATOR": "h:1", "PSKV_NUM_NODES": "2", "PSKV_RANK": "0",
-                   "PSKV_HOST": "127.0.0.1", "PSKV_THREADS": "1"}
+                   "PSKV_HOST": "127.0.0.1", "PSKV_THREADS": "1", "PSKV_EXTERNAL_COORDINATOR": "0"}
 
 
 @pytest.mark.timeout(60)

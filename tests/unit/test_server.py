@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pskv.errors import TransportError
+
 from pskv import updaters
 from pskv.future import RequestTracker
 from pskv.protocol import POSITIONS, Header, Kind, dtype_code, unpack, unpack_header
@@ -82,3 +84,39 @@ def test_transfer_replays_duplicate_keys_of_a_waiting_push():
     server.handle(h, [h.pack(), np.array([3, 4], np.int64).tobytes(), np.zeros((2, DIM), np.float32).tobytes()])
     assert sum(unpack_header(f[0]).n_keys for _, f in sent) == 3
     np.testing.assert_array_equal(shard.data[shard.slot[[3, 4]], 0], [5, 2])
+
+
+def test_unexpected_server_exception_is_answered_with_error():
+    """Any exception while serving (not only ProtocolError) answers the origin with ERROR."""
+    server, shard, sent = _server()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    shard.pull = broken
+    server.handle(*_msg(Kind.PULL, [11, 12], origin=2))
+    assert [(rank, unpack_header(frames[0]).kind) for rank, frames in sent] == [(2, Kind.ERROR)]
+    assert "RuntimeError('disk on fire')" in bytes(sent[0][1][1]).decode()
+
+
+def test_failed_replay_does_not_drop_later_deferred_operations():
+    """A deferred op whose replay fails (its reply cannot be sent) gets an ERROR attempt; the ops after it
+    still run (before, every later deferred op was silently dropped)."""
+    store_server, shard, sent = _server()
+    keys = np.array([3, 4], np.int64)
+    shard.slot[keys] = -2  # incoming
+    store_server.handle(*_msg(Kind.PUSH, keys, origin=2, values=np.ones((2, DIM))))  # its ACK will fail
+    store_server.handle(*_msg(Kind.PULL, keys, origin=0))  # waits after it
+    real = store_server._send
+
+    def send(rank, frames):
+        if rank == 2:
+            raise TransportError("sending to node 2 timed out")
+        real(rank, frames)
+
+    store_server._send = send
+    h = Header(Kind.TRANSFER, cluster=7, sender=0, origin=1, table=1, request_id=9, n_keys=2, dim=DIM, dtype=_F32,
+               key_dtype=_KEYS)
+    store_server.handle(h, [h.pack(), keys.tobytes(), np.zeros((2, DIM), np.float32).tobytes()])
+    assert [(rank, unpack_header(frames[0]).kind) for rank, frames in sent] == [(0, Kind.PULL_REPLY)]
+    assert store_server._deferred == {} and store_server.errors == 1

@@ -1,0 +1,36 @@
+"""Test-only interleaving points: a test installs a function at a named point to force a race.
+
+    with _hooks.installed("server.transfer", fn):   # fn(**context) runs each time the point is reached
+        ...
+
+Production code calls `reach(name, **context)` at a few places where a thread hands work to
+another (the ownership check of a localize, a TRANSFER about to land). With nothing installed a
+point costs one dict lookup. The registry is process-wide on purpose: the race it forces spans
+threads of several nodes in one process, which is exactly where a constructor-passed hook could
+not reach.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator
+
+_points: dict[str, Callable[..., None]] = {}
+
+
+def reach(name: str, **context) -> bool:
+    """Run the hook at `name`, if any; True if it asks the caller to drop what it handles."""
+    fn = _points.get(name)
+    return bool(fn(**context)) if fn is not None else False
+
+
+@contextlib.contextmanager
+def installed(name: str, fn: Callable[..., None]) -> Iterator[None]:
+    """Run fn(**context) at point `name` inside the block (a true result: drop the message there)."""
+    if name in _points:
+        raise RuntimeError(f"a hook is already installed at {name!r}")
+    _points[name] = fn
+    try:
+        yield
+    finally:
+        del _points[name]

@@ -1,0 +1,266 @@
+"""Liveness: every request ends exactly once (value or error), stalls and broken collectives fail
+loudly on every node, and errors after a failure do not depend on timing.
+
+Nodes run in threads of this process (node 0 hosts the coordinator); `pskv._hooks` forces the
+interleavings that made requests hang.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import pskv
+from pskv import _hooks
+from pskv.errors import CollectiveStalled, NodeFailure, RemoteError, RequestStalled, TransportError
+from pskv.future import RequestTracker
+from pskv.protocol import Kind
+
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = dict(heartbeat_interval=0.1, rendezvous_timeout=20.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def together(*fns: Callable[[], object], timeout: float = 40) -> list:
+    """Run each fn in its own thread at once; return each one's result or the exception it raised."""
+    results: list = [None] * len(fns)
+
+    def body(i, fn):
+        try:
+            results[i] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            results[i] = exc
+
+    threads = [threading.Thread(target=body, args=(i, fn), name=f"test-liveness-{i}", daemon=True)
+               for i, fn in enumerate(fns)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), f"calls still running after {timeout} s"
+    return results
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def cluster():
+    """`start(n, **config) -> [Node]`: n nodes in threads of this process, shut down at teardown."""
+    started: list = []
+
+    def start(n: int = 2, **config) -> list:
+        address = f"127.0.0.1:{free_port()}"
+        nodes = together(*[lambda r=r: pskv.init(coordinator=address, num_nodes=n, rank=r, **(FAST | config))
+                           for r in range(n)])
+        started.extend(x for x in nodes if isinstance(x, pskv.Node))
+        assert all(isinstance(x, pskv.Node) for x in nodes), nodes
+        return nodes
+
+    try:
+        yield start
+    finally:
+        together(*[lambda x=x: _quiet(lambda: x.shutdown(timeout=5)) for x in started])
+
+
+def _quiet(fn):
+    try:
+        return fn()
+    except pskv.PskvError as exc:
+        return exc
+
+
+# ---- every request ends ----------------------------------------------------------------------------
+
+
+def test_request_with_nothing_outstanding_completes_at_once():
+    """A request registered for 0 keys is complete: no reply will ever come for it."""
+    tracker = RequestTracker()
+    rid, fut = tracker.new_request(0, result="r")
+    assert fut.done() and fut.wait(0) == "r" and len(tracker) == 0
+    assert tracker.on_reply(rid, 0) is False  # nothing registered under it
+
+
+def test_localize_racing_its_own_transfer_completes(cluster):
+    """The stuck localize: a second localize checks ownership while the first one's TRANSFER is on its way,
+    then the TRANSFER lands before it marks keys incoming. It waits for 0 keys and must complete at once
+    (it hung forever before the fix)."""
+    nodes = cluster(2)
+    together(*[lambda n=n: n.table("t", rows=10, dim=2) for n in nodes])
+    table = nodes[0].worker().table("t")
+    key = np.array([7])  # managed and owned by node 1
+    checked = threading.Event()
+    calls = []
+
+    def hold_transfer(node, keys):
+        if node == 0:
+            assert checked.wait(10), "the second localize never checked ownership"
+
+    def after_check(node, keys):
+        calls.append(node)
+        if len(calls) == 2:  # the second localize: let the first TRANSFER land now, then go on
+            checked.set()
+            shard = nodes[0]._tables["t"].shard
+            wait_until(lambda: shard.slot[7] >= 0, 10, "the first TRANSFER landed")
+
+    with _hooks.installed("server.transfer", hold_transfer), _hooks.installed("localize.checked", after_check):
+        first = table.localize(key)
+        second = table.localize(key)
+        assert second.wait(10) is None
+        assert first.wait(10) is None
+    assert calls == [0, 0] and nodes[0]._tables["t"].shard.owned(key).all()
+    table.push(key, np.ones((1, 2)))
+    np.testing.assert_array_equal(nodes[1].worker().table("t").pull(key, timeout=10), [[1, 1]])
+
+
+def test_stalled_request_fails_with_request_stalled(cluster):
+    """A pull whose server never answers fails after request_timeout with RequestStalled naming table, kind,
+    key count, destination and what was seen last; the node goes on working."""
+    nodes = cluster(2, request_timeout=1.0, failure_timeout=30.0)
+    together(*[lambda n=n: n.table("emb", rows=10, dim=2) for n in nodes])
+    release = threading.Event()
+
+    def swallow(node, header):
+        if node == 1 and header.kind == Kind.PULL and not release.is_set():
+            return True  # dropped: as if node 1 hung
+
+    table = nodes[0].worker().table("emb")
+    with _hooks.installed("server.handle", swallow):
+        fut = table.pull_async(np.array([6, 7, 8]))
+        with pytest.raises(RequestStalled) as info:
+            fut.wait(30)
+    release.set()
+    err = info.value
+    assert "pull on table 'emb' by node 0" in str(err) and "3 of 3 key(s) unanswered" in str(err), err
+    assert "sent to node(s) [1]" in str(err) and "last seen: sent to node 1" in str(err), err
+    assert err.node_id == 1 and err.destinations == [1] and isinstance(err, NodeFailure)
+    np.testing.assert_array_equal(table.pull(np.array([6]), timeout=10), [[0, 0]])  # not a node failure
+
+
+def test_error_reply_fails_the_request_with_remote_error(cluster):
+    """A server-side failure reaches the caller as RemoteError naming the node."""
+    nodes = cluster(2)
+    together(*[lambda n=n: n.table("t", rows=10, dim=1) for n in nodes])
+
+    def explode(node, header):
+        if node == 1 and header.kind == Kind.PUSH:
+            raise RuntimeError("boom")
+
+    with _hooks.installed("server.handle", explode):
+        with pytest.raises(RemoteError, match="node 1 failed while handling .*RuntimeError\\('boom'\\)"):
+            nodes[0].worker().table("t").push(np.array([9]), np.ones((1, 1))).wait(10)
+
+
+# ---- collectives -------------------------------------------------------------------------------------
+
+
+def test_node_that_skips_a_table_declaration_fails_every_node(cluster):
+    """Node 1 skips table() and shuts down: node 0's table() and node 1's shutdown() both raise
+    CollectiveStalled naming node 1, at once (not after a timeout)."""
+    nodes = cluster(2)
+    declared, left = together(lambda: nodes[0].table("only-on-0", rows=4), lambda: nodes[1].shutdown(timeout=30),
+                              timeout=20)
+    for exc in (declared, left):
+        assert isinstance(exc, CollectiveStalled), exc
+        assert exc.missing == [1] and "node 1 called shutdown() without declaring it" in str(exc), exc
+        assert "'only-on-0'" in str(exc)
+
+
+def test_collective_no_node_joins_fails_on_every_node_naming_it(cluster):
+    """A barrier node 1 never joins (it waits in a table declaration instead) fails on both nodes after
+    collective_timeout with CollectiveStalled naming node 1 and what it waits in."""
+    nodes = cluster(2, collective_timeout=1.0)
+    results = together(lambda: nodes[0].worker().barrier(), lambda: nodes[1].table("t", rows=4), timeout=30)
+    for exc in results:
+        assert isinstance(exc, CollectiveStalled), exc
+        assert exc.missing == [1] and "did not join within 1 s" in str(exc), exc
+        assert "node 1 waits in table declaration #0" in str(exc), exc
+
+
+# ---- errors that do not depend on timing ---------------------------------------------------------------
+
+
+def test_after_a_worker_exception_every_call_raises_a_fresh_node_failure(node):
+    """The raising worker's own exception reaches node.run(); every later call raises NodeFailure chained to
+    it, a new object with a traceback of the same length each time."""
+    node.table("t", rows=4)
+
+    def body(w):
+        w.table("t").pull([99])
+
+    with pytest.raises(pskv.KeyOutOfRange):
+        node.run(body)
+    errors = []
+    for _ in range(3):
+        with pytest.raises(NodeFailure) as info:
+            node.worker()
+        errors.append(info.value)
+    assert len({id(e) for e in errors}) == 3
+    assert len({len(traceback.extract_tb(e.__traceback__)) for e in errors}) == 1
+    for e in errors:
+        assert isinstance(e.__cause__, pskv.KeyOutOfRange) and e.node_id == 0
+        assert "node 0 stopped: worker thread 0 raised KeyOutOfRange" in str(e), e
+
+
+def test_port_in_use_says_so_at_once():
+    """Node 0 that must start the coordinator on a busy port fails at once, naming the port."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        start = time.monotonic()
+        with pytest.raises(TransportError, match=f"port {port} is already in use"):
+            pskv.init(coordinator=f"127.0.0.1:{port}", num_nodes=2, rank=0, rendezvous_timeout=30)
+        assert time.monotonic() - start < 25  # well before the rendezvous timeout: it did not wait for peers
+
+
+# ---- a hang explains itself ----------------------------------------------------------------------------
+
+
+def test_debug_state_and_sigusr1_list_outstanding_requests(cluster, capfd):
+    """debug_state() names outstanding requests and deferred operations; SIGUSR1 prints it for every node."""
+    nodes = cluster(2, failure_timeout=30.0)
+    together(*[lambda n=n: n.table("t", rows=10, dim=1) for n in nodes])
+    release = threading.Event()
+
+    def swallow(node, header):
+        if node == 1 and not release.is_set():
+            return True  # dropped: as if node 1 hung
+
+    with _hooks.installed("server.handle", swallow):
+        fut = nodes[0].worker().table("t").pull_async(np.array([8, 9]))
+        state = nodes[0].debug_state()
+        assert "outstanding requests: 1" in state and "pull on table 't' by node 0: 2/2 unanswered" in state, state
+        assert "deferred operations: none" in state
+        if signal.getsignal(signal.SIGUSR1) is not pskv.node._dump:
+            pytest.skip("another handler owns SIGUSR1 in this process")  # pskv never replaces a program's own
+        os.kill(os.getpid(), signal.SIGUSR1)
+        err = ""
+        for _ in range(100):  # the handler runs in the main thread at the next bytecode boundary
+            err += capfd.readouterr().err
+            if "pskv node 0/2" in err and "pskv node 1/2" in err:
+                break
+            time.sleep(0.01)
+        assert "pskv node 0/2" in err and "pskv node 1/2" in err and "outstanding requests: 1" in err, err
+    release.set()
+    assert not fut.done()  # the dropped pull stays unanswered until request_timeout or shutdown
