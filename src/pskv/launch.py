@@ -158,6 +158,7 @@ class Cluster:
         self._done = threading.Event()  # set once every node has exited and been reaped
         self._shutdown_lock = threading.Lock()  # held for all of shutdown(); guards _closed
         self._closed = False
+        self._remote = False  # nodes run through ssh (a hostfile)
         self._watcher = threading.Thread(target=self._watch, name="pskv-launch-watch", daemon=True)
 
     def __repr__(self) -> str:
@@ -217,6 +218,20 @@ class Cluster:
                          f"exit {node.exit_code()}) ---")
             parts.extend(f"[node {node.rank}] {line}" for line in tail)
         return "\n".join(parts)
+
+    def dump(self) -> int:
+        """Ask every local node process to log what it waits for (SIGUSR1 to the node's own PID,
+        not its group: children keep their default action). Returns how many were asked."""
+        asked = 0
+        for node in self._nodes:
+            if node.host not in _LOOPBACK or self._remote:
+                continue  # an ssh client would die of it; dump remote nodes with `kill -USR1` there
+            with node.reap_lock:
+                if node.proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(node.proc.pid, signal.SIGUSR1)
+                        asked += 1
+        return asked
 
     def kill(self, rank: int, sig: int = signal.SIGKILL) -> None:
         """Send `sig` to node `rank` (its process group), e.g. to inject a fault."""
@@ -356,6 +371,7 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     base = NodeConfig.from_env({k: v for k, v in parent_env.items() if k.startswith("PSKV_")},
                                threads=threads, failure_timeout=failure_timeout)
     cluster = Cluster(echo=echo, log_dir=log_dir, grace=min(_MAX_GRACE, base.failure_timeout))
+    cluster._remote = hosts is not None
     try:
         if coordinator is not False:
             host = coordinator_host or _coordinator_host(hosts)
@@ -384,7 +400,7 @@ def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path |
     with _interrupt_on_sigterm():
         try:
             with start_local(nodes, command, threads=threads, hostfile=hostfile, echo=True,
-                             coordinator_host=coordinator_host) as cluster:
+                             coordinator_host=coordinator_host) as cluster, _dump_on_sigusr1(cluster):
                 while True:
                     # bounded waits: a signal the OS delivers to another of our threads runs its
                     # Python handler only when the main thread wakes up, so it must wake up
@@ -412,6 +428,24 @@ def _interrupt_on_sigterm():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _dump_on_sigusr1(cluster: Cluster):
+    """`kill -USR1 <launcher>`: every node logs its outstanding requests and collectives."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        asked = cluster.dump()
+        print(f"[launcher] SIGUSR1: asked {asked} node(s) to log what they wait for", file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def _start_coordinator(coordinator: bool | CoordinatorFactory, config: NodeConfig) -> Any:

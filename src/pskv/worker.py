@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from . import _hooks, kernels, sampling
-from .errors import DTypeError, ProtocolError, ShapeError, TableError
+from .errors import DTypeError, ProtocolError, RequestStalled, ShapeError, TableError
 from .future import Future, wait as wait_futures
 from .protocol import Header, Kind, dtype_code
 from .table import TableSpec, check_keys, check_values
@@ -192,7 +192,11 @@ class Table:
                 rest = np.flatnonzero(todo)
                 if not len(rest):
                     return Future.completed(out, self._desc(Kind.PULL))
-        self._node.clocks.wait_for(needed)
+        try:
+            self._node.clocks.wait_for(needed, self._node.config.collective_timeout)
+        except TimeoutError as exc:  # a worker somewhere stopped calling clock(): fail loudly, not forever
+            raise RequestStalled(f"{self._desc(Kind.PULL)}: {exc} (PSKV_COLLECTIVE_TIMEOUT); the node logs of the "
+                                 "slowest workers show where they are", request=self._desc(Kind.PULL)) from None
         st.buffer.flush_before_pull()  # read-my-writes: our buffered updates reach the owners first
         fresh = self._node.clocks.global_clock
         if st.cache is None:
