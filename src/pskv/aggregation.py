@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .errors import AggregationError, ProtocolError, TableError
+from .errors import AggregationError, ProtocolError, RequestStalled, TableError
 from .future import Future
 from .protocol import POSITIONS, ROUNDS, Header, Kind, Payload, dtype_code
 
@@ -143,6 +143,11 @@ class Aggregator:
         self._check_table()
         uk, inv = np.unique(keys, return_inverse=True)
         fut = Future(f"pull {self.spec.name!r} (aggregated)", self._node._check)
+        timeout = self._node.config.collective_timeout  # rounds wait for this node's other threads
+        fut.stall_after(timeout, lambda: RequestStalled(
+            f"pull of table {self.spec.name!r} (aggregated) by thread {worker.thread} of node {self._node.rank}: "
+            f"its round did not complete within {timeout:g} s (PSKV_COLLECTIVE_TIMEOUT); every open worker thread "
+            "of the node must push (or close) for a round to complete", self._node.rank, request=fut.desc))
         with self._lock:
             self._raise_error()
             th = self._thread(worker) if worker.thread >= 0 else None

@@ -240,7 +240,7 @@ class Coordinator:
         for seq, got in sorted(self._decls.items()):
             if rank not in got:
                 self._stall(f"table declaration #{seq} ({next(iter(got.values())).get('name', '?')!r}, declared by "
-                            f"node(s) {sorted(got)}): node {rank} called shutdown() without declaring it", [rank])
+                            f"node(s) {sorted(got)}): node(s) {[rank]} called shutdown() without declaring it", [rank])
                 return
         self._release_barriers()  # a node that left no longer holds barriers up
         self._release_clock()  # nor clocks

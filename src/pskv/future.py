@@ -28,12 +28,16 @@ class Future:
     `wait()` blocks until the request completed and returns its result (an ndarray for pulls,
     None otherwise) or raises its error. Thread-safe."""
 
-    __slots__ = ("_event", "_result", "_error", "_callbacks", "_lock", "_health", "desc")
+    __slots__ = ("_event", "_result", "_error", "_tb", "_callbacks", "_lock", "_health", "_deadline", "_on_stall",
+                 "desc")
 
     def __init__(self, desc: str = "", health: Callable[[], None] | None = None) -> None:
         self._event = threading.Event()
         self._result: Any = None
         self._error: BaseException | None = None
+        self._tb = None  # the error's traceback when it was delivered: each wait() raises it anew from there
+        self._deadline: float | None = None  # see stall_after()
+        self._on_stall: Callable[[], BaseException] | None = None
         self._callbacks: list[Callable[["Future"], None]] = []
         self._lock = threading.Lock()  # guards _callbacks against resolve; never held while calling them
         self._health = health  # raises if the node can no longer complete this (closed, failed)
@@ -56,11 +60,21 @@ class Future:
             while not self._event.wait(_POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))):
                 if self._health is not None and not self._event.is_set():
                     self._health()
+                if self._deadline is not None and time.monotonic() >= self._deadline:
+                    self._resolve(None, self._on_stall())
+                    break
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(f"{self.desc or 'request'} did not complete within {timeout} s")
         if self._error is not None:
-            raise self._error
+            raise self._error.with_traceback(self._tb)  # no growth: every wait() starts from the same traceback
         return self._result
+
+    def stall_after(self, seconds: float, error_for: Callable[[], BaseException]) -> "Future":
+        """A waiter fails this Future with error_for() once it has been pending `seconds` (for
+        Futures that no RequestTracker watches, e.g. ones that wait for other local threads)."""
+        self._deadline = time.monotonic() + seconds
+        self._on_stall = error_for
+        return self
 
     result = wait
 
@@ -101,6 +115,7 @@ class Future:
             if self._event.is_set():
                 return
             self._result, self._error = result, error
+            self._tb = None if error is None else error.__traceback__
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:

@@ -7,6 +7,7 @@ interleavings that made requests hang.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -182,7 +183,7 @@ def test_node_that_skips_a_table_declaration_fails_every_node(cluster):
                               timeout=20)
     for exc in (declared, left):
         assert isinstance(exc, CollectiveStalled), exc
-        assert exc.missing == [1] and "node 1 called shutdown() without declaring it" in str(exc), exc
+        assert exc.missing == [1] and "node(s) [1] called shutdown() without declaring it" in str(exc), exc
         assert "'only-on-0'" in str(exc)
 
 
@@ -264,3 +265,30 @@ def test_debug_state_and_sigusr1_list_outstanding_requests(cluster, capfd):
         assert "pskv node 0/2" in err and "pskv node 1/2" in err and "outstanding requests: 1" in err, err
     release.set()
     assert not fut.done()  # the dropped pull stays unanswered until request_timeout or shutdown
+
+
+def test_waiting_twice_on_a_failed_future_does_not_grow_its_traceback():
+    """Each wait() raises the stored error from the same starting traceback."""
+    tracker = RequestTracker()
+    _, fut = tracker.new_request(1, desc="pull")
+    tracker.fail_all(lambda: pskv.RemoteError("no"))
+    depths = []
+    for _ in range(3):
+        with pytest.raises(pskv.RemoteError) as info:
+            fut.wait(1)
+        depths.append(len(traceback.extract_tb(info.value.__traceback__)))
+    assert depths[0] == depths[1] == depths[2], depths
+
+
+def test_aggregated_pull_whose_round_never_completes_stalls(node):
+    """On an aggregate='node' table, a pull waiting for a thread that never pushes its round fails with
+    RequestStalled after collective_timeout instead of waiting forever."""
+    node.config = dataclasses.replace(node.config, collective_timeout=0.5)
+    node.table("agg", rows=4, aggregate="node")
+    a, b = node.worker(), node.worker()  # b never pushes: the round cannot complete
+    table = a.table("agg")
+    table.push([1], np.ones((1, 1)))
+    with pytest.raises(RequestStalled, match="its round did not complete within 0.5 s"):
+        table.pull([1])
+    a.close()
+    b.close()
