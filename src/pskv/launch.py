@@ -51,8 +51,8 @@ _MAX_GRACE = 5.0  # a failed cluster's survivors get at most this long to exit b
 _KILL_AFTER = 3.0  # then SIGTERM; SIGKILL whoever is left this much later
 _READER_JOIN = 2.0  # seconds to let the reader threads drain the pipes of exited nodes
 _KEPT_LINES = 100_000  # per node, for output(): bounded memory for a run that prints for days
-_PER_NODE_FIELDS = ("coordinator", "num_nodes", "rank", "host", "threads", "external_coordinator")
-_PER_NODE_VARS = tuple("PSKV_" + name.upper() for name in _PER_NODE_FIELDS)
+_PER_NODE_FIELDS = ("coordinator", "num_nodes", "rank", "host", "threads")  # written even at their defaults
+_PER_NODE_VARS = tuple("PSKV_" + name.upper() for name in _PER_NODE_FIELDS) + ("PSKV_EXTERNAL_COORDINATOR",)
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 CoordinatorFactory = Callable[..., Any]  # (num_nodes=, host=, port=, config=) -> Coordinator-like
@@ -65,7 +65,7 @@ def node_env(config: NodeConfig) -> dict[str, str]:
     for name in _PER_NODE_FIELDS:
         value = getattr(config, name)
         if value is not None:
-            env["PSKV_" + name.upper()] = str(int(value)) if isinstance(value, bool) else str(value)
+            env["PSKV_" + name.upper()] = str(value)
     return env
 
 

@@ -282,7 +282,8 @@ class Node:
         return w
 
     def stats(self) -> dict:
-        """Counters of this node: per table calls, local and remote keys; messages and bytes sent."""
+        """Counters of this node: per table calls, local and remote keys; messages and bytes sent to other
+        nodes (coordinator traffic such as heartbeats is not counted)."""
         tables = {name: {**{k: getattr(s, k) for k in ("pulls", "pushes", "local_keys", "remote_keys", "localizes")},
                          "forwards": s.shard.forwards, "relocated_in": s.shard.relocated_in,
                          "replica_syncs": s.shard.replicas.syncs if s.shard.replicas else 0,

@@ -42,7 +42,7 @@ class Transport:
         self._send_timeout_ms = int(send_timeout * 1000)
         self._linger_ms = int(linger * 1000)  # the coordinator lingers so its last words arrive
         self._drop_rate = drop_rate  # test only (PSKV_TEST_DROP_RATE): drop data messages on send
-        self.messages_sent = 0  # approximate under threads (GIL-atomic +=); for stats
+        self.messages_sent = 0  # to other nodes, not the coordinator; approximate under threads (GIL-atomic +=)
         self.bytes_sent = 0
         try:
             self._inbox = self._ctx.socket(zmq.PULL)
@@ -88,8 +88,9 @@ class Transport:
                                  "its queue is full, it is probably stuck or dead") from exc
         except zmq.ZMQError as exc:
             raise TransportError(f"sending to node {rank} failed: {exc}") from exc
-        self.messages_sent += 1
-        self.bytes_sent += sum(f.nbytes if hasattr(f, "nbytes") else len(f) for f in frames)
+        if rank != COORDINATOR:  # data traffic only: heartbeats would make the counts depend on timing
+            self.messages_sent += 1
+            self.bytes_sent += sum(f.nbytes if hasattr(f, "nbytes") else len(f) for f in frames)
 
     def send_once(self, address: str, frames: list) -> None:
         """Send one message to host:port on a socket made for it and closed at once (rare control replies)."""

@@ -117,7 +117,7 @@ def test_node_env_writes_per_node_vars_at_defaults():
     """Rank 0 and one thread are written even though they are NodeConfig's defaults."""
     env = node_env(NodeConfig(coordinator="h:1", num_nodes=2, rank=0))
     assert env == {"PSKV_COORDINATOR": "h:1", "PSKV_NUM_NODES": "2", "PSKV_RANK": "0",
-                   "PSKV_HOST": "127.0.0.1", "PSKV_THREADS": "1", "PSKV_EXTERNAL_COORDINATOR": "0"}
+                   "PSKV_HOST": "127.0.0.1", "PSKV_THREADS": "1"}
 
 
 @pytest.mark.timeout(60)
