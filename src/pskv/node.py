@@ -420,8 +420,12 @@ class Node:
         lines += ["  " + line for line in self.server.describe()]
         lines += ["  " + line for line in self.client.describe()]
         lines.append(f"  {self._local_barrier!r}")
-        lines.append(f"  clocks: global={self.clocks.global_clock} waits={self.clocks.waits}")
-        lines.append(f"  transport: {self._transport!r}")
+        lines.append(f"  {self.clocks!r} waits={self.clocks.waits}")
+        for name, st in list(self._tables.items()):
+            parts = [repr(x) for x in (st.buffer, st.cache, st.aggregator, st.shard.replicas) if x is not None] if st else []
+            if parts:
+                lines.append(f"  table {name!r}: {' '.join(parts)}")
+        lines.append(f"  transport: {self._transport!r}; early messages held: {len(self._early)}")
         return "\n".join(lines)
 
     # ---- pskv-server thread ---------------------------------------------------------------------

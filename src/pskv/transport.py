@@ -44,6 +44,7 @@ class Transport:
         self._drop_rate = drop_rate  # test only (PSKV_TEST_DROP_RATE): drop data messages on send
         self.messages_sent = 0  # to other nodes, not the coordinator; approximate under threads (GIL-atomic +=)
         self.bytes_sent = 0
+        self.messages_received = 0  # owner thread only
         try:
             self._inbox = self._ctx.socket(zmq.PULL)
             self._inbox.setsockopt(zmq.LINGER, 0)
@@ -110,7 +111,9 @@ class Transport:
         try:
             if not self._poller.poll(int(timeout * 1000)):
                 return None
-            return self._inbox.recv_multipart(copy=False)
+            frames = self._inbox.recv_multipart(copy=False)
+            self.messages_received += 1
+            return frames
         except zmq.ZMQError as exc:
             raise TransportError(f"receiving on {self.address} failed: {exc}") from exc
 
@@ -155,4 +158,5 @@ class Transport:
             self._ctx.term()
 
     def __repr__(self) -> str:
-        return f"<Transport {self.address} peers={len(self._addresses)} sent={self.messages_sent}>"
+        return (f"<Transport {self.address} peers={len(self._addresses)} sent={self.messages_sent} "
+                f"received={self.messages_received}>")
