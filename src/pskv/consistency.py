@@ -246,7 +246,13 @@ class RowCache:
     """A node's bounded cache of rows it does not own, each tagged with the global clock it is fresh to.
 
     `fresh[slot] = g` means the copy includes every update stamped < g (it was fetched after
-    the global clock reached g) and every later push made through this node."""
+    the global clock reached g) and every later push made through this node.
+
+    Read-my-writes under threads: a push writes the cache and enters the PushBuffer as one step
+    under `ordering`, and a pull reads `sequence()` (under `ordering`) before it flushes the buffer.
+    So a push written before that point is in the flush the pull waits for, and one written after
+    it marks its keys, whose fetched rows `insert` then skips. A set `hold`s its keys (no copy is
+    kept) until the owner applied it, and `release` marks them again for fetches that overlapped."""
 
     def __init__(self, rows: int, dim: int, dtype, capacity: int, *, additive: bool) -> None:
         self.capacity = int(capacity)
@@ -256,8 +262,10 @@ class RowCache:
         self._fresh = np.zeros(self.capacity, np.int64)  # (capacity,) global clock the copy is fresh to
         self._values = np.empty((self.capacity, dim), dtype)  # (capacity, dim) the copies
         self._touched = np.zeros(rows, np.int64)  # (rows,) write sequence of the last push through here
+        self._held = np.zeros(rows, np.int64)  # (rows,) sets in flight per key: no copy is kept meanwhile
         self._seq = 0
         self._lock = threading.Lock()  # guards all arrays above
+        self.ordering = threading.Lock()  # held around write + buffer add, and by sequence(); taken before _lock
         self.hits = self.misses = self.evictions = 0
 
     def lookup(self, keys: np.ndarray, needed: int, out: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
@@ -278,7 +286,20 @@ class RowCache:
         return np.flatnonzero(~hit)
 
     def sequence(self) -> int:
-        return self._seq
+        with self.ordering:
+            return self._seq
+
+    def hold(self, keys: np.ndarray) -> None:
+        """A set of `keys` is on its way: drop their copies and keep none until release()."""
+        with self._lock:
+            np.add.at(self._held, keys, 1)
+        self.write(keys, None)
+
+    def release(self, keys: np.ndarray) -> None:
+        """The set was applied (or failed): copies may be kept again, from fetches that start now."""
+        with self._lock:
+            np.add.at(self._held, keys, -1)
+        self.write(keys, None)
 
     def insert(self, keys: np.ndarray, rows: np.ndarray, fresh: int, since: int) -> None:
         """Keep copies of `rows` (fetched after the global clock reached `fresh`); keys pushed
@@ -286,7 +307,7 @@ class RowCache:
         if not self.capacity or not len(keys):
             return
         with self._lock:
-            keep = self._touched[keys] <= since
+            keep = (self._touched[keys] <= since) & (self._held[keys] == 0)
             keys, rows = keys[keep], rows[keep]
             keys, first = np.unique(keys, return_index=True)
             rows = rows[first]

@@ -98,9 +98,11 @@ class Table:
             raise TableError(f"set on table {self.name!r}: an aggregated table takes only push and pull")
         if st.buffer is not None:  # keep order with buffered pushes, and drop cached copies
             st.buffer.flush_before_pull()
-            if st.cache is not None:
-                st.cache.write(keys, None)
+            if st.cache is not None:  # no copy of these rows until the set is applied (see RowCache.hold)
+                st.cache.hold(keys)
         fut = self._request(Kind.SET, keys, values, None, copy=copy)
+        if st.cache is not None:
+            fut.add_done_callback(lambda f: st.cache.release(keys))
         return self._worker._update(fut) if st.consistency.synchronous else fut
 
     def localize(self, keys) -> Future:
@@ -184,7 +186,7 @@ class Table:
         needed = self._worker.current_clock - st.consistency.staleness  # the global clock the rows need
         rest = np.arange(len(keys))  # (n,) positions in out not yet served
         if st.cache is not None:  # copies of rows owned elsewhere, fresh enough for this clock
-            far = np.flatnonzero(st.shard.slot[keys] < 0)
+            far = np.flatnonzero(self._cacheable(keys))
             if len(far):
                 todo = np.ones(len(keys), bool)
                 todo[far] = False
@@ -197,19 +199,27 @@ class Table:
         except TimeoutError as exc:  # a worker somewhere stopped calling clock(): fail loudly, not forever
             raise RequestStalled(f"{self._desc(Kind.PULL)}: {exc} (PSKV_COLLECTIVE_TIMEOUT); the node logs of the "
                                  "slowest workers show where they are", request=self._desc(Kind.PULL)) from None
+        # before the flush: a push written to the cache before `since` is in the buffer by then (see RowCache)
+        since = st.cache.sequence() if st.cache is not None else 0
         st.buffer.flush_before_pull()  # read-my-writes: our buffered updates reach the owners first
         fresh = self._node.clocks.global_clock
         if st.cache is None:
             return self._request(Kind.PULL, keys, None, out, copy=True)
-        since = st.cache.sequence()
         miss_keys = keys[rest]
         fut = self._request(Kind.PULL, miss_keys, None, out, copy=True, gpos=rest)
-        remote = st.shard.slot[miss_keys] < 0  # rows owned here are read from the store, never cached
+        remote = self._cacheable(miss_keys)
 
         def keep(values: np.ndarray) -> None:
             st.cache.insert(miss_keys[remote], values[rest[remote]], fresh, since)
 
         return fut.then(keep)
+
+    def _cacheable(self, keys: np.ndarray) -> np.ndarray:
+        """(n,) bool: rows of keys owned elsewhere and not replicated: the only ones a RowCache copies
+        (rows owned here are read from the store; replicated ones from this node's replica)."""
+        far = self._state.shard.slot[keys] < 0
+        replicas = self._state.shard.replicas
+        return far if replicas is None else far & ~replicas.mask(keys)
 
     def _push_buffered(self, keys: np.ndarray, updates: np.ndarray) -> Future:
         """Apply the local part now; buffer the rest (copied) for the next flush."""
@@ -227,9 +237,12 @@ class Table:
         if not len(miss):
             return Future.completed(None, self._desc(Kind.PUSH))
         keys, updates = keys[miss], updates[miss]
-        if st.cache is not None:
-            st.cache.write(keys, updates)
-        fut = st.buffer.add(keys, updates)
+        if st.cache is None:
+            fut = st.buffer.add(keys, updates)
+        else:
+            with st.cache.ordering:  # write + add as one step against a pull's sequence() (see RowCache)
+                st.cache.write(keys, updates)
+                fut = st.buffer.add(keys, updates)
         self._worker._track(fut)
         return fut
 

@@ -256,3 +256,18 @@ def test_aggregate_with_replication_is_refused_at_declaration():
     with pskv.init() as node:
         with pytest.raises(pskv.TableError, match="do not mix"):
             node.table("t", rows=4, aggregate="node", replicate=[1])
+
+
+def test_row_cache_keeps_no_copy_of_a_row_while_its_set_is_in_flight():
+    """hold(): no copy is kept until release(); a fetch that began before release() is not kept either."""
+    cache = RowCache(10, 1, np.float32, 4, additive=True)
+    cache.hold(np.array([3]))
+    since = cache.sequence()
+    cache.insert(np.array([3]), np.array([[5.0]], np.float32), fresh=0, since=since)  # fetched during the set
+    assert len(cache) == 0
+    cache.release(np.array([3]))
+    cache.insert(np.array([3]), np.array([[5.0]], np.float32), fresh=0, since=since)  # began before release
+    assert len(cache) == 0
+    cache.insert(np.array([3]), np.array([[7.0]], np.float32), fresh=0, since=cache.sequence())
+    out = np.zeros((1, 1), np.float32)
+    assert len(cache.lookup(np.array([3]), 0, out)) == 0 and out[0, 0] == 7.0
