@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test stress bench venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# randomized stress rounds under a CPU burner (tests/stress); PSKV_STRESS_SEED=N replays a run
+stress: $(STAMP)
+	$(PY) -m pytest -q -s -m stress tests/stress
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_kv.py
