@@ -1,8 +1,10 @@
 """Fixtures shared by every test tier.
 
 `clean_pskv_environ` (autouse) removes PSKV_* from os.environ, so no test sees the variables of
-a launcher it runs under. `cluster_factory` starts clusters through pskv.launch and stops every
-one of them on teardown, on every path, with the nodes' last lines in the failure message.
+a launcher it runs under; the two that say where the user keeps data (PSKV_DATA_DIR,
+PSKV_LAPSE_TOY) stay, for the tests and for the clusters they start. `cluster_factory` starts
+clusters through pskv.launch and stops every one of them on teardown, on every path, with the
+nodes' last lines in the failure message. Shared helpers (wait_until, free_port) are in helpers.py.
 """
 
 from __future__ import annotations
@@ -12,11 +14,24 @@ import os
 import pytest
 
 
+# Where the data sets are (pskv.data.fetch reads them, in this process and in the nodes): no launcher
+# sets them and no node setting depends on them, so a user's values stay; a test of their
+# resolution sets or deletes them itself.
+USER_DATA_VARS = ("PSKV_DATA_DIR", "PSKV_LAPSE_TOY")
+
+
 @pytest.fixture(autouse=True)
 def clean_pskv_environ(monkeypatch):
-    """Each test starts with no PSKV_* variable in its environment."""
-    for name in [name for name in os.environ if name.startswith("PSKV_")]:
+    """Each test starts with no PSKV_* variable in its environment but USER_DATA_VARS."""
+    for name in [n for n in os.environ if n.startswith("PSKV_") and n not in USER_DATA_VARS]:
         monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def no_user_data_vars(monkeypatch):
+    """Not even USER_DATA_VARS: for tests that compare a node's whole PSKV_* environment."""
+    for name in USER_DATA_VARS:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

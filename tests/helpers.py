@@ -1,0 +1,40 @@
+"""Small helpers shared by the test tiers (tests/ is on sys.path: pytest puts the folder of the
+root conftest.py there). They keep the suite free of wall-clock assertions: a test waits for an
+event with a deadline far above any healthy delay (a loaded machine only makes it wait longer,
+never fail), and the deadline only turns a hang into a clear failure.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+# Deadlines of the waits below: far above what a healthy run needs on a loaded 2-core machine,
+# well below pytest-timeout (120 s by default, 60 s in the faster files), so a hang fails with
+# the message of the wait that noticed it.
+PATIENCE = 30.0
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = PATIENCE, what: str = "the condition",
+               interval: float = 0.02) -> T:
+    """Poll `predicate` until it returns something truthy and return that; fail after `timeout`
+    seconds, saying `what` did not happen (a callable `what` is called for the message)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what() if callable(what) else what} did not happen within {timeout} s")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on just now (another process may take it
+    before we bind it: callers that must be robust retry on 'already in use')."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
