@@ -30,25 +30,56 @@ def _emit(**fields) -> None:
         sys.stdout.flush()
 
 
+class _ClockWaits:
+    """Stands in for node.clocks.wait_for and notes, per thread, the global clock the last pull
+    needed and whether the global clock was behind it when the pull got there: what a wait
+    needs as its cause. Pulls that the row cache served in full never get here (and never wait)."""
+
+    def __init__(self, clocks) -> None:
+        self._clocks, self._wait_for = clocks, clocks.wait_for
+        self._last = threading.local()
+        self._lock = threading.Lock()  # guards behind
+        self.behind = 0  # calls that found the global clock behind what they needed
+        clocks.wait_for = self
+
+    def __call__(self, needed: int, *args, **kwargs):
+        behind = self._clocks.global_clock < needed  # G only grows: if not behind now, wait_for returns at once
+        self._last.seen = (int(needed), behind)
+        if behind:
+            with self._lock:
+                self.behind += 1
+        return self._wait_for(needed, *args, **kwargs)
+
+    def take(self) -> tuple[int, bool] | None:
+        """(needed, behind) of this thread's last pull since the previous take(), or None."""
+        seen, self._last.seen = getattr(self._last, "seen", None), None
+        return seen
+
+
 def ssp(node: pskv.Node, threads: int, staleness: str) -> None:
     """Every worker pushes 1 to its own (worker, clock) key each clock and pulls all keys; the
-    last worker sleeps before each clock. Checks the SSP guarantee exactly and records timings."""
+    last worker sleeps before each clock. Checks the SSP guarantee exactly and records, for each
+    pull, which global clock it waited for and whether it had to. Under Async the slow worker,
+    at its clock 1, waits until every other worker has pushed at all clocks (which proves that
+    nobody waits for it)."""
     model = pskv.Async() if staleness == "async" else pskv.SSP(int(staleness))
     workers = node.num_nodes * threads
     node.table("stamps", rows=workers * CLOCKS, dim=1, dtype="float64", consistency=model)
     slow_id = workers - 1
+    waits = _ClockWaits(node.clocks)
 
     def train(w: pskv.Worker) -> None:
         t = w.table("stamps")
         me = w.rank * threads + w.thread
-        pulls = []  # (clock, start, end)
-        ended = []  # monotonic time at which each clock() returned
+        pulls = []  # (clock, needed, behind): the global clock the pull waited for (None: it asked for none)
+        clocking = []  # monotonic time just before each clock() call
         for c in range(CLOCKS):
             assert w.current_clock == c
             t.push([me * CLOCKS + c], np.ones((1, 1)))
-            start = time.monotonic()
+            waits.take()
             v = t.pull(np.arange(workers * CLOCKS))[:, 0].reshape(workers, CLOCKS)
-            pulls.append((c, start, time.monotonic()))
+            needed, behind = waits.take() or (None, False)
+            pulls.append((c, needed, behind, time.monotonic()))
             assert np.array_equal(v[me, :c + 1], np.ones(c + 1)), f"read-my-writes broken at clock {c}: {v[me]}"
             if model.synchronous:
                 bound = c - int(model.staleness)  # clocks 0..bound-1 of every worker must be in
@@ -56,16 +87,22 @@ def ssp(node: pskv.Node, threads: int, staleness: str) -> None:
                     assert (v[:, :bound] == 1).all(), f"clock {c}: missing updates stamped < {bound}:\n{v}"
             assert set(np.unique(v)) <= {0.0, 1.0}, "an update was applied twice"
             if me == slow_id:
+                if not model.synchronous and c == 1:  # the others must finish every clock without us
+                    others = np.arange(workers) != me
+                    deadline = time.monotonic() + 60
+                    while not (t.pull(np.arange(workers * CLOCKS))[:, 0].reshape(workers, CLOCKS)[others] == 1).all():
+                        assert time.monotonic() < deadline, "the fast workers did not finish while the slow one waited"
+                        time.sleep(0.01)
                 time.sleep(SLOW)
+            clocking.append(time.monotonic())
             w.clock()
-            ended.append(time.monotonic())
         w.barrier()
         v = t.pull(np.arange(workers * CLOCKS))
         assert (v == 1).all(), "after the barrier every update is in"
-        _emit(worker=me, slow=me == slow_id, pulls=pulls, ended=ended)
+        _emit(worker=me, slow=me == slow_id, pulls=pulls, clocking=clocking)
 
     node.run(train, threads=threads)
-    _emit(node=node.rank, clock_waits=node.stats()["clock_waits"])
+    _emit(node=node.rank, clock_waits=node.stats()["clock_waits"], behind=waits.behind)
 
 
 def _block_update(values: np.ndarray, own: np.ndarray, clock: int, worker: int) -> np.ndarray:

@@ -30,35 +30,38 @@ def _run(cluster_factory, nodes: int, threads: int, *args: str, timeout: float =
 @pytest.mark.parametrize("staleness", [0, 1, 3])
 def test_ssp_pull_includes_stamped_updates_and_blocks_only_when_behind(cluster_factory, staleness):
     """A pull at clock c holds every update stamped <= c-s-1 (checked exactly on the nodes); it
-    returns only after the slow worker ended clock c-s-1, and does not wait when it is not behind."""
+    returns only after the slow worker ended clock c-s-1, waits for no later clock than that, and
+    waits only when the global clock is behind it."""
     results = _run(cluster_factory, 2, 2, "ssp", str(staleness))
     workers = [r for r in results if "worker" in r]
-    assert len(workers) == 4
+    nodes = [r for r in results if "node" in r]
+    assert len(workers) == 4 and len(nodes) == 2
     slow = next(r for r in workers if r["slow"])
-    ended = slow["ended"]  # when the slow worker ended each clock
     blocked = 0
     for r in workers:
-        if r["slow"]:
-            continue
-        for c, start, end in r["pulls"]:
-            need = c - staleness  # the slow worker must have ended clocks 0..need-1
-            if need > 0:
-                assert end >= ended[need - 1], f"pull at clock {c} returned before the slow worker ended {need - 1}"
-                behind = start < ended[need - 1]
-                blocked += behind
-                if not behind and need < len(ended) and start >= ended[need - 1] + 0.1:
-                    assert end - start < 0.25, f"pull at clock {c} waited {end - start:.2f} s without cause"
+        for c, needed, behind, end in r["pulls"]:
+            # the cause of any wait, not its length (a loaded machine stretches every wait): the pull
+            # asked for exactly the global clock its staleness needs (None: the row cache held copies
+            # fresh enough, so it asked for none and could not wait)
+            assert needed in (None, c - staleness), f"worker {r['worker']}: pull at clock {c} waited for {needed}"
+            if needed is not None and needed > 0:
+                assert end >= slow["clocking"][needed - 1], \
+                    f"pull at clock {c} returned before the slow worker ended clock {needed - 1}"
+            blocked += behind and not r["slow"]
     assert blocked > 0, "the fast workers never had to wait for the slow one"
-    assert sum(r["clock_waits"] for r in results if "node" in r) > 0
+    for r in nodes:  # every pull that waited for the global clock found it behind what it needed
+        assert 0 <= r["clock_waits"] <= r["behind"], r
+    assert sum(r["clock_waits"] for r in nodes) > 0
 
 
 def test_async_never_waits_for_the_slow_worker(cluster_factory):
-    """Under Async the fast workers finish all clocks while the slow one is still sleeping."""
+    """Under Async no pull asks for a clock, none waits, and the fast workers finish all their clocks
+    while the slow one stays at clock 1 (it waits for that on its node, with a deadline)."""
     results = _run(cluster_factory, 2, 2, "ssp", "async")
-    assert all(r["clock_waits"] == 0 for r in results if "node" in r)
-    slow = next(r for r in results if r.get("slow"))
-    fast_done = max(r["ended"][-1] for r in results if "worker" in r and not r["slow"])
-    assert fast_done < slow["ended"][-3], "a fast worker waited for the slow one"
+    assert all(r["clock_waits"] == 0 and r["behind"] == 0 for r in results if "node" in r)
+    workers = [r for r in results if "worker" in r]
+    assert len(workers) == 4
+    assert all(needed is None for r in workers for _, needed, _, _ in r["pulls"])
 
 
 def test_bsp_equals_the_sequential_schedule(cluster_factory):

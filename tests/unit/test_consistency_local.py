@@ -111,11 +111,18 @@ def test_tick_of_an_unregistered_worker_raises():
 
 def test_wait_for_blocks_until_the_global_clock_arrives():
     """wait_for returns at once when the global clock is there, else when it arrives."""
-    clocks, _ = _clocks()
+    waiting = threading.Event()
+    clocks = Clocks(lambda c, s: None, list, waiting.set)  # the health check runs once wait_for blocks
     clocks.wait_for(0)
-    threading.Timer(0.1, clocks.on_global, args=(3,)).start()
-    clocks.wait_for(3, timeout=5)
-    assert clocks.waits == 1 and clocks.wait_seconds > 0.05
+    assert clocks.waits == 0 and not waiting.is_set()
+    # the clock arrives only once wait_for is blocked (a timer could fire before it even started)
+    arrive = threading.Thread(target=lambda: waiting.wait(30) and clocks.on_global(3), name="test-global-clock")
+    arrive.start()
+    clocks.wait_for(3, timeout=30)
+    arrive.join(30)
+    assert clocks.waits == 1 and clocks.wait_seconds > 0 and clocks.global_clock == 3
+    clocks.wait_for(2)
+    assert clocks.waits == 1  # there already: no wait
     with pytest.raises(TimeoutError, match="global clock to reach 4"):
         clocks.wait_for(4, timeout=0.05)
 
