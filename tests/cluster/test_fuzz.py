@@ -8,7 +8,6 @@ straight at node 1's inbox from this process. The in-process tests below it pin 
 from __future__ import annotations
 
 import json
-import socket
 import struct
 import sys
 import textwrap
@@ -22,6 +21,8 @@ import zmq
 
 import pskv
 from pskv.protocol import COORDINATOR, Header, Kind, control, dtype_code
+
+from helpers import free_port, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -56,13 +57,13 @@ NODE_SCRIPT = textwrap.dedent("""
             assert time.monotonic() < deadline, "no go from the test"
             time.sleep(0.02)
         expected[99] += 1000  # the test's last message, a valid push of +1000 to row 99
-        while not np.array_equal(t.pull([99], timeout=10)[0], expected[99]):  # then every earlier one is done
+        while not np.array_equal(t.pull([99], timeout=30)[0], expected[99]):  # then every earlier one is done
             assert time.monotonic() < deadline, "the marker push never arrived"
             time.sleep(0.02)
-        got = t.pull(np.arange(ROWS), timeout=10)
+        got = t.pull(np.arange(ROWS), timeout=30)
         changed = sorted(set(np.flatnonzero((got != expected).any(axis=1)).tolist()))
-        t.push(np.arange(ROWS), np.ones((ROWS, DIM), np.float32)).wait(10)  # rows on both nodes
-        after = t.pull(np.arange(ROWS)[::-1], timeout=10)
+        t.push(np.arange(ROWS), np.ones((ROWS, DIM), np.float32)).wait(30)  # rows on both nodes
+        after = t.pull(np.arange(ROWS)[::-1], timeout=30)
         print("RESULT " + json.dumps({"changed_rows": changed,
                                       "still_works": bool(np.array_equal(after, (expected + 1)[::-1]))}), flush=True)
     w.barrier(timeout=60)
@@ -289,12 +290,6 @@ def test_fuzz_server_survives_garbage(cluster_factory, tmp_path, seed):
 # ---- in-process: wire-level bugs ---------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _in_threads(*fns, timeout: float = 30) -> list:
     results: list = [None] * len(fns)
 
@@ -326,20 +321,20 @@ def _send(address: str, frames: list) -> None:
         ctx.term()
 
 
-@pytest.mark.parametrize("kind, payload, settle", [(Kind.NODE_FAILED, {"rank": 0, "reason": "spoofed"}, 0.3),
-                                                   (Kind.SHUTDOWN_OK, {}, 2.0)],  # 2 failure timeouts
-                         ids=["node_failed", "shutdown_ok"])
-def test_fuzz_foreign_coordinator_message_ignored(kind, payload, settle):
-    """A coordinator message carrying another cluster's id leaves the node working and in the cluster."""
-    node = pskv.init(failure_timeout=1.0, heartbeat_interval=0.1)
+@pytest.mark.parametrize("kind, payload", [(Kind.NODE_FAILED, {"rank": 0, "reason": "spoofed"}),
+                                           (Kind.SHUTDOWN_OK, {})], ids=["node_failed", "shutdown_ok"])
+def test_fuzz_foreign_coordinator_message_ignored(kind, payload):
+    """A coordinator message carrying another cluster's id is dropped (counted, once it arrived) and leaves
+    the node working and in the cluster."""
+    node = pskv.init(heartbeat_interval=0.1)
     worker = node.worker()
     try:
         t = node.table("t", rows=10, dim=2)
         _send(node._transport.address, control(kind, node.cluster ^ 0x5A5A, COORDINATOR, payload))
-        time.sleep(settle)
-        assert t.pull([1], timeout=5).tolist() == [[0.0, 0.0]]
-        # bounded: a node the coordinator dropped (no heartbeats) is never released from a barrier
-        worker.barrier(timeout=3)
+        wait_until(lambda: node.dropped, what="the node dropping the foreign message")  # not a fixed sleep
+        assert node.dropped == 1 and "up" in repr(node), repr(node)
+        assert t.pull([1], timeout=30).tolist() == [[0.0, 0.0]]
+        worker.barrier(timeout=30)  # still in the cluster: the coordinator releases its barrier
     finally:
         worker.close()
         node.shutdown(timeout=5)
@@ -348,7 +343,7 @@ def test_fuzz_foreign_coordinator_message_ignored(kind, payload, settle):
 @pytest.mark.parametrize("n_keys, dim", [(1, 2), (3, 1)])
 def test_fuzz_pull_reply_of_wrong_shape_fails_request(n_keys, dim):
     """A PULL_REPLY whose shape differs from the request's (3 keys, dim 2) fails the pull with a PskvError."""
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     nodes = _in_threads(*[lambda r=r: pskv.init(coordinator=address, num_nodes=2, rank=r,
                                                 # node 1 drops its own replies, so ours is the only one
                                                 test_drop_rate=1.0 if r == 1 else 0.0) for r in range(2)])
@@ -361,6 +356,6 @@ def test_fuzz_pull_reply_of_wrong_shape_fails_request(n_keys, dim):
                    n_keys=n_keys, dim=dim, dtype=F32)
         _send(nodes[0]._transport.address, [h.pack(), np.ones((n_keys, dim), np.float32).tobytes()])
         with pytest.raises(pskv.PskvError):
-            fut.wait(5)
+            fut.wait(30)
     finally:
         _in_threads(*[lambda n=n: n.shutdown(timeout=5) for n in nodes if isinstance(n, pskv.Node)])
