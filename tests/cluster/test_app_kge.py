@@ -62,11 +62,6 @@ def test_kge_lapse_toy_data_one_node_two_threads_beats_random_embeddings(cluster
 def test_kge_with_relocation_pool_sampling_and_replication_still_learns(cluster_factory):
     """2 nodes x 1 thread with --localize, --sampling pool --reuse 4 and --replicate 4 on Nations:
     the techniques change where rows live and which negatives come, not what is learnt."""
-    from pskv.apps.common import TECHNIQUES
-
-    missing = [name for name in ("localize", "sampling", "replicate") if not TECHNIQUES[name][1]()]
-    if missing:
-        pytest.skip(f"pskv has no {', '.join(missing)} yet")
     trained = _run_kge(cluster_factory, 2, 1, "--data", "nations", "--localize", "--sampling", "pool", "--reuse", "4",
                        "--replicate", "4", epochs=4)
     assert trained["mrr"] > 1.4 * _random_baseline("nations")["mrr"], trained
@@ -93,4 +88,4 @@ def _lapse_toy_or_skip() -> None:
     try:
         lapse_toy_dir()
     except DataError:
-        pytest.skip("Lapse's toy data is not beside this checkout (set PSKV_LAPSE_TOY)")
+        pytest.skip("Lapse's toy data is not beside this checkout (set PSKV_LAPSE_TOY to its folder)")

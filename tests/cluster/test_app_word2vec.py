@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from pskv.apps import word2vec
-from pskv.apps.common import TECHNIQUES
 from pskv.data import fetch
 from pskv.data.text import Corpus, Vocab, read_corpus, read_vectors
 
@@ -149,9 +148,6 @@ def test_word2vec_learns_gensim_text_slice(cluster_factory, tmp_path, text_slice
 def test_word2vec_with_replication_relocation_and_sampling_api_learns(cluster_factory, tmp_path, text_slice):
     """2 nodes x 1 thread with the 200 hottest words replicated, the others localized ahead and the
     negatives from pskv's sampling API (onlylocal): it still learns as the classic runs do."""
-    for feature in ("replicate", "localize", "sampling"):
-        if not TECHNIQUES[feature][1]():
-            pytest.skip(f"pskv has no {TECHNIQUES[feature][0]} yet")
     rows, vectors = _train(cluster_factory, tmp_path, 2, 1, "--data", str(text_slice), "--epochs", "5", "--dim",
                            "50", "--replicate", "200", "--localize", "--sampling", "onlylocal")
     _assert_learned(rows, vectors, text_slice, 5)
@@ -184,4 +180,4 @@ def _lapse_toy_or_skip() -> None:
     try:
         lapse_toy_dir()
     except DataError:
-        pytest.skip("Lapse's toy data is not beside this checkout (set PSKV_LAPSE_TOY)")
+        pytest.skip("Lapse's toy data is not beside this checkout (set PSKV_LAPSE_TOY to its folder)")

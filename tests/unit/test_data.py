@@ -14,6 +14,8 @@ import pskv
 from pskv.apps import common
 from pskv.data import DataError, ratings
 
+from helpers import wait_until
+
 fetch_mod = importlib.import_module("pskv.data.fetch")  # the module; pskv.data.fetch is the function
 
 pytestmark = pytest.mark.timeout(60)
@@ -103,7 +105,7 @@ def test_lapse_toy_files_load_when_present():
     try:
         d = fetch_mod.lapse_toy_dir() / "mf"
     except DataError:
-        pytest.skip("Lapse's toy data is not beside this checkout")
+        pytest.skip("Lapse's toy data is not beside this checkout (set PSKV_LAPSE_TOY to its folder)")
     train, test = ratings.load_mmc(d / "train.mmc"), ratings.load_mmc(d / "test.mmc")
     assert (train.n_users, train.n_items, len(train), len(test)) == (6, 4, 10, 8)
     assert ratings.load_mma(d / "W.mma").shape == (6, 2) and ratings.load_mma(d / "H.mma").shape == (2, 4)
@@ -215,6 +217,7 @@ def test_pinned_datasets_are_complete():
 
 def test_cache_dir_resolution(monkeypatch, tmp_path):
     """PSKV_DATA_DIR wins, then $XDG_CACHE_HOME/pskv, then ~/.cache/pskv."""
+    monkeypatch.delenv("PSKV_DATA_DIR", raising=False)  # a user's own stays through clean_pskv_environ
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     assert fetch_mod.cache_dir() == tmp_path / "home" / ".cache" / "pskv"
@@ -295,29 +298,45 @@ def test_cli_data_list_and_run_dispatch(monkeypatch, capsys):
     assert cli.main(["run", "nope"]) == 2
 
 
-def test_watchdog_fires_once_when_no_batch_finishes():
-    """A Watchdog that is not poked for `seconds` calls on_stall once, naming the flag to raise."""
-    import time
+class _FakeTime:
+    """Stands in for the time module of pskv.apps.common: monotonic() moves only when a test says,
+    so a loaded machine cannot make a watchdog see more (or less) idle time than the test means."""
 
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_watchdog_fires_once_when_no_batch_finishes(monkeypatch):
+    """A Watchdog that is not poked for `seconds` calls on_stall once, naming the flag to raise, and stops."""
     from pskv.apps.common import Watchdog
 
+    clock = _FakeTime()
+    monkeypatch.setattr(common, "time", clock)
     calls = []
-    with Watchdog(0.2, what="pskv run test", on_stall=calls.append):
-        time.sleep(0.9)
+    with Watchdog(0.2, what="pskv run test", on_stall=calls.append) as dog:
+        clock.now += 1.0  # idle for 5 x seconds
+        wait_until(lambda: calls, what="the watchdog firing")
+        wait_until(lambda: not dog._thread.is_alive(), what="the watchdog thread ending")  # so it fires no more
     assert len(calls) == 1 and "pskv run test" in calls[0] and "--stall-timeout" in calls[0], calls
 
 
-def test_watchdog_poked_in_time_or_disabled_never_fires():
+def test_watchdog_poked_in_time_or_disabled_never_fires(monkeypatch):
     """Pokes more often than `seconds` keep it quiet; seconds 0 starts no thread at all."""
     import threading
     import time
 
     from pskv.apps.common import Watchdog
 
+    clock = _FakeTime()
+    monkeypatch.setattr(common, "time", clock)
     calls = []
     with Watchdog(0.4, on_stall=calls.append) as dog:
-        for _ in range(8):
-            time.sleep(0.1)
+        for _ in range(8):  # 2.4 s idle in all, never more than 0.3 s at a time
+            clock.now += 0.3
+            time.sleep(0.1)  # the watchdog looks every 0.1 s (real time)
             dog.poke()
     with Watchdog(0, on_stall=calls.append):
         assert not any(t.name == "pskv-app-watchdog" for t in threading.enumerate())
@@ -374,7 +393,7 @@ def test_report_plot_draws_each_metric_even_when_some_rows_lack_it(tmp_path):
     import argparse
     import types
 
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib: pip install -e '.[dev]' (or 'pskv[plot]')")
     report = common.Report("test", argparse.Namespace(progress="none", plot=None, log=None, stall_timeout=0))
     leader = types.SimpleNamespace(rank=0, thread=0)
     report.epoch(leader, 1, loss=2.0, words_per_s=150_000.0)
