@@ -30,9 +30,8 @@ worker before the first barrier. Localize (and preloc/pool sampling) only under 
 README asks (BSP/SSP tables keep static placement). Patterns that a known pskv bug breaks are
 avoided unless --known-bugs (see Plan; findings.py reproduces each).
 
-A round that takes longer than --round-limit seconds prints the pending requests, every
-thread's stack (faulthandler) and, when py-spy is installed, `py-spy dump` of this process,
-then exits with status 3.
+A round that takes longer than --round-limit seconds prints node.debug_state(), `py-spy dump` of
+this process (when py-spy is installed) and every thread's stack (faulthandler), then exits 3.
 """
 
 from __future__ import annotations
@@ -557,7 +556,7 @@ def declare(node: pskv.Node, plan: Plan, index: int) -> dict:
 
 
 class Watchdog:
-    """Ends a round that hangs: pending requests, every thread's stack, py-spy's dump, exit 3."""
+    """Ends a round that hangs: the node's debug_state(), py-spy's dump, every thread's stack, exit 3."""
 
     def __init__(self, node: pskv.Node, limit: float) -> None:
         self.node, self.limit = node, limit
@@ -577,12 +576,10 @@ class Watchdog:
             if started is None or time.monotonic() - started < self.limit:
                 continue
             say(f"WATCHDOG node {self.node.rank}: {self.label} still runs after {self.limit:.0f} s")
-            try:
-                pending = [(p.future.desc, p.remaining, sorted(p.ranks))
-                           for p in list(self.node.tracker._pending.values())[:20]]
-                say(f"WATCHDOG pending={pending} clocks={self.node.clocks!r}")
-            except Exception as exc:  # noqa: BLE001 - internals may change; the stacks matter most
-                say(f"WATCHDOG pending: {exc!r}")
+            try:  # what the node waits for (Node.debug_state), then where every thread is
+                say("WATCHDOG " + self.node.debug_state())
+            except Exception as exc:  # noqa: BLE001 - the stacks below matter most
+                say(f"WATCHDOG debug_state: {exc!r}")
             spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
             if Path(spy).exists():
                 try:
@@ -634,6 +631,7 @@ def main() -> None:
             raise
         watchdog.disarm()
         say(f"{label} ok node={node.rank} {time.monotonic() - start:.2f}s")
+    watchdog.arm("shutdown")
     node.shutdown()
 
 
