@@ -380,6 +380,7 @@ class PushBuffer:
         self._lock = threading.Lock()  # guards the lists, _rows and _future
         self._send_lock = threading.Lock()  # one flush sends at a time, so later pulls follow its pushes
         self._inflight: list[tuple[int, Future]] = []  # (sending thread, flush) not yet applied
+        self._after: list[Future] = []  # sets in flight: later flushes wait for them (see order_after)
         self.flushes = 0
         self.rows_in = 0  # rows pushed into the buffer
         self.rows_out = 0  # rows sent after summing duplicates
@@ -399,9 +400,24 @@ class PushBuffer:
             self.flush()
         return fut
 
+    def order_after(self, fut: Future) -> None:
+        """Send no later flush before `fut` (a set sent straight from a thread's socket) resolved:
+        another thread's flush travels on another socket and could overtake the set, which would
+        then overwrite the pushes made after it."""
+        with self._lock:
+            self._after = [f for f in self._after if not f.done()] + [fut]
+
     def flush(self) -> Future | None:
-        """Send everything buffered as one push (per owner). Returns its Future, or None if empty."""
+        """Send everything buffered as one push (per owner). Returns its Future, or None if empty.
+        Blocks while a set this buffer must follow (order_after) is in flight."""
         with self._send_lock:
+            with self._lock:
+                after = [f for f in self._after if not f.done()]
+            for f in after:
+                try:
+                    f.wait()
+                except Exception:  # noqa: BLE001 - a failed set is the set's caller's error; order is all we need
+                    pass
             with self._lock:
                 if not self._rows:
                     return None

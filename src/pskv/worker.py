@@ -101,6 +101,8 @@ class Table:
             if st.cache is not None:  # no copy of these rows until the set is applied (see RowCache.hold)
                 st.cache.hold(keys)
         fut = self._request(Kind.SET, keys, values, None, copy=copy)
+        if st.buffer is not None:  # later buffered pushes must not overtake it (PushBuffer.order_after)
+            st.buffer.order_after(fut)
         if st.cache is not None:
             fut.add_done_callback(lambda f: st.cache.release(keys))
         return self._worker._update(fut) if st.consistency.synchronous else fut
