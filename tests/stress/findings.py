@@ -1,8 +1,7 @@
 """Minimal reproductions of what the stress rounds found: `python findings.py NAME` on every node.
 
-Each scenario exits non-zero (AssertionError) while its bug is there. test_stress.py runs them: as
-regression tests once fixed, as xfail tests while open; stress_node.Plan avoids an open bug's
-pattern unless --known-bugs, so drop that guard together with the xfail once pskv is fixed.
+Each scenario exits non-zero (AssertionError) while its bug is there; test_stress.py runs them as
+regression tests (all three are fixed). Their docstrings say what went wrong.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ import pskv
 
 
 def replica_cache(node: pskv.Node) -> None:
-    """Known bug 1: on a BSP table with replicate=KEYS, a pull puts a replicated row that this node does
-    not manage into the row cache; the worker's push updates the replica, not the copy, and its next
-    pull in the same clock returns the copy without the push (pull_if_local shows the push)."""
+    """Finding 1 (fixed in 7083ee9): on a BSP table with replicate=KEYS, a pull put a replicated row that
+    this node does not manage into the row cache; the worker's push updated the replica, not the copy,
+    and its next pull in the same clock returned the copy without the push."""
     node.table("t", rows=10, dim=1, consistency=pskv.BSP(), replicate=[0, 9])
 
     def work(w: pskv.Worker) -> None:
@@ -37,9 +36,9 @@ def replica_cache(node: pskv.Node) -> None:
 
 
 def cache_race(node: pskv.Node, pushes: int = 1500) -> None:
-    """Known bug 2: under SSP with 3 threads per node, each thread pushes 1 to its own column of remote
-    rows and pulls them; a pull must include the thread's own pushes (read-my-writes), but the shared
-    row cache keeps copies that miss a push made while another thread's fetch was under way."""
+    """Finding 2 (fixed in 7083ee9): under SSP with 3 threads per node, each thread pushes 1 to its own
+    column of remote rows and pulls them; a pull must include the thread's own pushes (read-my-writes),
+    but the shared row cache kept copies that missed a push made while another thread's fetch was under way."""
     threads = 3
     node.table("t", rows=8, dim=threads, consistency=pskv.SSP(3))
     stale = []
@@ -70,10 +69,10 @@ def cache_race(node: pskv.Node, pushes: int = 1500) -> None:
 
 
 def set_then_push(node: pskv.Node, rounds: int = 150) -> None:
-    """Known bug 3: under BSP a worker sets a block of remote rows, then pushes one of them; the set
-    goes out on the worker's socket, the push waits in the node's buffer, and another thread's pull
-    flushes it on that thread's socket. The push can then reach the owner before the set, which
-    overwrites it: a lost update (the row stays at the set value)."""
+    """Finding 3 (fixed in 80518b2): under BSP a worker sets a block of remote rows, then pushes one of
+    them; the set goes out on the worker's socket, the push waits in the node's buffer, and another
+    thread's pull flushes it on that thread's socket. The push could reach the owner before the set,
+    which overwrote it: a lost update (the row stayed at the set value)."""
     block_rows, dim = 2000, 8
     node.table("t", rows=2 * block_rows, dim=dim, consistency=pskv.BSP(), cache_rows=0)
     done = [threading.Event() for _ in range(rounds)]

@@ -27,8 +27,7 @@ Tables of a round (all in the round's consistency model, `async`, `ssp` (stalene
 
 Sets happen only where nothing races with them: on s (one writer per key), and on p and r by one
 worker before the first barrier. Localize (and preloc/pool sampling) only under Async, as the
-README asks (BSP/SSP tables keep static placement). Patterns that a known pskv bug breaks are
-avoided unless --known-bugs (see Plan; findings.py reproduces each).
+README asks (BSP/SSP tables keep static placement).
 
 A round that takes longer than --round-limit seconds prints node.debug_state(), `py-spy dump` of
 this process (when py-spy is installed) and every thread's stack (faulthandler), then exits 3.
@@ -75,7 +74,7 @@ def _ints(rng: np.random.Generator, lo: int, hi: int, shape) -> np.ndarray:
 class Plan:
     """One round: its parameters, every worker's ops, and the expected values (all from the seed)."""
 
-    def __init__(self, seed: int, nodes: int, model: str, known_bugs: bool = False) -> None:
+    def __init__(self, seed: int, nodes: int, model: str) -> None:
         rng = np.random.default_rng(seed)
         self.seed, self.nodes, self.model = seed, nodes, model
         t = rng.integers(1, 4, nodes)
@@ -83,11 +82,6 @@ class Plan:
         self.offset = [0, *np.cumsum(self.threads).tolist()]  # worker id = offset[rank] + thread
         self.workers = self.offset[-1]
         self.sync = model != "async"
-        # Known bugs (tests/stress/findings.py reproduces each; --known-bugs turns their guards off):
-        # 3. set then push: under BSP/SSP a worker's set goes out on its own socket, its later push
-        #    waits in the node's buffer, and another thread's flush may deliver the push first; the
-        #    set then overwrites it (a lost update). So BSP/SSP writers wait for their sets.
-        self.known_bugs = known_bugs
         self.staleness = {"async": 0, "bsp": 0, "ssp": int(rng.integers(1, 4))}[model]
         self.steps = int(rng.integers(5, 21))
         self.relocate = not self.sync and rng.random() < 0.75  # localize and preloc/pool sampling
@@ -464,8 +458,6 @@ class Runner:
                 self.fail(f"the plan's state of s key {k} differs from the writer's")  # a bug of this file
         if self.plan.relocate:
             fut.wait(WAIT)  # others may move the key: only a waited write is sure to be read back
-        elif kind == "set" and self.plan.sync and not self.plan.known_bugs:
-            fut.wait(WAIT)  # known bug 3 (Plan): a later buffered push could overtake the set
         if check:
             expect = self._s_expect(keys, clocked=True)
             self._check_s(keys, s.pull(keys, timeout=WAIT), expect)
@@ -601,7 +593,6 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=0, help="index of the first round")
     parser.add_argument("--round-seed", type=int, default=None, help="run exactly one round with this seed")
     parser.add_argument("--round-limit", type=float, default=120.0, help="seconds before a round counts as hung")
-    parser.add_argument("--known-bugs", action="store_true", help="also generate the ops that known bugs break")
     args = parser.parse_args()
     node = pskv.init()
     watchdog = Watchdog(node, args.round_limit)
@@ -609,7 +600,7 @@ def main() -> None:
     for index in indices:
         seed = args.round_seed if args.round_seed is not None else round_seed(args.seed, node.num_nodes,
                                                                                args.model, index)
-        plan = Plan(seed, node.num_nodes, args.model, known_bugs=args.known_bugs)
+        plan = Plan(seed, node.num_nodes, args.model)
         label = f"ROUND {index} seed={seed}"
         if node.rank == 0:
             say(f"{label} start {plan.describe()}")
@@ -625,7 +616,7 @@ def main() -> None:
         except BaseException:
             say(f"FAILED {label} node={node.rank} {plan.describe()}\n"
                 f"reproduce this round: pskv launch -n {node.num_nodes} -- {sys.executable} {__file__} "
-                f"--model {args.model} --round-seed {seed}{' --known-bugs' * args.known_bugs}")
+                f"--model {args.model} --round-seed {seed}")
             traceback.print_exc(file=sys.stdout)
             sys.stdout.flush()
             raise

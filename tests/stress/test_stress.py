@@ -28,7 +28,6 @@ import pytest
 pytestmark = pytest.mark.slow
 
 NODE = Path(__file__).with_name("stress_node.py")
-REPO = Path(__file__).resolve().parents[2]
 # read at import: the autouse clean_pskv_environ fixture removes PSKV_* before each test runs
 ENV_SEED = os.environ.get("PSKV_STRESS_SEED")
 SEED = int(ENV_SEED) if ENV_SEED else secrets.randbelow(2**31)
@@ -50,12 +49,11 @@ def _py_spy(pids: list[int]) -> str:
     return "\n".join(dumps)
 
 
-def _run(cluster_factory, nodes: int, model: str, seed: int, rounds: int, repro: str, *extra: str,
-         budget: float) -> int:
+def _run(cluster_factory, nodes: int, model: str, seed: int, rounds: int, repro: str, *, budget: float) -> int:
     """Run `rounds` rounds on one cluster within `budget` seconds (below the test's pytest timeout, so
     a hang ends here, with py-spy stacks); returns how many passed (all, or the test fails)."""
     command = [sys.executable, str(NODE), "--model", model, "--seed", str(seed), "--rounds", str(rounds),
-               "--round-limit", str(ROUND_LIMIT), *extra]
+               "--round-limit", str(ROUND_LIMIT)]
     print(f"\nstress: nodes={nodes} model={model} seed={seed} rounds={rounds}; reproduce: {repro}", flush=True)
     start = time.monotonic()
     cluster = cluster_factory(nodes, command)
@@ -100,7 +98,7 @@ def test_stress(cluster_factory, nodes, model):
     _run(cluster_factory, nodes, model, SEED, ROUNDS, repro, budget=780)
 
 
-# ---- what the stress rounds found (findings.py): regressions once fixed, xfail while open -------------------------
+# ---- what the stress rounds found (findings.py), as regression tests ----------------------------------------
 
 FINDINGS = str(Path(__file__).with_name("findings.py"))
 
@@ -130,10 +128,8 @@ def test_row_cache_keeps_own_pushes_under_threads(cluster_factory):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug 3 (stress round seed 3832411, bsp, 4 nodes, --known-bugs): under BSP/SSP a worker's set "
-    "goes out on its own socket while its later push waits in the node's buffer; another thread's flush "
-    "can deliver the push first and the set overwrites it (lost update). stress_node.Plan waits for "
-    "BSP/SSP sets unless --known-bugs; when this passes, drop that guard and this xfail"))
-def test_known_bug_push_after_set_lost(cluster_factory):
+def test_push_after_set_is_not_lost(cluster_factory):
+    """Found by round seed 3832411 (bsp, 4 nodes), fixed in 80518b2: under BSP/SSP a worker's set went out
+    on its own socket while its later push waited in the node's buffer; another thread's flush could
+    deliver the push first, and the set overwrote it (a lost update)."""
     _finding(cluster_factory, "set_then_push")
