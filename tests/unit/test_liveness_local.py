@@ -190,11 +190,20 @@ def test_node_that_skips_a_table_declaration_fails_every_node(cluster):
 def test_collective_no_node_joins_fails_on_every_node_naming_it(cluster):
     """A barrier node 1 never joins (it waits in a table declaration instead) fails on both nodes after
     collective_timeout with CollectiveStalled naming node 1 and what it waits in."""
-    nodes = cluster(2, collective_timeout=1.0)
-    results = together(lambda: nodes[0].worker().barrier(), lambda: nodes[1].table("t", rows=4), timeout=30)
+    nodes = cluster(2, collective_timeout=3.0)
+    coordinator = nodes[0]._coordinator  # node 0 hosts it
+
+    def declare_after_node_0_waits():
+        # started together, either call may reach the coordinator first (under load the table often did,
+        # and the table declaration stalled instead): node 1 declares once node 0 waits at the barrier,
+        # well within the 3 s that node 0 then waits (1 s was tight for a loaded machine)
+        wait_until(lambda: 0 in coordinator._barriers.get(0, ()), 20, "node 0 waiting at barrier #0")
+        return nodes[1].table("t", rows=4)
+
+    results = together(lambda: nodes[0].worker().barrier(), declare_after_node_0_waits, timeout=30)
     for exc in results:
         assert isinstance(exc, CollectiveStalled), exc
-        assert exc.missing == [1] and "did not join within 1 s" in str(exc), exc
+        assert exc.missing == [1] and "did not join within 3 s" in str(exc), exc
         assert "node 1 waits in table declaration #0" in str(exc), exc
 
 
