@@ -102,7 +102,8 @@ def set_then_push(node: pskv.Node, rounds: int = 150) -> None:
                 w.barrier(30)
 
     node.run(work, threads=3)
-    assert not lost, f"node {node.rank}: {len(lost)} of {rounds} pushes made after a set were lost, e.g. rows {lost[:5]}"
+    assert not lost, f"node {node.rank}: {len(lost)} of {rounds} pushes made after a set were lost, " \
+                     f"e.g. rows {lost[:5]}"
 
 
 def main() -> None:

@@ -72,7 +72,8 @@ def _run(cluster_factory, nodes: int, model: str, seed: int, rounds: int, repro:
 
 # ---- the slice of every `make test`: fixed seeds, a few rounds each --------------------------------------------
 
-SLICE = [(2, "async", 101, 10), (3, "ssp", 102, 6), (4, "bsp", 103, 4)]  # (nodes, model, seed, rounds)
+# (nodes, model, seed, rounds)
+SLICE = [(2, "async", 101, 10), (3, "async", 104, 6), (3, "ssp", 102, 6), (4, "bsp", 103, 4)]
 
 
 @pytest.mark.timeout(240)
