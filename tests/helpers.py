@@ -7,6 +7,7 @@ never fail), and the deadline only turns a hang into a clear failure.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from typing import Callable, TypeVar
 
@@ -38,3 +39,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def together(*fns: Callable[[], object], timeout: float = PATIENCE) -> list:
+    """Run each fn in its own thread at once; return each one's result or the exception it raised."""
+    results: list = [None] * len(fns)
+
+    def body(i, fn):
+        try:
+            results[i] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            results[i] = exc
+
+    threads = [threading.Thread(target=body, args=(i, fn), name=f"test-together-{i}", daemon=True)
+               for i, fn in enumerate(fns)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), f"calls still running after {timeout} s"
+    return results

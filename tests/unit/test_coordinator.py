@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from pskv.errors import BarrierTimeout, CoordinatorUnreachable, NodeFailure, Tab
 from pskv.protocol import COORDINATOR, Header, Kind, control, control_payload, frame_bytes, unpack_header
 from pskv.transport import Transport
 
-from helpers import PATIENCE, free_port, wait_until
+from helpers import PATIENCE, free_port, together, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,27 +31,6 @@ FAST = dict(failure_timeout=1.0, heartbeat_interval=0.1, rendezvous_timeout=20.0
 # so every heartbeat in it, for about a second at a time on a loaded machine: unless a test is about
 # failure detection, they get pskv's default failure_timeout.
 REAL = FAST | dict(failure_timeout=10.0)
-
-
-def together(*fns: Callable[[], object], timeout: float = 30) -> list:
-    """Run each fn in its own thread at once; return each one's result or the exception it raised."""
-    results: list = [None] * len(fns)
-
-    def body(i, fn):
-        try:
-            results[i] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            results[i] = exc
-
-    threads = [threading.Thread(target=body, args=(i, fn), name=f"test-together-{i}", daemon=True)
-               for i, fn in enumerate(fns)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    assert not any(t.is_alive() for t in threads), f"calls still running after {timeout} s"
-    return results
 
 
 class FakeNode:

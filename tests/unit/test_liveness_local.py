@@ -14,12 +14,12 @@ import socket
 import threading
 import time
 import traceback
-from typing import Callable
 
 import numpy as np
 import pytest
 
 import pskv
+from helpers import free_port, together, wait_until
 from pskv import _hooks
 from pskv.errors import CollectiveStalled, NodeFailure, RemoteError, RequestStalled, TransportError
 from pskv.future import RequestTracker
@@ -29,40 +29,6 @@ from pskv.protocol import Kind
 pytestmark = pytest.mark.timeout(60)
 
 FAST = dict(heartbeat_interval=0.1, rendezvous_timeout=20.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def together(*fns: Callable[[], object], timeout: float = 40) -> list:
-    """Run each fn in its own thread at once; return each one's result or the exception it raised."""
-    results: list = [None] * len(fns)
-
-    def body(i, fn):
-        try:
-            results[i] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            results[i] = exc
-
-    threads = [threading.Thread(target=body, args=(i, fn), name=f"test-liveness-{i}", daemon=True)
-               for i, fn in enumerate(fns)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    assert not any(t.is_alive() for t in threads), f"calls still running after {timeout} s"
-    return results
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
-        time.sleep(0.01)
 
 
 @pytest.fixture
