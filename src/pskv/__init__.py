@@ -8,6 +8,7 @@ from . import updaters as updaters
 from .errors import AggregationError as AggregationError
 from .errors import BarrierTimeout as BarrierTimeout
 from .errors import ClosedError as ClosedError
+from .errors import ConfigTypeError as ConfigTypeError
 from .errors import ClusterError as ClusterError
 from .errors import CollectiveStalled as CollectiveStalled
 from .errors import ConsistencyError as ConsistencyError
@@ -24,7 +25,8 @@ from .errors import TableError as TableError
 from .errors import TableMismatch as TableMismatch
 from .errors import TransportError as TransportError
 from .errors import UnknownTable as UnknownTable
-from .config import ConfigError as ConfigError
+from .errors import WaitTimeout as WaitTimeout
+from .errors import ConfigError as ConfigError
 from .consistency import Async as Async
 from .consistency import BSP as BSP
 from .consistency import Consistency as Consistency
@@ -48,9 +50,10 @@ __version__ = "0.1.0"
 
 __all__ = sorted([
     "Adagrad", "Adam", "AggregationError", "Async", "BSP", "BarrierTimeout", "ClosedError", "ClusterError",
-    "CollectiveStalled", "ConfigError", "Consistency", "ConsistencyError", "Constant", "CoordinatorUnreachable", "DTypeError", "Future",
-    "KeyOutOfRange", "Node", "NodeFailure", "Normal", "ProtocolError", "PskvError", "RemoteError", "RequestStalled", "SGD", "SSP",
-    "Sampling", "ShapeError", "Table", "TableError", "TableMismatch", "TransportError", "Uniform", "UnknownTable",
+    "CollectiveStalled", "ConfigError", "ConfigTypeError", "Consistency", "ConsistencyError", "Constant",
+    "CoordinatorUnreachable", "DTypeError", "Future", "KeyOutOfRange", "Node", "NodeFailure", "Normal",
+    "ProtocolError", "PskvError", "RemoteError", "RequestStalled", "SGD", "SSP", "Sampling", "ShapeError",
+    "Table", "TableError", "TableMismatch", "TransportError", "Uniform", "UnknownTable", "WaitTimeout",
     "Worker", "Zeros", "init", "updaters", "wait",
 ])
 

@@ -27,13 +27,11 @@ import math
 import os
 from typing import Mapping
 
-from .errors import PskvError
+from .errors import ConfigError
+
+__all__ = ["ConfigError", "NodeConfig", "split_address", "zmq_url"]
 
 _PREFIX = "PSKV_"
-
-
-class ConfigError(PskvError, ValueError):
-    """A PSKV_* variable or a config value is malformed."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,7 +43,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ConsistencyError
+from .errors import ConsistencyError, WaitTimeout
 from .future import Future
 from .updaters import _scatter_add
 
@@ -181,7 +181,7 @@ class Clocks:
             while self.global_clock < needed:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise TimeoutError(f"pull waited {timeout} s for the global clock to reach {needed} "
+                    raise WaitTimeout(f"pull waited {timeout} s for the global clock to reach {needed} "
                                        f"(it is {self.global_clock}): a worker is more than the staleness behind")
                 self._cond.release()
                 try:

@@ -8,6 +8,8 @@ PskvError
 │   ├── ShapeError(TableError, ValueError)        keys/values of the wrong shape
 │   ├── DTypeError(TableError, TypeError)         a dtype that cannot be cast safely
 │   └── TableMismatch(TableError, ValueError)     nodes declared one table differently
+├── ConfigError(PskvError, ValueError)            a malformed PSKV_* variable or option value
+│   └── ConfigTypeError(ConfigError, TypeError)   an option of the wrong type (init=, updater=, ...)
 ├── ConsistencyError(PskvError, ValueError)       unknown consistency model, clock() misused
 ├── AggregationError(PskvError, RuntimeError)     aggregate="node" table: pushed twice in a round, pulled twice
 ├── ClusterError
@@ -19,7 +21,8 @@ PskvError
 ├── TransportError         ZeroMQ failed; __cause__ is the zmq.ZMQError
 ├── ProtocolError          a peer sent frames we cannot decode (version skew, garbage)
 ├── RemoteError            a server answered our request with an error; .node_id
-└── ClosedError(PskvError, RuntimeError)   *your* code closed this Node/Worker, then used it
+├── ClosedError(PskvError, RuntimeError)   *your* code closed this Node/Worker, then used it
+└── WaitTimeout(PskvError, TimeoutError)   a timeout you passed ran out (Future.wait, pskv.wait, a pull)
 ```
 
 Classify by who caused it: ClosedError means the caller closed it (do not retry), NodeFailure
@@ -129,6 +132,18 @@ class RemoteError(PskvError):
 
 class ClosedError(PskvError, RuntimeError):
     """This Node or Worker was closed by your code and then used."""
+
+
+class ConfigError(PskvError, ValueError):
+    """A PSKV_* variable or an option value (updater, init, sampling, ...) is malformed."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """An option has the wrong type (e.g. init=object(): a number or a pskv initializer is needed)."""
+
+
+class WaitTimeout(PskvError, TimeoutError):
+    """A timeout the caller passed ran out before the wait ended (the request itself goes on)."""
 
 
 class ConsistencyError(PskvError, ValueError):

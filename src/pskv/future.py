@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .errors import PskvError
+from .errors import PskvError, WaitTimeout
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class Future:
                     self._resolve(None, self._on_stall())
                     break
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError(f"{self.desc or 'request'} did not complete within {timeout} s")
+                    raise WaitTimeout(f"{self.desc or 'request'} did not complete within {timeout} s")
         if self._error is not None:
             raise self._error.with_traceback(self._tb)  # no growth: every wait() starts from the same traceback
         return self._result

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from .config import ConfigError, NodeConfig
+from .errors import WaitTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +177,7 @@ class Cluster:
         node's status (1 if a signal ended it). Raises TimeoutError after `timeout` seconds,
         leaving the processes running."""
         if not self._done.wait(timeout):
-            raise TimeoutError(f"{len(self.alive_pids())} of {len(self._nodes)} nodes still run "
+            raise WaitTimeout(f"{len(self.alive_pids())} of {len(self._nodes)} nodes still run "
                                f"after {timeout}s; call shutdown() to stop them")
         return self._status()
 

@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 import numpy as np
 
-from .errors import TableError
+from .errors import ConfigError, TableError
 
 SCHEMES = ("naive", "preloc", "pool", "onlylocal")
 
@@ -44,13 +44,17 @@ class Sampling:
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
-            raise ValueError(f"sampling scheme {self.scheme!r} is not one of {SCHEMES}")
+            raise ConfigError(f"sampling scheme {self.scheme!r} is not one of {SCHEMES}")
         if self.group_size < 1 or self.reuse < 1:
-            raise ValueError(f"group_size={self.group_size} and reuse={self.reuse} must be >= 1")
+            raise ConfigError(f"group_size={self.group_size} and reuse={self.reuse} must be >= 1")
         if not callable(self.dist):
-            w = np.asarray(self.dist, np.float64)
+            try:
+                w = np.asarray(self.dist, np.float64)
+            except (TypeError, ValueError):
+                w = np.zeros(0)
             if w.ndim != 1 or (w < 0).any() or not w.sum() > 0:
-                raise ValueError("sampling weights must be a 1-D array of non-negative numbers with a positive sum")
+                raise ConfigError(f"sampling weights {str(self.dist)[:60]} must be a 1-D array of non-negative numbers "
+                                  "with a positive sum, or a function draw(rng, n) -> keys")
             object.__setattr__(self, "dist", w / w.sum())
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -155,7 +159,7 @@ def prepare(table, n: int, scheme: str | None) -> SampleHandle:
                          "node.table(..., sampling=pskv.Sampling(weights))")
     scheme = scheme or sampling.scheme
     if scheme not in SCHEMES:
-        raise ValueError(f"sampling scheme {scheme!r} is not one of {SCHEMES}")
+        raise ConfigError(f"sampling scheme {scheme!r} is not one of {SCHEMES}")
     h = SampleHandle(table, int(n), scheme)
     if scheme == "preloc":
         h.queue = h._draw(h.left)

@@ -24,6 +24,7 @@ import threading
 import numpy as np
 
 from . import kernels
+from .errors import ProtocolError
 from .table import TableSpec
 
 STRIPES = 16  # a handful of threads rarely collide on 16; taking each lock costs ~0.5 us of Python
@@ -314,7 +315,7 @@ class Replicas:
         """Apply another node's changes (they are not ours to send on)."""
         idx = self.index[keys]
         if (idx < 0).any():
-            raise ValueError("replica delta for keys that are not replicated")
+            raise ProtocolError(f"replica delta for keys {keys[idx < 0][:5].tolist()} that table {self.spec.name!r} does not replicate")
         with self._lock:
             np.add.at(self.data, idx, deltas)  # a handful of hot rows: no kernel needed
 

@@ -15,7 +15,7 @@ import zlib
 import numpy as np
 
 from . import kernels
-from .errors import DTypeError, KeyOutOfRange, ShapeError, TableError
+from .errors import ConfigError, ConfigTypeError, DTypeError, KeyOutOfRange, ShapeError, TableError
 
 
 # ---- initialisers ------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ class Normal(Init):
 
     def _params(self):
         if self.std < 0:
-            raise ValueError(f"Normal(std={self.std}): std must be >= 0")
+            raise ConfigError(f"Normal(std={self.std}): std must be >= 0")
         return 1, self.mean, self.std, self.seed
 
 
@@ -69,7 +69,7 @@ class Uniform(Init):
 
     def _params(self):
         if not self.high >= self.low:
-            raise ValueError(f"Uniform(low={self.low}, high={self.high}): need low <= high")
+            raise ConfigError(f"Uniform(low={self.low}, high={self.high}): need low <= high")
         return 2, self.low, self.high, self.seed
 
 
@@ -78,7 +78,7 @@ def as_init(init) -> Init:
         return init
     if isinstance(init, (int, float)) and not isinstance(init, bool):
         return Zeros() if init == 0 else Constant(float(init))
-    raise TypeError(f"init={init!r}: use a number, pskv.Zeros(), pskv.Constant(c), pskv.Normal(std, seed) "
+    raise ConfigTypeError(f"init={init!r}: use a number, pskv.Zeros(), pskv.Constant(c), pskv.Normal(std, seed) "
                     "or pskv.Uniform(low, high, seed)")
 
 

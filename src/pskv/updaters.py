@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numba
 import numpy as np
 
-from .errors import DTypeError, ShapeError
+from .errors import ConfigError, ConfigTypeError, DTypeError, ShapeError
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -135,13 +135,13 @@ def _dedupe(data: np.ndarray, idx: np.ndarray, upd: np.ndarray) -> tuple[np.ndar
 
 def _positive(name: str, value: float) -> float:
     if not value > 0:  # also rejects nan
-        raise ValueError(f"{name}={value!r} must be > 0")
+        raise ConfigError(f"{name}={value!r} must be > 0")
     return float(value)
 
 
 def _check_beta(name: str, beta: float) -> float:
     if not 0 <= beta < 1:
-        raise ValueError(f"{name}={beta!r} must be in [0, 1)")
+        raise ConfigError(f"{name}={beta!r} must be in [0, 1)")
     return float(beta)
 
 
@@ -246,7 +246,7 @@ class Adagrad(Updater):
         self.lr = _positive("lr", lr)
         self.eps = _positive("eps", eps)
         if not initial_accumulator >= 0:
-            raise ValueError(f"initial_accumulator={initial_accumulator!r} must be >= 0")
+            raise ConfigError(f"initial_accumulator={initial_accumulator!r} must be >= 0")
         self.initial_accumulator = float(initial_accumulator)
 
     def _params(self) -> dict[str, Any]:
@@ -298,9 +298,9 @@ class Custom(Updater):
 
     def __init__(self, fn: Callable[..., Any], state_width: int = 0, init: float = 0.0, name: str | None = None):
         if not callable(fn):
-            raise TypeError(f"Custom needs a callable fn(rows, updates, state), got {fn!r}")
+            raise ConfigTypeError(f"Custom needs a callable fn(rows, updates, state), got {fn!r}")
         if not (isinstance(state_width, (int, np.integer)) and state_width >= 0):
-            raise ValueError(f"state_width={state_width!r} must be an int >= 0")
+            raise ConfigError(f"state_width={state_width!r} must be an int >= 0")
         self.fn = fn
         self.width = int(state_width)
         self.init = float(init)
@@ -348,17 +348,17 @@ def get(spec: Updater | str) -> Updater:
     if isinstance(spec, str):
         cls = _BUILTINS.get(spec.lower())
         if cls is None:
-            raise ValueError(f"unknown updater {spec!r}; valid names are {', '.join(_BUILTINS)} or a pskv Updater")
+            raise ConfigError(f"unknown updater {spec!r}; valid names are {', '.join(_BUILTINS)} or a pskv Updater")
         return cls()
-    raise TypeError(f"updater must be a name ({', '.join(_BUILTINS)}) or an Updater, got {type(spec).__name__}")
+    raise ConfigTypeError(f"updater must be a name ({', '.join(_BUILTINS)}) or an Updater, got {type(spec).__name__}")
 
 
 def from_config(cfg: dict[str, Any]) -> Updater:
     """Rebuild a built-in updater from its `config()` dict (e.g. after a JSON round trip).
 
-    Raises ValueError for a Custom config (a function cannot travel as JSON) or an unknown name."""
+    Raises ConfigError for a Custom config (a function cannot travel as JSON) or an unknown name."""
     if "custom" in cfg:
-        raise ValueError(
+        raise ConfigError(
             f"custom updater {cfg.get('name')!r} ({cfg['custom']}) cannot be rebuilt from config; "
             "pass the Custom instance on every node instead"
         )
@@ -367,4 +367,4 @@ def from_config(cfg: dict[str, Any]) -> Updater:
     try:
         return cls(**params)
     except TypeError as exc:
-        raise ValueError(f"config {cfg!r} does not fit {cls.__name__}: {exc}") from exc
+        raise ConfigError(f"config {cfg!r} does not fit {cls.__name__}: {exc}") from exc

@@ -16,6 +16,7 @@ PUBLIC_CLASSES = [
     "PskvError", "TableError", "UnknownTable", "KeyOutOfRange", "ShapeError", "DTypeError", "TableMismatch",
     "ClusterError", "NodeFailure", "BarrierTimeout", "CoordinatorUnreachable", "TransportError", "ProtocolError",
     "RemoteError", "ClosedError", "ConfigError", "AggregationError", "RequestStalled", "CollectiveStalled",
+    "ConfigTypeError", "WaitTimeout",
     # the API objects
     "Node", "Worker", "Table", "Future",
     # initialisers and updaters
@@ -66,3 +67,26 @@ def test_updaters_is_the_module():
 def test_version_is_a_string():
     """pskv.__version__ is a dotted version string."""
     assert isinstance(pskv.__version__, str) and pskv.__version__.count(".") >= 1
+
+
+def test_no_builtin_exception_raised_on_purpose():
+    """Every error pskv raises on purpose is in the tree (a PskvError, which may also subclass the builtin)."""
+    import re
+    from pathlib import Path
+
+    src = Path(pskv.__file__).parent
+    bare = re.compile(r"raise (ValueError|TypeError|TimeoutError|RuntimeError|KeyError|IndexError)\(")
+    found = [f"{path.relative_to(src)}:{n}: {line.strip()}" for path in sorted(src.rglob("*.py"))
+             if path.name != "_hooks.py"  # test-only
+             for n, line in enumerate(path.read_text().splitlines(), 1) if bare.search(line)]
+    assert found == []
+
+
+@pytest.mark.parametrize("make", [
+    lambda: pskv.Normal(std=-1)._params(), lambda: pskv.SGD(lr=0), lambda: pskv.Sampling("nope"),
+    lambda: pskv.Sampling([1.0, 2.0], scheme="nope"), lambda: pskv.updaters.get("rmsprop"),
+])
+def test_caller_mistakes_raise_config_error(make):
+    """Bad option values raise ConfigError (also a ValueError)."""
+    with pytest.raises(pskv.ConfigError):
+        make()

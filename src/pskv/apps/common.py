@@ -52,7 +52,7 @@ import numpy as np
 
 import pskv
 
-from ..errors import PskvError
+from ..errors import ConfigError, PskvError
 
 TAG = "@@pskv "  # prefix of the JSON lines of --progress json
 _LINE_INTERVAL = 2.0  # seconds between progress lines when stderr is not a terminal
@@ -325,7 +325,7 @@ class Reducer:
         """Blocks until every worker called sum() for this round; returns the (size,) float64 totals."""
         values = np.asarray(values, dtype=np.float64).reshape(-1)
         if values.shape != (self.size,):
-            raise ValueError(f"Reducer.sum got {values.shape[0]} values; it was made with size={self.size}")
+            raise ConfigError(f"Reducer.sum got {values.shape[0]} values; it was made with size={self.size}")
         with self._lock:
             rounds, seen = self._seen.get((w.rank, w.thread), (0, [np.zeros(self.size), np.zeros(self.size)]))
         slot = rounds % 2

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import ConfigError
 from .fetch import DataError
 
 SPLITS = ("train", "valid", "test")
@@ -199,7 +200,7 @@ def random_kg(entities: int, relations: int, triples: int, *, seed: int = 0, clu
     keys, as in real KGs), r uniformly and t uniformly from group f_r(group(h)). The triples are
     distinct, so a tiny graph may have fewer than `triples`; `held_out` of them each for valid and test."""
     if entities < 2 or relations < 1 or triples < 1 or not 0 <= skew < 1:
-        raise ValueError(f"random:{entities},{relations},{triples} (skew {skew}): need >= 2 entities, "
+        raise ConfigError(f"random:{entities},{relations},{triples} (skew {skew}): need >= 2 entities, "
                          ">= 1 relation and triple, and 0 <= skew < 1")
     rng = np.random.default_rng(seed)
     clusters = max(1, min(clusters, entities // 2))

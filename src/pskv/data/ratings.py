@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import ConfigError
 from .fetch import DataError
 
 __all__ = ["Ratings", "load_inter", "load_mma", "load_mmc", "split", "zipf_ratings"]
@@ -128,7 +129,7 @@ def zipf_ratings(n_users: int, n_items: int, nnz: int, *, seed: int = 0, exponen
     are spread over the key range). Values are a random rank-`rank` matrix (unit variance) plus
     N(0, noise**2). Deterministic for a seed; duplicates (user, item) can occur."""
     if min(n_users, n_items, nnz) < 1:
-        raise ValueError(f"zipf_ratings needs positive sizes, got {n_users} x {n_items} with {nnz} ratings")
+        raise ConfigError(f"zipf_ratings needs positive sizes, got {n_users} x {n_items} with {nnz} ratings")
     rng = np.random.default_rng(seed)
     weights = np.arange(1, n_items + 1, dtype=np.float64) ** -exponent
     cdf = np.cumsum(weights)

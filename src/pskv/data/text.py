@@ -33,6 +33,7 @@ from typing import Iterable, NamedTuple
 import numba
 import numpy as np
 
+from ..errors import ConfigError
 from .fetch import DataError
 
 __all__ = ["Analogy", "Corpus", "Score", "Unigram", "Vocab", "analogy_accuracy", "keep_probabilities",
@@ -139,7 +140,7 @@ def write_vectors(path: Path, words: list[str], vectors: np.ndarray) -> None:
     (what gensim's KeyedVectors.load_word2vec_format(path) reads)."""
     vectors = np.asarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or vectors.shape[0] != len(words):
-        raise ValueError(f"write_vectors: {len(words)} words but vectors of shape {vectors.shape}")
+        raise ConfigError(f"write_vectors: {len(words)} words but vectors of shape {vectors.shape}")
     with open(path, "w", encoding="utf-8") as f:
         f.write(f"{vectors.shape[0]} {vectors.shape[1]}\n")
         for word, row in zip(words, vectors):
@@ -267,7 +268,7 @@ class Unigram:
     def __init__(self, counts: np.ndarray, power: float = 0.75) -> None:
         weights = np.asarray(counts, dtype=np.float64) ** power
         if weights.ndim != 1 or len(weights) == 0 or not np.all(weights > 0):
-            raise ValueError("Unigram needs a non-empty 1-D array of positive counts")
+            raise ConfigError("Unigram needs a non-empty 1-D array of positive counts")
         self.p = weights / weights.sum()  # (V,) float64, sums to 1
         self._accept, self._alias = _alias_table(self.p)
 
@@ -332,7 +333,7 @@ def rankdata(x: np.ndarray) -> np.ndarray:
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman's rank correlation of x and y (Pearson's r of their average ranks); nan if undefined."""
     if len(x) != len(y):
-        raise ValueError(f"spearman needs equal lengths, got {len(x)} and {len(y)}")
+        raise ConfigError(f"spearman needs equal lengths, got {len(x)} and {len(y)}")
     if len(x) < 2:
         return float("nan")
     rx, ry = rankdata(x) - (len(x) + 1) / 2.0, rankdata(y) - (len(y) + 1) / 2.0
