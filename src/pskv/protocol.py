@@ -1,4 +1,5 @@
-"""Wire format: message kinds, the fixed binary `Header`, and `encode()` / `decode()`.
+"""Wire format: message kinds, the fixed binary `Header` (`Header.pack()` / `unpack_header()`) and
+`unpack()`, which turns a message's frames into a `Payload` of numpy views.
 
 A message is a ZeroMQ multipart message: frame 0 is a 40-byte header, the other frames are
 raw buffers (keys, values) or, for control messages, one UTF-8 JSON object. Arrays travel as
@@ -20,8 +21,9 @@ part: a node that owns some keys of a request serves those and forwards the rest
 every reply names the positions in the part that it answers. `origin` is the node that made
 the request; replies go to it directly, however often the request was forwarded.
 
-`decode()` checks everything a peer could get wrong (length, magic, version, cluster, frame
-sizes) and raises ProtocolError; the server answers with ERROR or drops the message.
+`unpack_header()` and `unpack()` check everything a peer could get wrong (length, magic, version,
+kind, dtype codes, frame sizes) and raise ProtocolError; the server answers with ERROR or drops
+the message.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 A table is `rows x dim` values with one updater. Keys are int64 row ids in [0, rows), range-
 partitioned over the nodes: node i *manages* [bounds[i], bounds[i+1]). As in Lapse, the manager
-of a key is fixed and always knows the key's *owner*, the node that stores its value. For now
-the owner is the manager (static placement); relocation (#4) moves owners without touching the
-manager map, and the rest of the code already asks `Placement.owner_bounds()` for owners.
+of a key is fixed and always knows the key's *owner*, the node that stores its value. The owner
+starts as the manager; relocation (`Table.localize`) moves owners without touching the manager
+map, which the manager records in `Shard.owner`.
 """
 
 from __future__ import annotations
@@ -115,7 +115,10 @@ class TableSpec:
 
 # ---- placement ---------------------------------------------------------------------------------
 class Placement:
-    """Key ranges of a table over `num_nodes` nodes: managers fixed, owners = managers for now."""
+    """The manager ranges of a table over `num_nodes` nodes: node i manages [bounds[i], bounds[i+1]).
+
+    A manager knows the current owner of each key it manages (`Shard.owner`); the owner starts as
+    the manager and changes by relocation (`Table.localize`)."""
 
     def __init__(self, rows: int, num_nodes: int) -> None:
         self.rows = rows
@@ -126,10 +129,7 @@ class Placement:
     def manager_range(self, rank: int) -> tuple[int, int]:
         return int(self.bounds[rank]), int(self.bounds[rank + 1])
 
-    def owner_bounds(self) -> np.ndarray:
-        return self.bounds  # static placement: owner == manager (relocation, #4, changes this)
-
-    def owner_of(self, key: int) -> int:
+    def manager_of(self, key: int) -> int:
         return int(np.searchsorted(self.bounds, key, side="right") - 1)
 
     def __repr__(self) -> str:
