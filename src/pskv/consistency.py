@@ -316,8 +316,8 @@ class RowCache:
             slots = self._slot[keys]
             new = slots < 0
             n_new = int(new.sum())
-            if n_new:
-                slots[new] = self._free_slots(n_new)
+            if n_new:  # never evict a slot this insert refreshes: it would serve two keys
+                slots[new] = self._free_slots(n_new, protect=slots[~new])
                 self._slot[keys[new]] = slots[new]
                 self._key[slots[new]] = keys[new]
             self._values[slots] = rows
@@ -345,10 +345,12 @@ class RowCache:
     def __len__(self) -> int:
         return int((self._key >= 0).sum())
 
-    def _free_slots(self, n: int) -> np.ndarray:
+    def _free_slots(self, n: int, protect: np.ndarray) -> np.ndarray:
+        """n free slots, evicting the stalest copies (never those in `protect`) if needed."""
         free = np.flatnonzero(self._key < 0)
         if len(free) < n:  # evict the stalest copies
             used = np.flatnonzero(self._key >= 0)
+            used = used[~np.isin(used, protect)]
             victims = used[np.argsort(self._fresh[used], kind="stable")[:n - len(free)]]
             self._drop(victims)
             self.evictions += len(victims)

@@ -278,3 +278,20 @@ def test_row_cache_keeps_no_copy_of_a_row_while_its_set_is_in_flight():
     cache.insert(np.array([3]), np.array([[7.0]], np.float32), fresh=0, since=cache.sequence())
     out = np.zeros((1, 1), np.float32)
     assert len(cache.lookup(np.array([3]), 0, out)) == 0 and out[0, 0] == 7.0
+
+
+def test_row_cache_insert_never_evicts_a_row_it_is_refreshing():
+    """An insert that must evict may not pick the slots of keys it refreshes in the same call: those
+    slots would go to its new keys and one of two rows would land under the wrong key."""
+    cache = RowCache(10, 1, np.float32, 4, additive=True)
+    cache.insert(np.array([4, 5]), np.array([[40.0], [50.0]], np.float32), fresh=0, since=cache.sequence())
+    cache.insert(np.array([2, 3]), np.array([[20.0], [30.0]], np.float32), fresh=1, since=cache.sequence())
+    # full; 4 and 5 are the stalest, and this insert refreshes them while adding 0 and 1
+    rows = np.array([[0.0], [10.0], [41.0], [51.0]], np.float32)
+    cache.insert(np.array([0, 1, 4, 5]), rows, fresh=2, since=cache.sequence())
+    keys = np.array([0, 1, 2, 3, 4, 5])
+    out = np.full((6, 1), -1.0, np.float32)
+    missed = cache.lookup(keys, 0, out)
+    for i in np.setdiff1d(np.arange(6), missed):  # every copy the cache still has is its own key's row
+        assert out[i, 0] == {0: 0.0, 1: 10.0, 2: 20.0, 3: 30.0, 4: 41.0, 5: 51.0}[int(keys[i])], (keys[i], out[i])
+    assert len(cache) == 4
