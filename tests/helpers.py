@@ -60,3 +60,27 @@ def together(*fns: Callable[[], object], timeout: float = PATIENCE) -> list:
         t.join(max(0.0, deadline - time.monotonic()))
     assert not any(t.is_alive() for t in threads), f"calls still running after {timeout} s"
     return results
+
+
+class RecordingTransport:
+    """Stands in for net.Transport under an Endpoint: records (rank, frames) instead of sending.
+
+    Sends to a rank in `fail_to` raise TransportError, as a full or dead peer's would."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+        self.fail_to: set[int] = set()
+
+    def send(self, rank: int, frames: list, *, copy: bool = False) -> None:
+        from pskv.errors import TransportError
+        if rank in self.fail_to:
+            raise TransportError(f"sending to node {rank} timed out")
+        self.sent.append((rank, frames))
+
+
+def recording_endpoint(rank: int, tracker=None, cluster: int = 7):
+    """(Endpoint of node `rank` over a RecordingTransport, the transport)."""
+    from pskv.net.endpoint import Endpoint
+    from pskv.net.requests import RequestTracker
+    transport = RecordingTransport()
+    return Endpoint(rank, transport, tracker or RequestTracker(), lambda: cluster), transport

@@ -1,7 +1,7 @@
 """pskv: a parameter server for distributed machine learning.
 
-Layout: the public API is exactly what this file re-exports; the modules (node, worker, table,
-store, server, transport, protocol, coordinator, ...) are internal. See README.md.
+Layout: the public API is exactly what this file re-exports; the packages (net, membership, store,
+placement, consistency, server, client) and modules are internal. See README.md and docs/design.md.
 """
 
 from . import updaters as updaters
@@ -27,32 +27,36 @@ from .errors import TransportError as TransportError
 from .errors import UnknownTable as UnknownTable
 from .errors import WaitTimeout as WaitTimeout
 from .errors import ConfigError as ConfigError
-from .consistency import Async as Async
-from .consistency import BSP as BSP
-from .consistency import Consistency as Consistency
-from .consistency import SSP as SSP
-from .future import Future as Future
-from .future import wait as wait
+from .options import Async as Async
+from .options import BSP as BSP
+from .options import Consistency as Consistency
+from .options import SSP as SSP
+from .net.requests import Future as Future
+from .net.requests import wait as wait
 from .node import Node as Node
 from .node import init as init
-from .sampling import Sampling as Sampling
-from .table import Constant as Constant
-from .table import Normal as Normal
-from .table import Uniform as Uniform
-from .table import Zeros as Zeros
+from .options import Cache as Cache
+from .options import NodeAggregate as NodeAggregate
+from .options import Relocate as Relocate
+from .options import Replicate as Replicate
+from .options import Sampling as Sampling
+from .store.spec import Constant as Constant
+from .store.spec import Normal as Normal
+from .store.spec import Uniform as Uniform
+from .store.spec import Zeros as Zeros
 from .updaters import Adagrad as Adagrad
 from .updaters import Adam as Adam
 from .updaters import SGD as SGD
-from .worker import Table as Table
-from .worker import Worker as Worker
+from .client.table import Table as Table
+from .client.worker import Worker as Worker
 
 __version__ = "0.1.0"
 
 __all__ = sorted([
-    "Adagrad", "Adam", "AggregationError", "Async", "BSP", "BarrierTimeout", "ClosedError", "ClusterError",
+    "Adagrad", "Adam", "AggregationError", "Async", "BSP", "BarrierTimeout", "Cache", "ClosedError", "ClusterError",
     "CollectiveStalled", "ConfigError", "ConfigTypeError", "Consistency", "ConsistencyError", "Constant",
-    "CoordinatorUnreachable", "DTypeError", "Future", "KeyOutOfRange", "Node", "NodeFailure", "Normal",
-    "ProtocolError", "PskvError", "RemoteError", "RequestStalled", "SGD", "SSP", "Sampling", "ShapeError",
+    "CoordinatorUnreachable", "DTypeError", "Future", "KeyOutOfRange", "Node", "NodeAggregate", "NodeFailure", "Normal",
+    "ProtocolError", "PskvError", "Relocate", "RemoteError", "Replicate", "RequestStalled", "SGD", "SSP", "Sampling", "ShapeError",
     "Table", "TableError", "TableMismatch", "TransportError", "Uniform", "UnknownTable", "WaitTimeout",
     "Worker", "Zeros", "init", "updaters", "wait",
 ])

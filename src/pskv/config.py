@@ -27,7 +27,8 @@ import math
 import os
 from typing import Mapping
 
-from .errors import ConfigError
+from .errors import ConfigError, ConsistencyError
+from .options import as_consistency
 
 __all__ = ["ConfigError", "NodeConfig", "split_address", "zmq_url"]
 
@@ -62,7 +63,6 @@ class NodeConfig:
             values[field.name] = _parse(field, raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "consistency" in values:  # an object (pskv.SSP(3)) or its text; kept as text so launch can pass it on
-            from .consistency import ConsistencyError, as_consistency
             try:
                 values["consistency"] = as_consistency(values["consistency"]).spec
             except ConsistencyError as exc:

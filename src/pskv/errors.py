@@ -152,4 +152,4 @@ class ConsistencyError(PskvError, ValueError):
 
 class AggregationError(PskvError, RuntimeError):
     """A thread broke the rounds of an aggregated table: it pushed a key twice in one round, or
-    pulled a key while its earlier pull of it was outstanding (pskv.aggregation)."""
+    pulled a key while its earlier pull of it was outstanding (pskv.client.aggregate)."""

@@ -17,6 +17,9 @@ import numpy as np
 _jit = numba.njit(nogil=True, cache=True)
 
 
+NONE = np.empty(0, np.int64)  # "no positions": an empty int64 array (also "nothing missing")
+
+
 @_jit
 def key_range(keys):
     """(min, max) of a non-empty int array in one pass."""

@@ -359,7 +359,7 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     `env`: extra variables for the processes, on top of os.environ (with a hostfile they apply to
     the local ssh client; the remote command gets only PSKV_* and PYTHONUNBUFFERED). `log_dir`:
     also write node i's output to log_dir/node-i.log. `echo`: print every line as `[node i] ...`.
-    `coordinator`: True starts pskv.coordinator.Coordinator, False none (PSKV_COORDINATOR unset),
+    `coordinator`: True starts pskv.membership.coordinator.Coordinator, False none (PSKV_COORDINATOR unset),
     or a factory called like Coordinator. Raises ConfigError for bad arguments or hostfile."""
     if not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"nodes is {nodes!r}; launch at least 1 node")
@@ -451,7 +451,7 @@ def _dump_on_sigusr1(cluster: Cluster):
 
 def _start_coordinator(coordinator: bool | CoordinatorFactory, config: NodeConfig) -> Any:
     if coordinator is True:
-        from .coordinator import Coordinator  # lazily: process tests need no coordinator
+        from .membership.coordinator import Coordinator  # lazily: process tests need no coordinator
 
         coordinator = Coordinator
     coord = coordinator(num_nodes=config.num_nodes, host=config.host, port=0, config=config)

@@ -41,7 +41,7 @@ def _node_sums(rank: int, threads: int) -> np.ndarray:
 
 def rounds(node: pskv.Node, threads: int, model: str) -> None:
     """Round sums with the `add` updater: exact under level-2 BSP, consistent prefixes under Async."""
-    node.table("g", rows=ROWS, dim=DIM, aggregate="node", consistency=MODELS[model]())
+    node.table("g", rows=ROWS, dim=DIM, aggregate=pskv.NodeAggregate(), consistency=MODELS[model]())
     sums = [_node_sums(r, threads) for r in range(node.num_nodes)]
     total = sum(sums)  # (STEPS + 1, ROWS, DIM)
 
@@ -69,13 +69,13 @@ def rounds(node: pskv.Node, threads: int, model: str) -> None:
     st = node.stats()["tables"]["g"]
     assert st["aggregated_rounds"] == STEPS * 12, st  # a round per key per step, whatever the threads
     assert node.num_nodes == 1 or 0 < st["aggregated_messages"] <= STEPS * 12, st
-    print(f"rounds ok node={node.rank} model={model} {node._tables['g'].aggregator!r}")
+    print(f"rounds ok node={node.rank} model={model} {node.catalog.get('g').aggregator!r}")
 
 
 def sgd(node: pskv.Node, threads: int, model: str) -> None:
     """pskv.SGD on the owner: after each round the pulled weights equal a numpy reference (BSP)."""
     lr = 0.25
-    node.table("w", rows=ROWS, dim=DIM, aggregate="node", updater=pskv.SGD(lr=lr), init=pskv.Constant(1.0),
+    node.table("w", rows=ROWS, dim=DIM, aggregate=pskv.NodeAggregate(), updater=pskv.SGD(lr=lr), init=pskv.Constant(1.0),
                consistency=MODELS[model]())
     sums = [_node_sums(r, threads) for r in range(node.num_nodes)]
     ref = np.ones((STEPS + 1, ROWS, DIM), np.float32)  # (STEPS + 1, ROWS, DIM) weights after each step
@@ -100,7 +100,7 @@ def sgd(node: pskv.Node, threads: int, model: str) -> None:
 
 def callbacks(node: pskv.Node, threads: int) -> None:
     """pull_async(callback=): runs once, after the values are written, before wait() returns."""
-    node.table("c", rows=ROWS, dim=DIM, aggregate="node", consistency=pskv.BSP())
+    node.table("c", rows=ROWS, dim=DIM, aggregate=pskv.NodeAggregate(), consistency=pskv.BSP())
     total = sum(_node_sums(r, threads) for r in range(node.num_nodes))
 
     def train(w: pskv.Worker) -> None:
@@ -123,7 +123,7 @@ def callbacks(node: pskv.Node, threads: int) -> None:
 
 def misuse(node: pskv.Node, threads: int) -> None:
     """Two pushes of a key in one round, or a second outstanding pull, raise AggregationError; rounds go on."""
-    node.table("e", rows=ROWS, dim=1, aggregate="node", consistency=pskv.BSP())
+    node.table("e", rows=ROWS, dim=1, aggregate=pskv.NodeAggregate(), consistency=pskv.BSP())
     first_pull = threading.Barrier(threads)
 
     def train(w: pskv.Worker) -> None:

@@ -116,7 +116,7 @@ def bsp(node: pskv.Node, threads: int, clocks: int = 10, keys_per_worker: int = 
     clocks every worker reads block B and updates its keys of block A; at odd clocks the reverse."""
     workers = node.num_nodes * threads
     half = workers * keys_per_worker
-    node.table("x", rows=2 * half, dim=1, dtype="float64", consistency=pskv.BSP(), cache_rows=half // 2,
+    node.table("x", rows=2 * half, dim=1, dtype="float64", consistency=pskv.BSP(), cache=pskv.Cache(rows=half // 2),
                init=pskv.Uniform(0, 10, seed=3))
 
     def own(worker: int, block: int) -> np.ndarray:
@@ -158,7 +158,7 @@ def bsp(node: pskv.Node, threads: int, clocks: int = 10, keys_per_worker: int = 
 def cache(node: pskv.Node, threads: int) -> None:
     """Row cache: hits send no message, read-my-writes through it, eviction at the bound; push
     coalescing: many small pushes become one message per flush, values exact."""
-    node.table("c", rows=100, dim=2, consistency=pskv.SSP(3), cache_rows=8)
+    node.table("c", rows=100, dim=2, consistency=pskv.SSP(3), cache=pskv.Cache(rows=8))
     node.table("g", rows=100, dim=2, consistency=pskv.SSP(3), updater=pskv.SGD(lr=0.5),
                      init=pskv.Constant(1.0))
     node.table("p", rows=100, dim=2)  # Async: no cache, no buffer

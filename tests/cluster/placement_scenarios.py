@@ -91,7 +91,7 @@ def locality(node: pskv.Node, threads: int) -> None:
 def phases(node: pskv.Node, threads: int) -> None:
     """Random key sets: (1) pulls+localizes keep initial values, (2) pulls never drop below what was seen
     under concurrent positive pushes, (3) pushes of deltas and their negation restore the initial values."""
-    t = node.table("p", rows=ROWS, dim=3, location_caches=True)
+    t = node.table("p", rows=ROWS, dim=3, placement=pskv.Relocate(location_caches=True))
     w0 = node.worker()
     if node.rank == 0:  # integer values: float32 sums of them are exact in any order
         t.set(np.arange(ROWS), np.random.default_rng(2).integers(-50, 50, (ROWS, 3))).wait()
@@ -156,9 +156,9 @@ def _sync_rounds(node: pskv.Node, table: str):
 def replication(node: pskv.Node, threads: int) -> None:
     """Replicas: local visibility at once, remote after a sync, exact sums, threshold, any node count."""
     hot = np.array([0, 7, ROWS - 1])
-    t = node.table("r", rows=ROWS, dim=2, replicate=hot, syncs_per_sec=50)
-    lazy = node.table("z", rows=ROWS, dim=2, replicate=3, frequencies=np.arange(ROWS), syncs_per_sec=50,
-                      threshold=100.0)
+    t = node.table("r", rows=ROWS, dim=2, replicate=pskv.Replicate(keys=hot, syncs_per_sec=50))
+    lazy = node.table("z", rows=ROWS, dim=2, replicate=pskv.Replicate(hottest=3, frequencies=np.arange(ROWS),
+                                                                    syncs_per_sec=50, threshold=100.0))
     w = node.worker()
     mine = hot[node.rank % len(hot)]  # nobody else writes this key yet
     t.push([mine], [[1.0, 2.0]])
@@ -241,11 +241,10 @@ def sampling(node: pskv.Node, threads: int) -> None:
 def _watchdog(node) -> None:
     """After 80 s, print what is pending (a hang's diagnosis), just before faulthandler's stacks."""
     time.sleep(80)
-    pending = [(p.future.desc, p.remaining, sorted(p.ranks)) for p in list(node.tracker._pending.values())]
-    print(f"WATCHDOG pending={pending[:10]} deferred={dict(list(node.server._deferred.items())[:10])}", flush=True)
-    for name, s in node._tables.items():
+    print(f"WATCHDOG {node.debug_state()}", flush=True)
+    for s in node.catalog.tables():
         hot = [3, 4, 250, 251, 598, 599]
-        print(f"WATCHDOG {name} slot={s.shard.slot[hot].tolist()} owner={s.shard.owner[:8].tolist()} "
+        print(f"WATCHDOG {s.spec.name} slot={s.shard.slot[hot].tolist()} owner={s.shard.owner[:8].tolist()} "
               f"start={s.shard.start}", flush=True)
 
 

@@ -20,7 +20,7 @@ import pytest
 import zmq
 
 import pskv
-from pskv.protocol import COORDINATOR, Header, Kind, control, dtype_code
+from pskv.net.wire import COORDINATOR, Header, Kind, control, dtype_code
 
 from helpers import free_port, wait_until
 
@@ -49,7 +49,7 @@ NODE_SCRIPT = textwrap.dedent("""
     w.barrier(timeout=30)
     if node.rank == 1:
         info = {"address": node._transport.address, "cluster": node.cluster, "rank": node.rank,
-                "table": t.spec.table_id, "range": list(node._tables["t"].placement.manager_range(1))}
+                "table": t.spec.table_id, "range": list(node.catalog.get("t").ranges.manager_range(1))}
         print("READY " + json.dumps(info), flush=True)
     if node.rank == 0:
         deadline = time.monotonic() + 60

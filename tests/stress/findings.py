@@ -19,7 +19,7 @@ def replica_cache(node: pskv.Node) -> None:
     """Finding 1 (fixed in 7083ee9): on a BSP table with replicate=KEYS, a pull put a replicated row that
     this node does not manage into the row cache; the worker's push updated the replica, not the copy,
     and its next pull in the same clock returned the copy without the push."""
-    node.table("t", rows=10, dim=1, consistency=pskv.BSP(), replicate=[0, 9])
+    node.table("t", rows=10, dim=1, consistency=pskv.BSP(), replicate=pskv.Replicate(keys=[0, 9]))
 
     def work(w: pskv.Worker) -> None:
         t = w.table("t")
@@ -74,7 +74,7 @@ def set_then_push(node: pskv.Node, rounds: int = 150) -> None:
     thread's pull flushes it on that thread's socket. The push could reach the owner before the set,
     which overwrote it: a lost update (the row stayed at the set value)."""
     block_rows, dim = 2000, 8
-    node.table("t", rows=2 * block_rows, dim=dim, consistency=pskv.BSP(), cache_rows=0)
+    node.table("t", rows=2 * block_rows, dim=dim, consistency=pskv.BSP(), cache=pskv.Cache(rows=0))
     done = [threading.Event() for _ in range(rounds)]
     lost = []
 

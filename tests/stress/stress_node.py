@@ -531,13 +531,13 @@ def declare(node: pskv.Node, plan: Plan, index: int) -> dict:
         node.table(names[name], rows=rows, dim=dim, **{"consistency": model, **kw})
 
     table("p", plan.p_rows, updater=updater(plan.p_coef), init=pskv.Constant(plan.p_init),
-          location_caches=plan.p_caches)
+          placement=pskv.Relocate(location_caches=plan.p_caches))
     table("s", plan.s_rows, init=pskv.Constant(plan.s_init))
     if plan.r:
         table("r", plan.r_rows, updater=updater(plan.r_coef), init=pskv.Constant(plan.r_init),
-              replicate=plan.r_hot, syncs_per_sec=plan.r_syncs)
+              replicate=pskv.Replicate(keys=plan.r_hot, syncs_per_sec=plan.r_syncs))
     if plan.g:
-        table("g", plan.g_rows, updater=updater(plan.g_coef), init=pskv.Constant(plan.g_init), aggregate="node")
+        table("g", plan.g_rows, updater=updater(plan.g_coef), init=pskv.Constant(plan.g_init), aggregate=pskv.NodeAggregate())
     if plan.x:
         sampling = pskv.Sampling(plan.x_weights, scheme=plan.x_scheme, reuse=plan.x_reuse, group_size=plan.x_group,
                                  postpone=plan.x_postpone, seed=plan.seed % 1000)

@@ -62,7 +62,7 @@ def rank_script(**by_rank: str) -> list[str]:
 
 
 class FakeCoordinator:
-    """Stands in for pskv.coordinator.Coordinator; records its calls."""
+    """Stands in for pskv.membership.coordinator.Coordinator; records its calls."""
 
     made: list["FakeCoordinator"] = []
 

@@ -22,8 +22,8 @@ import pskv
 from helpers import free_port, together, wait_until
 from pskv import _hooks
 from pskv.errors import CollectiveStalled, NodeFailure, RemoteError, RequestStalled, TransportError
-from pskv.future import RequestTracker
-from pskv.protocol import Kind
+from pskv.net.requests import RequestTracker
+from pskv.net.wire import Kind
 
 
 pytestmark = pytest.mark.timeout(60)
@@ -87,7 +87,7 @@ def test_localize_racing_its_own_transfer_completes(cluster):
         calls.append(node)
         if len(calls) == 2:  # the second localize: let the first TRANSFER land now, then go on
             checked.set()
-            shard = nodes[0]._tables["t"].shard
+            shard = nodes[0].catalog.get("t").shard
             wait_until(lambda: shard.slot[7] >= 0, 10, "the first TRANSFER landed")
 
     with _hooks.installed("server.transfer", hold_transfer), _hooks.installed("localize.checked", after_check):
@@ -95,7 +95,7 @@ def test_localize_racing_its_own_transfer_completes(cluster):
         second = table.localize(key)
         assert second.wait(10) is None
         assert first.wait(10) is None
-    assert calls == [0, 0] and nodes[0]._tables["t"].shard.owned(key).all()
+    assert calls == [0, 0] and nodes[0].catalog.get("t").shard.owned(key).all()
     table.push(key, np.ones((1, 2)))
     np.testing.assert_array_equal(nodes[1].worker().table("t").pull(key, timeout=10), [[1, 1]])
 
@@ -255,15 +255,15 @@ def test_waiting_twice_on_a_failed_future_does_not_grow_its_traceback():
     assert depths[0] == depths[1] == depths[2], depths
 
 
-def test_aggregated_pull_whose_round_never_completes_stalls(node):
-    """On an aggregate='node' table, a pull waiting for a thread that never pushes its round fails with
+def test_aggregated_pull_whose_round_never_completes_stalls():
+    """On a NodeAggregate table, a pull waiting for a thread that never pushes its round fails with
     RequestStalled after collective_timeout instead of waiting forever."""
-    node.config = dataclasses.replace(node.config, collective_timeout=0.5)
-    node.table("agg", rows=4, aggregate="node")
-    a, b = node.worker(), node.worker()  # b never pushes: the round cannot complete
-    table = a.table("agg")
-    table.push([1], np.ones((1, 1)))
-    with pytest.raises(RequestStalled, match="its round did not complete within 0.5 s"):
-        table.pull([1])
-    a.close()
-    b.close()
+    with pskv.init(collective_timeout=0.5) as node:
+        node.table("agg", rows=4, aggregate=pskv.NodeAggregate())
+        a, b = node.worker(), node.worker()  # b never pushes: the round cannot complete
+        table = a.table("agg")
+        table.push([1], np.ones((1, 1)))
+        with pytest.raises(RequestStalled, match="its round did not complete within 0.5 s"):
+            table.pull([1])
+        a.close()
+        b.close()

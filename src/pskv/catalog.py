@@ -1,0 +1,120 @@
+"""Catalog: the tables this node knows, by name and by id; each a `TableState` with one part per technique.
+
+Threads and ownership: the main thread adds tables (`node.table()`); every thread looks them up.
+`_lock` guards the two maps. A `TableState`'s parts are made before it is added and never replaced;
+its counters are GIL-atomic `+=` (approximate under threads).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+
+from .consistency.buffer import PushBuffer
+from .consistency.cache import RowCache
+from .options import Consistency
+from .errors import TableError, UnknownTable
+from .net.requests import Future
+from .options import TableOptions
+from .placement.ranges import KeyRanges
+from .store.shard import Shard
+from .store.spec import TableSpec
+
+
+@dataclasses.dataclass
+class TableState:
+    """A table as this node knows it: spec, key ranges, local shard, technique parts and counters."""
+
+    spec: TableSpec
+    ranges: KeyRanges
+    shard: Shard
+    options: TableOptions
+    consistency: Consistency
+    loc_cache: np.ndarray  # (rows,) int64 last known owner per key, -1 unknown; empty when off
+    cache: RowCache | None = None  # BSP/SSP: copies of remote rows, shared by the node's workers
+    buffer: PushBuffer | None = None  # BSP/SSP: remote updates waiting for the next flush
+    aggregator: object = None  # NodeAggregate: a client.aggregate.Aggregator (mshadow-ps level 1)
+    next_sync: float = 0.0  # Replicate: when the pskv-replica thread syncs this table next
+    pulls: int = 0  # calls
+    pushes: int = 0
+    local_keys: int = 0  # keys served from this node's memory without a message
+    remote_keys: int = 0  # keys sent to another node
+    localizes: int = 0  # keys this node asked to move here
+
+    @property
+    def sampling(self):
+        return self.options.sampling
+
+    def counters(self) -> dict:
+        """Calls and keys of this table on this node, and its technique parts' counters."""
+        out = {"pulls": self.pulls, "pushes": self.pushes, "local_keys": self.local_keys,
+               "remote_keys": self.remote_keys, "localizes": self.localizes}
+        if self.cache is not None:
+            out.update(cache_hits=self.cache.hits, cache_misses=self.cache.misses,
+                       cache_evictions=self.cache.evictions, cache_rows=len(self.cache))
+        if self.buffer is not None:
+            out.update(flushes=self.buffer.flushes, buffered_rows=self.buffer.rows_in, flushed_rows=self.buffer.rows_out)
+        if self.aggregator is not None:
+            out.update(aggregated_rounds=self.aggregator.rounds, aggregated_messages=self.aggregator.messages)
+        return out
+
+    def parts(self) -> list[str]:
+        """Its technique parts, for debug dumps."""
+        return [repr(x) for x in (self.buffer, self.cache, self.aggregator, self.shard.replicas) if x is not None]
+
+
+class Catalog:
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self._by_name: dict[str, TableState | None] = {}  # None: a declaration that failed (keeps ids aligned)
+        self._by_id: dict[int, TableState] = {}
+        self._lock = threading.Lock()  # guards both maps
+
+    def next_id(self, name: str) -> int:
+        """The id of a new table `name` (ids follow declaration order, the same on every node)."""
+        with self._lock:
+            if name in self._by_name:
+                raise TableError(f"table {name!r} is already declared on node {self.rank}; declare each table once")
+            return len(self._by_name)
+
+    def add(self, state: TableState) -> None:
+        with self._lock:
+            self._by_name[state.spec.name] = self._by_id[state.spec.table_id] = state
+
+    def discard(self, name: str) -> None:
+        """A declaration the cluster refused: the name stays taken, so ids stay aligned; using it raises."""
+        with self._lock:
+            self._by_name[name] = None
+
+    def get(self, name: str) -> TableState:
+        state = self._by_name.get(name)
+        if state is None:
+            raise UnknownTable(f"no table {name!r} on node {self.rank}; declared tables: {self.names()}; "
+                               "declare it with node.table() on every node first")
+        return state
+
+    def by_id(self, table_id: int) -> TableState | None:
+        return self._by_id.get(table_id)
+
+    def names(self) -> list[str]:
+        return sorted(n for n, s in list(self._by_name.items()) if s is not None)
+
+    def tables(self) -> list[TableState]:
+        return [s for s in list(self._by_name.values()) if s is not None]
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    # ---- across tables ------------------------------------------------------------------------------
+    def flush_buffers(self) -> list[Future]:
+        """Send every BSP/SSP table's buffered updates; their Futures (any thread)."""
+        futures = [s.buffer.flush() for s in self.tables() if s.buffer is not None]
+        return [f for f in futures if f is not None]
+
+    def clear_caches(self) -> None:
+        """After a barrier, cached rows may miss updates issued before it: drop them."""
+        for s in self.tables():
+            if s.cache is not None:
+                s.cache.clear()

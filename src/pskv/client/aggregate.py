@@ -1,0 +1,341 @@
+"""Two-level aggregation (mshadow-ps) for tables made with `node.table(..., aggregate="node")`.
+
+Level 1, on each node: every worker thread of the node pushes key k once per *round* and then
+pulls it (mshadow-ps's `Push(data, key, devid)` then `PullReq(data, key, devid)`). The node sums
+the threads' pushes of round r of k; when the last of its open workers pushed, the sum leaves
+in one AGG_PUSH per owner for all keys that push completed, however many threads pushed (keys
+in different rounds carry a round each).
+
+Level 2, at the key's owner (`Owner`), by the table's consistency model:
+
+    BSP (and SSP)   round r of k is applied once every node sent its round-r sum: the nodes'
+                    sums are added, then the updater runs once (mshadow-ps's dist server);
+                    every node then gets the new rows. SSP(s) gets this stricter rule too
+                    (it satisfies the "sees round r - s of every node" bound with s = 0).
+    Async           each node's sum is applied when it arrives; that node gets the rows at once.
+
+The owner answers an AGG_PUSH with a PULL_REPLY of the rows after the round was applied, so
+about one message goes each way per node, owner and round (under BSP, one per AGG_PUSH that a
+completed round answers). A pull of k in round r completes when that
+reply is here; it returns the sum (updater `add`) or the updated weights (e.g. pskv.SGD).
+
+Rules (AggregationError otherwise, raised before anything changes): a thread pushes a key at most
+once per round, and has at most one outstanding pull of a key. A pull of a key that the thread
+did not push in its current round is a plain read of the current value (e.g. the initial weights,
+or the main thread's look at the result); it does not end a round. Pushes resolve at once (the
+contribution is in the node's sum); completion shows in the pulls. The threads taking part are
+the node's open workers (those of `node.run()`, or made by `node.worker()` and not closed; the
+same set as `worker.barrier()`); a worker made later joins at the node's current round, a worker
+that closes leaves its pushes in the pending rounds. The node's main-thread handle may only read.
+Aggregated tables keep their static placement (no localize, no replication); each node holds
+four (rows, dim) buffers for the table (two rounds of sums and two of results), so aggregate
+dense models of moderate size (mshadow-ps's layers), not 100M-row embeddings.
+
+Level 1 lives here (`Aggregator`, client side); level 2 in pskv.server.aggregate (`Owner`), which
+the node hands in: this module does not import the server.
+
+Threads and ownership: `Aggregator` is shared by the node's worker threads (push, pull, leave)
+and pskv-server (owner replies, as tracker callbacks). `_send_lock` serialises the hand-over of
+completed rounds to level 2, so that rounds of a key leave this node in order; it is taken
+before `_lock`, which guards all level-1 arrays and the waiting pulls and is never held while a
+Future resolves or a message is sent. `Owner` runs in pskv-server (remote nodes' sums) and in
+worker threads holding `_send_lock` (this node's own keys); `Owner._lock` guards its arrays and
+is held while replies are enqueued (Transport.send only enqueues), never while calling back into
+an Aggregator, so the lock order is always `_send_lock` -> `Owner._lock`, `_send_lock` -> `_lock`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..catalog import TableState
+from ..errors import AggregationError, ProtocolError, RequestStalled, TableError
+from ..net.requests import Future
+from ..net.wire import Header, Kind, Payload
+from .context import Context
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+
+class _ThreadRounds:
+    """One worker thread's position in the rounds of every key of a table."""
+
+    def __init__(self, start: np.ndarray) -> None:
+        self.round = start.copy()  # (rows,) int64 the round this thread is in, per key
+        self.pushed = np.zeros(len(start), bool)  # (rows,) pushed in its current round
+        self.pulling = np.zeros(len(start), bool)  # (rows,) a round pull is outstanding
+
+
+class _Pull:
+    """A pull waiting for its round results (and perhaps for a plain read of other keys)."""
+
+    __slots__ = ("thread", "keys", "rounds", "pos", "index", "out", "future", "parts", "error", "copied")
+
+    def __init__(self, thread, keys, rounds, pos, index, out, future, parts) -> None:
+        self.thread = thread  # _ThreadRounds of the puller
+        self.keys = keys  # (m,) distinct keys whose round results it waits for
+        self.rounds = rounds  # (m,) the round of each
+        self.pos = pos  # (j,) rows of out that get a round result
+        self.index = index  # (j,) which of `keys` each of those rows is
+        self.out = out  # (n, dim) the caller's result
+        self.future = future
+        self.parts = parts  # 1 (round results) + 1 if a plain read runs alongside
+        self.error: BaseException | None = None
+        self.copied = False  # its round results are in `out`
+
+
+class Aggregator:
+    """Level 1 of one aggregated table on one node; made by `node.table(..., aggregate=pskv.NodeAggregate())`.
+
+    `owner` is level 2 for this node's keys (a server.aggregate.Owner): `apply(...)` for this
+    node's own sums, `serve(header, payload)` for other nodes' AGG_PUSH."""
+
+    def __init__(self, ctx: Context, state: TableState, owner) -> None:
+        self._ctx = ctx
+        self._state = state
+        self.owner = owner
+        spec = self.spec = state.spec
+        rows, dim = spec.rows, spec.dim
+        self._acc = np.zeros((2, rows, dim), spec.dtype)  # sums of round r in [r % 2], being collected
+        self._count = np.zeros((2, rows), np.int64)  # open threads that pushed into _acc[r % 2]
+        self._sent = np.zeros(rows, np.int64)  # rounds handed to level 2 = the round being collected
+        self._result = np.zeros((2, rows, dim), spec.dtype)  # rows after round r was applied, in [r % 2]
+        self._result_round = np.full((2, rows), -1, np.int64)  # which round each result slot holds
+        self._threads: dict[int, _ThreadRounds] = {}  # worker.thread -> its rounds
+        self._waiting: list[_Pull] = []
+        self._error: BaseException | None = None  # a level-2 failure; every later call raises it
+        self._lock = threading.Lock()  # guards all of the above; never held while resolving or sending
+        self._send_lock = threading.Lock()  # rounds of a key leave in order; taken before _lock
+        self.rounds = 0  # key-rounds completed on this node (stats)
+        self.messages = 0  # AGG_PUSH messages sent
+
+    # ---- worker threads ---------------------------------------------------------------------------
+    def push(self, worker: "Worker", keys: np.ndarray, updates: np.ndarray) -> Future:
+        """Add `updates` (n, dim) to this node's sums of the worker's current round of `keys`."""
+        if worker.thread < 0:
+            raise AggregationError(f"push to aggregated table {self.spec.name!r} from the main thread's handle; "
+                                   "push from the workers of node.run() or node.worker()")
+        self._check_table()
+        uk, summed = _distinct(keys, updates)  # (m,) sorted, (m, dim)
+        with self._send_lock:
+            with self._lock:
+                self._raise_error()
+                th = self._thread(worker)
+                twice = uk[th.pushed[uk]]
+                if len(twice):
+                    raise AggregationError(
+                        f"thread {worker.thread} of node {self._ctx.rank} pushed keys {twice[:5].tolist()} of table "
+                        f"{self.spec.name!r} twice in one round; pull them before pushing again")
+                rounds = th.round[uk]
+                if (rounds < self._sent[uk]).any():  # an internal invariant; never silently mix rounds
+                    raise AggregationError(f"table {self.spec.name!r}: thread {worker.thread} is behind its node")
+                slot = rounds & 1
+                self._acc[slot, uk] += summed
+                self._count[slot, uk] += 1
+                th.pushed[uk] = True
+                done = self._complete(uk)
+            self._level2(*done)
+        return Future.completed(None, f"push {self.spec.name!r} (aggregated)")
+
+    def pull(self, worker: "Worker", keys: np.ndarray, out: np.ndarray) -> Future:
+        """Round results of the keys the worker pushed in its round, plain reads of the others."""
+        self._check_table()
+        uk, inv = np.unique(keys, return_inverse=True)
+        fut = Future(f"pull {self.spec.name!r} (aggregated)", self._ctx.check)
+        timeout = self._ctx.collective_timeout  # rounds wait for this node's other threads
+        fut.stall_after(timeout, lambda: RequestStalled(
+            f"pull of table {self.spec.name!r} (aggregated) by thread {worker.thread} of node {self._ctx.rank}: "
+            f"its round did not complete within {timeout:g} s (PSKV_COLLECTIVE_TIMEOUT); every open worker thread "
+            "of the node must push (or close) for a round to complete", self._ctx.rank, request=fut.desc))
+        with self._lock:
+            self._raise_error()
+            th = self._thread(worker) if worker.thread >= 0 else None
+            if th is not None and th.pulling[uk].any():
+                again = uk[th.pulling[uk]]
+                raise AggregationError(
+                    f"thread {worker.thread} of node {self._ctx.rank} pulls keys {again[:5].tolist()} of table "
+                    f"{self.spec.name!r} while its earlier pull of them is outstanding; wait() for that one first")
+            mine = th.pushed[uk] if th is not None else np.zeros(len(uk), bool)  # (m,) round keys
+            rk = uk[mine]
+            rounds = th.round[rk] if th is not None else rk
+            if len(rk):
+                th.round[rk] += 1
+                th.pushed[rk] = False
+                th.pulling[rk] = True
+            at = mine[inv]  # (n,) rows of out that get a round result
+            pos = np.flatnonzero(at)
+            index = (np.cumsum(mine) - 1)[inv[pos]]
+            reads = np.flatnonzero(~at)
+            p = _Pull(th, rk, rounds, pos, index, out, fut, 1 + bool(len(reads)))
+            finished = self._try_finish(p) if len(rk) else self._part_done_locked(p)
+            if not finished:
+                self._waiting.append(p)
+        if finished:
+            self._resolve(p)
+        if len(reads):
+            read = worker.table(self.spec.name)._request(Kind.PULL, keys[reads], None, out, copy=True, gpos=reads)
+            read.add_done_callback(lambda f: self._read_done(p, f.exception()))
+        return fut
+
+    def leave(self, worker: "Worker") -> None:
+        """A worker closed: its pushes stay in the pending rounds, which no longer wait for it."""
+        with self._send_lock:
+            with self._lock:
+                th = self._threads.pop(worker.thread, None)
+                if th is not None:  # one fewer thread to wait for, also if it never used this table
+                    top = th.round + th.pushed  # (rows,) it contributed to rounds below this
+                    for ahead in (0, 1):
+                        r = self._sent + ahead
+                        mask = r < top
+                        self._count[r[mask] & 1, np.flatnonzero(mask)] -= 1
+                done = self._complete(np.flatnonzero(self._count.any(axis=0)))
+            self._level2(*done)
+
+    # ---- level 1 ----------------------------------------------------------------------------------
+    def _thread(self, worker: "Worker") -> _ThreadRounds:
+        th = self._threads.get(worker.thread)
+        if th is None:
+            th = self._threads[worker.thread] = _ThreadRounds(self._sent)
+        return th
+
+    def _complete(self, keys: np.ndarray) -> tuple[list, list, list]:
+        """Under _lock: take the sums of every round of `keys` that all open threads pushed."""
+        members = self._ctx.barrier.size  # the node's open workers (barrier members)
+        out_keys, out_rounds, out_sums = [], [], []
+        while len(keys) and members:
+            r = self._sent[keys]
+            slot = r & 1
+            full = self._count[slot, keys] >= members
+            if not full.any():
+                break
+            keys, r, slot = keys[full], r[full], slot[full]
+            out_keys.append(keys)
+            out_rounds.append(r)
+            out_sums.append(self._acc[slot, keys])  # (m, dim) a copy (fancy indexing)
+            self._acc[slot, keys] = 0
+            self._count[slot, keys] = 0
+            self._sent[keys] += 1
+            self.rounds += len(keys)
+        return out_keys, out_rounds, out_sums
+
+    def _level2(self, keys_list: list, rounds_list: list, sums_list: list) -> None:
+        """Under _send_lock: send each batch of completed rounds to the owners (or apply it here)."""
+        for keys, rounds, sums in zip(keys_list, rounds_list, sums_list):  # a batch: distinct keys
+            owners = self._state.ranges.manager_of(keys)
+            for o in np.unique(owners):
+                sel = owners == o
+                self._send_round(int(o), keys[sel], rounds[sel], np.ascontiguousarray(sums[sel]))
+
+    def _send_round(self, owner: int, keys: np.ndarray, rounds: np.ndarray, sums: np.ndarray) -> None:
+        if owner == self._ctx.rank:
+            for k, r, values in self.owner.apply(owner, 0, keys, rounds, sums):
+                self._deliver(k, r, values)
+            return
+        rid, fut = self._ctx.tracker.new_request(len(keys), desc=f"aggregated push of table {self.spec.name!r}",
+                                            on_part=lambda sender, payload: self._on_reply(keys, rounds, sender,
+                                                                                           payload))
+        fut.add_done_callback(self._on_request_done)
+        self.messages += 1
+        several = (rounds != rounds[0]).any()  # keys in different rounds: one round per key (8 bytes each)
+        self._ctx.endpoint.request(owner, Kind.AGG_PUSH, self.spec.table_id, rid, part=int(rounds[0]), keys=keys,
+                                   values=sums, rounds=rounds if several else None)
+
+    # ---- results (pskv-server, or a worker thread for this node's own keys) -----------------------
+    def _on_reply(self, keys: np.ndarray, rounds: np.ndarray, sender: int, payload) -> None:
+        header, p = payload
+        if p.positions is not None:
+            if len(p.positions) and (p.positions.min() < 0 or p.positions.max() >= len(keys)):
+                raise ProtocolError(f"node {sender} answered positions outside an aggregated push")
+            keys, rounds = keys[p.positions], rounds[p.positions]
+        if p.values is None or p.values.shape != (len(keys), self.spec.dim) or p.values.dtype != self.spec.dtype:
+            raise ProtocolError(f"node {sender} answered an aggregated push of table {self.spec.name!r} with "
+                                f"{None if p.values is None else p.values.shape}, expected ({len(keys)}, "
+                                f"{self.spec.dim}) {self.spec.dtype}")
+        self._deliver(keys, rounds, p.values)
+
+    def _deliver(self, keys: np.ndarray, rounds: np.ndarray, values: np.ndarray) -> None:
+        """The rounds of `keys` were applied at the owner; `values` (n, dim) are the rows after them."""
+        slot = rounds & 1
+        with self._lock:
+            self._result[slot, keys] = values
+            self._result_round[slot, keys] = rounds
+            ready = [p for p in self._waiting if self._try_finish(p)]
+            if ready:
+                self._waiting = [p for p in self._waiting if p not in ready]
+        for p in ready:
+            self._resolve(p)
+
+    def _try_finish(self, p: _Pull) -> bool:
+        """Under _lock: copy p's round results into its `out` if all are here; True if p is complete."""
+        if p.copied or not len(p.keys):
+            return False  # nothing (more) to copy: it waits for its plain read only
+        slot = p.rounds & 1
+        if not (self._result_round[slot, p.keys] == p.rounds).all():
+            return False
+        p.out[p.pos] = self._result[slot[p.index], p.keys[p.index]]  # (j, dim)
+        p.thread.pulling[p.keys] = False
+        p.copied = True
+        return self._part_done_locked(p)
+
+    def _part_done_locked(self, p: _Pull) -> bool:
+        p.parts -= 1
+        return p.parts == 0
+
+    def _read_done(self, p: _Pull, error: BaseException | None) -> None:
+        with self._lock:
+            if error is not None and p.error is None:
+                p.error = error
+            finished = self._part_done_locked(p)
+            if finished and p in self._waiting:
+                self._waiting.remove(p)
+        if finished:
+            self._resolve(p)
+
+    def _resolve(self, p: _Pull) -> None:
+        p.future._resolve(None if p.error else p.out, p.error)
+
+    def _on_request_done(self, fut: Future) -> None:
+        """A level-2 request failed (owner's ERROR, node failure): fail every waiting pull with it."""
+        error = fut.exception()
+        if error is None:
+            return
+        with self._lock:
+            if self._error is None:
+                self._error = error
+            failed, self._waiting = self._waiting, []
+        for p in failed:
+            p.future._resolve(None, error)
+
+    # ---- owner side, pskv-server ------------------------------------------------------------------
+    def serve(self, header: Header, payload: Payload) -> None:
+        # a remote node's sum may complete a BSP round that this node is part of: deliver ours
+        for keys, r, values in self.owner.serve(header, payload):
+            self._deliver(keys, r, values)
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _check_table(self) -> None:
+        if self._state.shard.replicas is not None or not self._state.shard.static:
+            raise TableError(f"table {self.spec.name!r}: an aggregated table cannot be replicated or localized")
+
+    def __repr__(self) -> str:
+        return (f"<Aggregator table={self.spec.name!r} threads={len(self._threads)} rounds={self.rounds} "
+                f"messages={self.messages} waiting={len(self._waiting)}>")
+
+
+def _distinct(keys: np.ndarray, updates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, their summed rows): one thread's push counts once per key."""
+    uk, inv = np.unique(keys, return_inverse=True)
+    if len(uk) == len(keys):
+        out = np.empty_like(updates)
+        out[inv] = updates
+        return uk, out
+    out = np.zeros((len(uk), updates.shape[1]), updates.dtype)  # (m, dim)
+    np.add.at(out, inv, updates)
+    return uk, out

@@ -1,0 +1,27 @@
+"""Context: what a node hands its workers and their tables, in place of a pointer back to the node."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from ..catalog import Catalog
+from ..consistency.clocks import Clocks
+from ..membership.barrier import LocalBarrier
+from ..net.endpoint import Endpoint
+from ..net.requests import RequestTracker
+from .replica_sync import ReplicaSync
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    rank: int
+    num_nodes: int
+    endpoint: Endpoint  # sends every request
+    tracker: RequestTracker  # this node's requests in flight
+    catalog: Catalog  # the node's tables
+    check: Callable[[], None]  # raises the node's failure, or ClosedError after shutdown
+    clocks: Clocks  # worker clocks and the global clock (BSP/SSP)
+    barrier: LocalBarrier  # the node's open workers
+    replica_sync: ReplicaSync  # sends changes of replicated keys
+    collective_timeout: float  # seconds a clock wait or an aggregation round may take

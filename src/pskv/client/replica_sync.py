@@ -1,0 +1,86 @@
+"""Hot-key replication (NuPS): the pskv-replica thread that sends each node's changes of its replicas.
+
+The replicas themselves (`store.Replicas`) live in the store; this module sends each node's
+accumulated changes of them to every other node, `Replicate.syncs_per_sec` times a second per
+table, as REPLICA_SYNC (the other nodes' servers add them and acknowledge).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from ..catalog import Catalog, TableState
+from ..net.endpoint import Endpoint
+from ..net.requests import Future, wait
+from ..net.wire import Kind
+
+
+class ReplicaSync:
+    """The pskv-replica thread: sends each replicated table's accumulated changes to every other node.
+
+    Threads and ownership: the thread only reads TableState and calls Replicas.take_deltas, which
+    locks; `flush()` may run in any thread at the same time (each delta is taken exactly once)."""
+
+    def __init__(self, endpoint: Endpoint, num_nodes: int, catalog: Catalog, stop: threading.Event,
+                 failed: Callable[[], bool]) -> None:
+        self._endpoint = endpoint
+        self.rank = endpoint.rank
+        self._num_nodes = num_nodes
+        self._catalog = catalog
+        self._stop = stop  # the node is shutting down
+        self._failed = failed  # the node failed: stop syncing
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # guards _inflight and _thread
+        self._inflight: list[Future] = []  # sync rounds not yet acknowledged by every node
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"pskv-replica-{self.rank}", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._thread.join(2)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send every change not yet sent, and wait until every node has applied all rounds so far."""
+        futures = [self._round(s, threshold=0.0) for s in self._tables()]
+        with self._lock:
+            futures += self._inflight
+            self._inflight = []
+        wait(*[f for f in futures if f is not None], timeout=timeout)
+
+    def _tables(self) -> list[TableState]:
+        return [s for s in self._catalog.tables() if s.shard.replicas is not None]
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and not self._failed():
+            now = time.monotonic()
+            for s in self._tables():
+                if s.next_sync > now:
+                    continue
+                rate = s.options.replicate.syncs_per_sec
+                s.next_sync = now + (1.0 / rate if rate > 0 else float("inf"))
+                fut = self._round(s, s.options.replicate.threshold)
+                if fut is not None:
+                    with self._lock:
+                        self._inflight = [f for f in self._inflight if not f.done()] + [fut]
+            upcoming = min((s.next_sync for s in self._tables()), default=now + 0.1)
+            self._stop.wait(min(0.1, max(0.001, upcoming - time.monotonic())))
+
+    def _round(self, s: TableState, threshold: float) -> Future | None:
+        replicas = s.shard.replicas
+        keys, deltas = replicas.take_deltas(threshold)
+        if not len(keys) or self._num_nodes == 1:
+            return None
+        others = [r for r in range(self._num_nodes) if r != self.rank]
+        tracker = self._endpoint.tracker
+        rid, fut = tracker.new_request(len(keys) * len(others), desc=f"replica sync of table {s.spec.name!r}")
+        for r in others:
+            self._endpoint.request(r, Kind.REPLICA_SYNC, s.spec.table_id, rid, copy=True, keys=keys, values=deltas)
+        replicas.syncs += 1
+        replicas.keys_sent += len(keys)
+        return fut

@@ -1,0 +1,107 @@
+"""Worker: a worker thread's view of the cluster (tables, clock, barrier, wait_all)."""
+
+from __future__ import annotations
+
+import threading
+
+from ..net.requests import Future, wait as wait_futures
+from .context import Context
+from .table import Table
+
+class Worker:
+    """A worker thread's view of the cluster. Made by `node.run()` or `node.worker()`."""
+
+    def __init__(self, ctx: Context, thread: int) -> None:
+        self._ctx = ctx
+        self.rank = ctx.rank
+        self.num_nodes = ctx.num_nodes
+        self.thread = thread
+        self._tables: dict[str, Table] = {}
+        self._pending: list[Future] = []  # outstanding futures for wait_all(); pruned as it grows
+        self._updates: list[Future] = []  # pushes/sets since the last clock(), stamped with the current clock
+        self._lock = threading.Lock()  # guards _pending and _updates
+        self._closed = False
+
+    def table(self, name: str) -> Table:
+        """This worker's handle on table `name`. Raises UnknownTable."""
+        handle = self._tables.get(name)
+        if handle is None:
+            self._ctx.check()
+            handle = self._tables[name] = Table(self._ctx, self._ctx.catalog.get(name), self)
+        return handle
+
+    @property
+    def current_clock(self) -> int:
+        """This worker's clock: how many times it called clock() (updates it issues now are stamped with it)."""
+        return self._ctx.clocks.clock_of(self)
+
+    def clock(self) -> int:
+        """End this worker's current clock (Bösen's Clock); never blocks. Returns the new clock.
+
+        Under BSP/SSP, a later pull by any worker at clock c waits until every worker's updates
+        stamped <= c - s - 1 are applied; buffered updates are sent once every worker of this
+        node has ended the clock. Raises ConsistencyError on the main thread's worker (use
+        node.run() or node.worker())."""
+        self._ctx.check()
+        with self._lock:
+            updates, self._updates = self._updates, []
+        return self._ctx.clocks.tick(self, [f for f in updates if not f.done()])
+
+    def wait_all(self, timeout: float | None = None) -> None:
+        """Block until every request this worker issued so far completed; raises the first error.
+
+        Buffered updates of BSP/SSP tables are sent first."""
+        self._ctx.catalog.flush_buffers()
+        with self._lock:
+            pending, self._pending = self._pending, []
+        wait_futures(*pending, timeout=timeout)
+
+    def barrier(self, timeout: float | None = None) -> None:
+        """Wait for this worker's requests, then for every open worker of every node to arrive.
+
+        After it returns, a pull by any worker sees every push that any worker issued before
+        its barrier call."""
+        self._ctx.check()
+        self.wait_all(timeout)
+        self._ctx.barrier.wait(timeout)
+
+    def wait_replica_sync(self, timeout: float | None = None) -> None:
+        """Send this node's unsent changes of replicated keys now, and block until every node has
+        applied every change this node made so far (to all replicated tables)."""
+        self._ctx.check()
+        self._ctx.replica_sync.flush(timeout)
+
+    def close(self) -> None:
+        """Leave the node's barriers and clocks (node.run() does this when the worker function returns)."""
+        if not self._closed:
+            self._closed = True
+            self._ctx.barrier.leave(self)
+            for state in self._ctx.catalog.tables():  # NodeAggregate: rounds stop waiting for it
+                if state.aggregator is not None:
+                    state.aggregator.leave(self)
+            with self._lock:
+                updates, self._updates = self._updates, []
+            self._ctx.clocks.close(self, [f for f in updates if not f.done()])
+
+    def _update(self, fut: Future) -> Future:
+        """Remember a push/set for clock(): the node's clock waits until it is applied."""
+        if not fut.done():
+            with self._lock:
+                if self._updates and self._updates[-1] is fut:  # pushes into one buffer share its Future
+                    return fut
+                self._updates.append(fut)
+                if len(self._updates) >= 4096:
+                    self._updates = [f for f in self._updates if not f.done()]
+        return fut
+
+    def _track(self, fut: Future) -> None:
+        with self._lock:
+            if self._pending and self._pending[-1] is fut:  # pushes into one buffer share its Future
+                return
+            self._pending.append(fut)
+            if len(self._pending) >= 4096:
+                # keep failures: wait_all() must still raise them
+                self._pending = [f for f in self._pending if not f.done() or f.exception() is not None]
+
+    def __repr__(self) -> str:
+        return f"<Worker node={self.rank}/{self.num_nodes} thread={self.thread}>"

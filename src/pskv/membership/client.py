@@ -1,0 +1,182 @@
+"""CoordinatorClient: a node's side of the coordinator protocol (join, declare, barrier, clocks, heartbeats)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from typing import Callable
+
+from ..config import NodeConfig
+from ..errors import BarrierTimeout, CollectiveStalled, CoordinatorUnreachable, NodeFailure, TableMismatch
+from ..net.wire import FROM_COORDINATOR, Header, Kind, control, control_payload
+from .view import View
+
+HANDLES = FROM_COORDINATOR  # the kinds `on_message` takes
+
+
+class CoordinatorClient:
+    """A node's side of the coordinator. `on_message()` and `check()` are fed by pskv-server."""
+
+    def __init__(self, send: Callable[[list], None], view: View, config: NodeConfig,
+                 on_failure: Callable[[NodeFailure], None], on_clock: Callable[[int], None] | None = None,
+                 health: Callable[[], None] | None = None, on_welcome: Callable[[], None] | None = None) -> None:
+        self._send_frames = send
+        self.view = view  # written here on WELCOME
+        self.rank = view.rank
+        self.config = config
+        self._on_welcome = on_welcome  # pskv-server, right after WELCOME (addresses, held messages)
+        self._on_failure = on_failure  # the node records the failure before any waiter here sees it
+        self._health = health  # raises the node's own failure (so every call raises the same error)
+        self._on_clock = on_clock  # receives the global clock (pskv-server thread)
+        self._cond = threading.Condition()  # guards everything below; never held while sending
+        self.failure: Exception | None = None
+        self._abort: str | None = None
+        self._decl_seq = 0
+        self._decl_results: dict[int, str | None] = {}
+        self._barrier_gen = 0
+        self._released: set[int] = set()
+        self._arrivals: dict[str, list[int]] = {}  # barrier generation -> ranks arrived (from TICKs)
+        self._shutdown_ok = False
+        self._failing = False
+        self._last_heard = time.monotonic()
+        self._last_beat = 0.0
+
+    def _send(self, kind: Kind, payload: dict | None = None) -> None:
+        self._send_frames(control(kind, self.view.cluster, self.rank, payload))
+
+    # ---- calls from any thread ------------------------------------------------------------------
+    def join(self, address: str, num_nodes: int) -> dict[int, str]:
+        """Announce this node and wait for all others; returns rank -> address of every node."""
+        self._send(Kind.HELLO, {"address": address, "num_nodes": num_nodes})
+        timeout = self.config.rendezvous_timeout + 5  # the coordinator's own verdict comes first
+        self._wait(lambda: self.view.welcomed, timeout, lambda: CoordinatorUnreachable(
+            f"node {self.rank}: no answer from the coordinator at {self.config.coordinator} within {timeout:g} s; "
+            "is it running and reachable (PSKV_COORDINATOR)?"))
+        return self.view.addresses
+
+    def declare(self, spec: dict) -> None:
+        """Collective: wait until every node declared its table #seq; TableMismatch if they differ."""
+        with self._cond:
+            seq = self._decl_seq
+            self._decl_seq += 1
+        self._send(Kind.TABLE_DECL, {"seq": seq, "spec": spec})
+        self._wait(lambda: seq in self._decl_results, None, None)
+        with self._cond:
+            error = self._decl_results.pop(seq)
+        if error:
+            raise TableMismatch(error)
+
+    def barrier(self, timeout: float | None = None) -> None:
+        """Node-level barrier over all alive nodes."""
+        with self._cond:
+            gen = self._barrier_gen
+            self._barrier_gen += 1
+        self._send(Kind.BARRIER, {"gen": gen})
+        self._wait(lambda: gen in self._released, timeout, lambda: self._barrier_timeout(gen, timeout))
+
+    def _barrier_timeout(self, gen: int, timeout: float) -> BarrierTimeout:
+        arrived = set(self._arrivals.get(str(gen), [])) | {self.rank}
+        missing = sorted(set(range(len(self.view.addresses or {}))) - arrived)
+        return BarrierTimeout(f"barrier #{gen} did not complete within {timeout} s on node {self.rank}; "
+                              f"nodes {missing} never arrived", missing)
+
+    def bye(self, timeout: float | None = None) -> bool:
+        """Orderly leave: wait until every node said bye. False if that did not happen."""
+        self._send(Kind.BYE)
+        try:
+            self._wait(lambda: self._shutdown_ok, timeout, lambda: TimeoutError("bye"))
+        except (NodeFailure, CoordinatorUnreachable, TimeoutError):
+            return False
+        return True
+
+    def abort(self, reason: str) -> None:
+        self._send(Kind.ABORT, {"reason": reason})
+
+    def report_clock(self, clock: int, seq: int) -> None:
+        """Tell the coordinator that every update stamped < clock of this node is applied.
+
+        `seq` orders the reports: they are sent from several threads, whose sockets do not keep
+        order between them."""
+        self._send(Kind.CLOCK, {"clock": int(clock), "seq": int(seq)})
+
+    def _wait(self, ready: Callable[[], bool], timeout: float | None, on_timeout) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not ready():
+                if self._abort is not None:
+                    raise CoordinatorUnreachable(f"node {self.rank}: the coordinator aborted: {self._abort}")
+                if self._health is not None:
+                    self._health()
+                if self.failure is not None:
+                    raise copy.copy(self.failure) from self.failure
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise on_timeout()
+                self._cond.wait(0.2 if left is None else min(0.2, left))
+
+    # ---- pskv-server thread ---------------------------------------------------------------------
+    def on_message(self, header: Header, frames: list) -> None:
+        """A message from the coordinator (the dispatcher admitted it: this cluster's, or WELCOME)."""
+        self.handle(header, control_payload(header, frames))
+        if header.kind == Kind.WELCOME and self._on_welcome is not None:
+            self._on_welcome()
+
+    def handle(self, header: Header, payload: dict) -> None:
+        kind = header.kind
+        with self._cond:
+            self._last_heard = time.monotonic()
+            if kind == Kind.WELCOME:
+                self.view.welcome(header.cluster, {int(r): a for r, a in payload["addresses"].items()})
+            elif kind == Kind.TABLE_OK:
+                self._decl_results[int(payload["seq"])] = payload.get("error")
+            elif kind == Kind.BARRIER_RELEASE:
+                self._released.add(int(payload["gen"]))
+            elif kind == Kind.SHUTDOWN_OK:
+                self._shutdown_ok = True
+            elif kind == Kind.TICK:
+                self._arrivals = payload.get("barriers", {})
+            elif kind == Kind.ABORT:
+                self._abort = str(payload.get("reason", "unknown reason"))
+            self._cond.notify_all()
+        if kind == Kind.GLOBAL_CLOCK and self._on_clock is not None:
+            self._on_clock(int(payload["clock"]))
+        if kind == Kind.STALLED:
+            missing = [int(r) for r in payload.get("missing", [])]
+            self._fail(CollectiveStalled(f"node {self.rank}: {payload.get('reason')}", missing))
+        if kind == Kind.NODE_FAILED:
+            self._fail(NodeFailure(f"node {payload['rank']} ({payload.get('address', '?')}) failed: "
+                                   f"{payload.get('reason')}; this cluster cannot continue without it",
+                                   int(payload["rank"]), str(payload.get("address", ""))))
+
+    def check(self, now: float) -> None:
+        """Send a heartbeat when due; declare the coordinator dead after failure_timeout of silence."""
+        if not self.view.welcomed or self.failure is not None or self._shutdown_ok:
+            return
+        if now - self._last_beat >= self.config.heartbeat_interval:
+            self._last_beat = now
+            self._send(Kind.HEARTBEAT)
+        silent = now - self._last_heard
+        if silent > self.config.failure_timeout:
+            self._fail(NodeFailure(
+                f"the coordinator ({self.config.coordinator or 'in-process'}) has been silent for {silent:.1f} s; "
+                "node 0 or the launcher probably died", -1, self.config.coordinator or ""))
+
+    def _fail(self, exc: NodeFailure) -> None:
+        with self._cond:
+            if self.failure is not None or self._failing:
+                return
+            self._failing = True
+        self._on_failure(exc)  # first: a waiter that wakes up below finds the node failed already
+        with self._cond:
+            self.failure = exc
+            self._cond.notify_all()
+
+    def describe(self) -> list[str]:
+        """The collectives this node waits in, for debug dumps."""
+        with self._cond:
+            barriers = sorted(set(range(self._barrier_gen)) - self._released)
+            return [f"coordinator {self.config.coordinator or 'in-process'}: heard {time.monotonic() - self._last_heard:.1f} s "
+                    f"ago; {self._decl_seq} table declaration(s), {self._barrier_gen} barrier(s) sent; "
+                    f"barrier generations not released: {barriers[-5:]}; arrivals seen: {self._arrivals}; "
+                    f"failure: {self.failure}"]

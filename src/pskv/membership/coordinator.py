@@ -1,0 +1,311 @@
+"""Coordinator: rendezvous, table declarations, barriers, orderly shutdown and heartbeats.
+
+`Coordinator` is the service (one per cluster: in `pskv launch`, or in node 0 when none runs);
+`CoordinatorClient` is each node's side of it. Both speak control messages (protocol.control).
+
+    node  -- HELLO{rank,address} -->  coordinator    all N joined: WELCOME{cluster, addresses}
+    node  -- TABLE_DECL{seq,spec} ->  coordinator    all agree: TABLE_OK, else TABLE_OK{error}
+    node  -- BARRIER{gen} -------->   coordinator    all alive nodes arrived: BARRIER_RELEASE{gen}
+    node  -- CLOCK{clock,seq} ---->   coordinator    min over alive nodes changed: GLOBAL_CLOCK{clock}
+    node  -- BYE ----------------->   coordinator    all said BYE: SHUTDOWN_OK
+    node  -- HEARTBEAT / ABORT --->   coordinator    silence > failure_timeout or ABORT: NODE_FAILED{rank}
+    coordinator -- TICK (every heartbeat_interval) -> nodes: a silent coordinator is a failure too
+    coordinator -- STALLED{reason, missing} -> nodes: a table declaration or barrier that some
+                   nodes did not join within collective_timeout, or left (BYE) without joining
+
+Threads and ownership: `Coordinator` runs in its own thread, pskv-coord, which owns its
+Transport and all of its state; other threads reach it only through `_control`, a
+SimpleQueue (report_failure, close). `CoordinatorClient` is fed by the node's pskv-server
+thread (`handle`, `check`) and called by any thread (`declare`, `barrier`, `bye`); its state
+is guarded by `_cond`, which is never held while sending.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+
+from ..config import ConfigError, NodeConfig, split_address
+from ..net.transport import Transport
+from ..errors import ProtocolError
+from ..net.wire import COORDINATOR, Kind, control, control_payload, unpack_header
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator:
+    """The cluster's coordinator service. `start()` it, give nodes `address`, `close()` it."""
+
+    def __init__(self, num_nodes: int, host: str = "127.0.0.1", port: int = 0,
+                 config: NodeConfig | None = None) -> None:
+        self.num_nodes = num_nodes
+        self.config = config or NodeConfig()
+        self._transport = Transport(host, port=port, linger=2.0, send_timeout=self.config.failure_timeout)
+        self.address = self._transport.address
+        self.cluster = random.randrange(1, 1 << 32)
+        self._control: queue.SimpleQueue = queue.SimpleQueue()  # (verb, args) from other threads
+        self._thread = threading.Thread(target=self._run, name="pskv-coord", daemon=True)
+        # state below: pskv-coord only
+        self._addresses: dict[int, str] = {}
+        self._state: dict[int, str] = {}  # rank -> "alive" | "bye" | "failed"
+        self._last_seen: dict[int, float] = {}
+        self._decls: dict[int, dict[int, dict]] = {}  # seq -> rank -> table config
+        self._barriers: dict[int, set[int]] = {}  # generation -> ranks arrived
+        self._since: dict[tuple[str, int], float] = {}  # ("table"|"barrier", seq) -> first arrival
+        self._declared: dict[int, int] = {}  # rank -> how many tables it declared
+        self._stalled = False  # a STALLED went out: the cluster is stopping
+        self._clocks: dict[int, int] = {}  # rank -> its applied clock (SSP/BSP); 0 until reported
+        self._global_clock = 0  # min over alive nodes, last broadcast
+        self._clock_seq: dict[int, int] = {}  # rank -> sequence number of its last report
+        self._welcomed = False
+        self._finished = False
+        self.failures: list[tuple[int, str]] = []  # (rank, reason), for the launcher's report
+
+    def start(self) -> "Coordinator":
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def report_failure(self, rank: int, reason: str) -> None:
+        """Tell every node that `rank` failed (e.g. its process exited). Any thread."""
+        self._control.put(("fail", (rank, reason)))
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the thread and close the sockets. Idempotent."""
+        if self._thread.is_alive():
+            self._control.put(("close", None))
+            self._thread.join(timeout)
+        elif not self._thread.ident:
+            self._transport.close()
+
+    # ---- pskv-coord thread --------------------------------------------------------------------
+    def _run(self) -> None:
+        interval = self.config.heartbeat_interval
+        next_tick = time.monotonic()
+        try:
+            while not self._finished:
+                if not self._drain_control():
+                    break
+                frames = self._transport.recv(min(0.05, interval))
+                if frames is not None:
+                    self._receive(frames)
+                now = time.monotonic()
+                if now >= next_tick:
+                    next_tick = now + interval
+                    self._tick(now)
+        except Exception:
+            log.exception("coordinator crashed")
+        finally:
+            self._transport.close()
+
+    def _drain_control(self) -> bool:
+        while True:
+            try:
+                verb, args = self._control.get_nowait()
+            except queue.Empty:
+                return True
+            if verb == "close":
+                return False
+            if verb == "fail":
+                self._fail(*args)
+
+    def _receive(self, frames: list) -> None:
+        try:
+            header = unpack_header(frames[0].bytes)
+            payload = control_payload(header, frames)
+        except ProtocolError as exc:
+            log.warning("coordinator dropped a message: %s", exc)
+            return
+        rank = header.sender
+        if header.kind == Kind.HELLO:
+            self._hello(rank, payload)
+            return
+        if header.cluster != self.cluster or rank not in self._state:
+            log.warning("coordinator dropped %r: not from this cluster", header)
+            return
+        self._last_seen[rank] = time.monotonic()
+        handler = {Kind.TABLE_DECL: self._decl, Kind.BARRIER: self._barrier, Kind.BYE: self._bye,
+                   Kind.CLOCK: self._clock,
+                   Kind.ABORT: lambda r, p: self._fail(r, p.get("reason", "aborted"))}.get(header.kind)
+        if self._state[rank] == "failed":  # it stalled and came back: tell it, not only the others
+            self._send(rank, Kind.NODE_FAILED, self._failure_payload(rank))
+            return
+        if handler is not None:
+            try:
+                handler(rank, payload)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("coordinator dropped %r with a malformed payload: %r", header, exc)
+
+    def _send(self, rank: int, kind: Kind, payload: dict | None = None) -> None:
+        try:
+            self._transport.send(rank, control(kind, self.cluster, COORDINATOR, payload))
+        except Exception as exc:  # a dead node's full queue must not stop the coordinator
+            log.warning("coordinator could not send %s to node %d: %s", kind.name, rank, exc)
+
+    def _broadcast(self, kind: Kind, payload: dict | None = None, states=("alive",)) -> None:
+        for rank, state in self._state.items():
+            if state in states:
+                self._send(rank, kind, payload)
+
+    def _hello(self, rank: int, p: dict) -> None:
+        address = str(p.get("address", ""))
+        try:
+            split_address(address)
+        except ConfigError:
+            log.warning("coordinator dropped a HELLO from rank %r with address %r", rank, address)
+            return
+        problem = None
+        if p.get("num_nodes") != self.num_nodes:
+            problem = f"node {rank} thinks the cluster has {p.get('num_nodes')} nodes, the coordinator {self.num_nodes}"
+        elif not 0 <= rank < self.num_nodes:
+            problem = f"rank {rank} is outside [0, {self.num_nodes})"
+        elif rank in self._addresses or self._welcomed:
+            problem = f"rank {rank} joined twice (first from {self._addresses.get(rank)}, now from {address})"
+        if problem:  # answer on a one-off socket: never replace the address of a rank that joined
+            self._transport.send_once(address, control(Kind.ABORT, self.cluster, COORDINATOR,
+                                                       {"reason": problem + "; check PSKV_RANK and PSKV_NUM_NODES"}))
+            return
+        self._transport.set_address(rank, address)
+        self._addresses[rank] = address
+        self._state[rank] = "alive"
+        self._last_seen[rank] = time.monotonic()
+        log.info("node %d joined from %s (%d/%d)", rank, address, len(self._addresses), self.num_nodes)
+        if len(self._addresses) == self.num_nodes:
+            self._welcomed = True
+            self._broadcast(Kind.WELCOME, {"addresses": {str(r): a for r, a in self._addresses.items()}})
+
+    def _decl(self, rank: int, p: dict) -> None:
+        seq = int(p["seq"])
+        got = self._decls.setdefault(seq, {})
+        got[rank] = p["spec"]
+        self._since.setdefault(("table", seq), time.monotonic())
+        self._declared[rank] = max(self._declared.get(rank, 0), seq + 1)
+        left = sorted(r for r, s in self._state.items() if s == "bye" and self._declared.get(r, 0) <= seq)
+        if left:
+            self._stall(f"table declaration #{seq} ({p['spec'].get('name', '?')!r} by node {rank}): node(s) {left} "
+                        "called shutdown() without declaring it", left)
+            return
+        if all(r in got for r, s in self._state.items() if s == "alive"):
+            del self._decls[seq]
+            self._since.pop(("table", seq), None)
+            first = got[min(got)]
+            bad = [r for r in sorted(got) if got[r] != first]
+            error = None
+            if bad:
+                error = (f"table declaration #{seq} differs between nodes: node {min(got)} declared {first} "
+                         f"but node {bad[0]} declared {got[bad[0]]}; declare every table the same way and in "
+                         "the same order on every node")
+            self._broadcast(Kind.TABLE_OK, {"seq": seq, "error": error})
+
+    def _barrier(self, rank: int, p: dict) -> None:
+        gen = int(p["gen"])
+        self._barriers.setdefault(gen, set()).add(rank)
+        self._since.setdefault(("barrier", gen), time.monotonic())
+        self._release_barriers()
+
+    def _release_barriers(self) -> None:
+        alive = {r for r, s in self._state.items() if s == "alive"}
+        for gen in sorted(self._barriers):
+            if alive <= self._barriers[gen]:
+                del self._barriers[gen]
+                self._since.pop(("barrier", gen), None)
+                self._broadcast(Kind.BARRIER_RELEASE, {"gen": gen})
+
+    def _clock(self, rank: int, p: dict) -> None:
+        seq = int(p["seq"])
+        if seq <= self._clock_seq.get(rank, 0):
+            return  # overtaken by a later report
+        self._clock_seq[rank] = seq
+        self._clocks[rank] = int(p["clock"])
+        self._release_clock()
+
+    def _release_clock(self) -> None:
+        alive = [r for r, s in self._state.items() if s == "alive"]
+        if not alive:
+            return
+        clock = min(self._clocks.get(r, 0) for r in alive)
+        if clock != self._global_clock:
+            self._global_clock = clock
+            self._broadcast(Kind.GLOBAL_CLOCK, {"clock": clock})
+
+    def _bye(self, rank: int, p: dict) -> None:
+        self._state[rank] = "bye"
+        for seq, got in sorted(self._decls.items()):
+            if rank not in got:
+                self._stall(f"table declaration #{seq} ({next(iter(got.values())).get('name', '?')!r}, declared by "
+                            f"node(s) {sorted(got)}): node(s) {[rank]} called shutdown() without declaring it", [rank])
+                return
+        self._release_barriers()  # a node that left no longer holds barriers up
+        self._release_clock()  # nor clocks
+        if all(s != "alive" for s in self._state.values()):
+            self._broadcast(Kind.SHUTDOWN_OK, states=("bye",))
+            self._finished = True
+
+    def _fail(self, rank: int, reason: str) -> None:
+        if self._state.get(rank) == "failed":
+            return
+        self._state[rank] = "failed"
+        self.failures.append((rank, reason))
+        log.info("node %d failed: %s", rank, reason)  # the launcher and the nodes report it
+        if not self._welcomed:  # the cluster cannot form: let the nodes that joined stop now
+            self._broadcast(Kind.ABORT, {"reason": f"node {rank} failed before the cluster formed: {reason}"})
+            return
+        self._broadcast(Kind.NODE_FAILED, self._failure_payload(rank), states=("alive", "bye"))
+        if rank in self._addresses:
+            self._send(rank, Kind.NODE_FAILED, self._failure_payload(rank))  # if it only stalled, it learns why
+
+    def _stall(self, reason: str, missing: list[int]) -> None:
+        """A collective cannot complete: tell every node, which all stop with CollectiveStalled."""
+        if self._stalled:
+            return
+        self._stalled = True
+        reason += ("; every node stops. Declare the same tables in the same order and call barrier() the same "
+                   "number of times on every node")
+        log.error("coordinator: %s", reason)
+        self.failures.append((missing[0] if missing else -1, reason))
+        self._broadcast(Kind.STALLED, {"reason": reason, "missing": missing}, states=("alive", "bye"))
+
+    def _stalled_collectives(self, now: float) -> None:
+        """Fail the oldest collective that waited longer than collective_timeout, naming who is missing."""
+        timeout = self.config.collective_timeout
+        for (what, seq), since in sorted(self._since.items(), key=lambda item: item[1]):
+            if now - since <= timeout:
+                return
+            arrived = set(self._decls.get(seq, {})) if what == "table" else self._barriers.get(seq, set())
+            alive = {r for r, s in self._state.items() if s == "alive"}
+            missing = sorted(alive - arrived)
+            doing = "; ".join(f"node {r} {self._waits_in(r)}" for r in missing)
+            name = f"table declaration #{seq}" if what == "table" else f"barrier #{seq}"
+            self._stall(f"{name}: node(s) {missing} did not join within {timeout:g} s (PSKV_COLLECTIVE_TIMEOUT) "
+                        f"while node(s) {sorted(arrived)} waited ({doing})", missing)
+            return
+
+    def _waits_in(self, rank: int) -> str:
+        ins = [f"table declaration #{seq}" for seq, got in self._decls.items() if rank in got]
+        ins += [f"barrier #{gen}" for gen, got in self._barriers.items() if rank in got]
+        return "waits in " + ", ".join(ins) if ins else "is alive (heartbeats arrive) but in no collective"
+
+    def _failure_payload(self, rank: int) -> dict:
+        reason = next((r for k, r in self.failures if k == rank), "failed")
+        return {"rank": rank, "address": self._addresses.get(rank, ""), "reason": reason}
+
+    def _tick(self, now: float) -> None:
+        if not self._welcomed:
+            if now - self._started > self.config.rendezvous_timeout:
+                missing = sorted(set(range(self.num_nodes)) - set(self._addresses))
+                reason = (f"only {len(self._addresses)} of {self.num_nodes} nodes joined within "
+                          f"{self.config.rendezvous_timeout:g} s; missing ranks {missing}")
+                self._broadcast(Kind.ABORT, {"reason": reason, "missing": missing})
+                self._finished = True
+            return
+        self._stalled_collectives(now)
+        # nodes that said bye still serve their rows until everyone has: tick them and watch them too
+        self._broadcast(Kind.TICK, {"barriers": {str(g): sorted(r) for g, r in self._barriers.items()}},
+                        states=("alive", "bye"))
+        for rank, state in list(self._state.items()):
+            silent = now - self._last_seen[rank]
+            if state in ("alive", "bye") and silent > self.config.failure_timeout:
+                self._fail(rank, f"missed heartbeats, last seen {silent:.1f} s ago")

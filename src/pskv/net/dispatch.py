@@ -1,0 +1,97 @@
+"""Dispatcher: the pskv-server thread's receive loop, with one handler per message kind.
+
+Each package registers the kinds it owns (`register`): the server its requests and relocation
+messages, the endpoint the replies, the coordinator client the control messages. Before a
+message reaches its handler, `admit(header)` (handed in by the node, from its membership view)
+says whether it comes from this cluster (`ACCEPT`), must wait until this node is welcomed
+(`HOLD`: a peer was welcomed before us), or is garbage (`DROP`). `every` adds a duty that runs
+on each turn of the loop (heartbeats, request expiry); the loop turns at least every 50 ms.
+
+Threads and ownership: everything here runs in pskv-server, except `register`/`every`, which the
+node calls before the thread starts. A handler must not block; an exception in one is counted,
+logged and never kills the thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from typing import Callable, Iterable
+
+from ..errors import ProtocolError
+from .transport import Transport
+from .wire import Header, Kind, frame_bytes, unpack_header
+
+log = logging.getLogger(__name__)
+_MAX_HELD = 100_000  # messages held before our WELCOME; more means something is wrong
+
+
+class Verdict(enum.Enum):
+    ACCEPT = 1
+    HOLD = 2
+    DROP = 3
+
+
+class Dispatcher:
+    def __init__(self, transport: Transport, rank: int, admit: Callable[[Header], Verdict]) -> None:
+        self._transport = transport
+        self.rank = rank
+        self._admit = admit
+        self._handlers: dict[Kind, Callable[[Header, list], None]] = {}
+        self._duties: list[Callable[[float], None]] = []
+        self._held: list[list] = []  # frames of messages that came before our WELCOME
+        self.dropped = 0  # messages dropped as garbage or from another cluster
+
+    def register(self, kinds: Iterable[Kind], handler: Callable[[Header, list], None]) -> None:
+        for kind in kinds:
+            if kind in self._handlers:
+                raise ProtocolError(f"two handlers for {kind.name}")
+            self._handlers[kind] = handler
+
+    def every(self, duty: Callable[[float], None]) -> None:
+        self._duties.append(duty)
+
+    def run(self, stop: threading.Event) -> None:
+        """The loop of pskv-server, until `stop` is set."""
+        while not stop.is_set():
+            try:
+                frames = self._transport.recv(0.05)
+                if frames is not None:
+                    self.dispatch(frames)
+                now = time.monotonic()
+                for duty in self._duties:
+                    duty(now)
+            except Exception:  # garbage must never kill the server thread
+                self.dropped += 1
+                log.exception("node %d: error while dispatching a message", self.rank)
+
+    def dispatch(self, frames: list) -> None:
+        try:
+            header = unpack_header(frame_bytes(frames[0]))
+        except ProtocolError as exc:
+            self._drop(f"a message: {exc}")
+            return
+        verdict = self._admit(header)
+        if verdict is Verdict.HOLD and len(self._held) < _MAX_HELD:
+            self._held.append(frames)
+            return
+        handler = self._handlers.get(header.kind)
+        if verdict is not Verdict.ACCEPT or handler is None:
+            self._drop(f"{header!r}: not from this cluster" if handler else f"{header!r}: no handler for its kind")
+            return
+        handler(header, frames)
+
+    def release_held(self) -> None:
+        """pskv-server, once welcomed: dispatch the messages held until now, in arrival order."""
+        held, self._held = self._held, []
+        for frames in held:
+            self.dispatch(frames)
+
+    def held(self) -> int:
+        return len(self._held)
+
+    def _drop(self, what: str) -> None:
+        self.dropped += 1
+        log.warning("node %d dropped %s", self.rank, what)

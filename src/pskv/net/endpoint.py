@@ -1,0 +1,78 @@
+"""Endpoint: the one place that builds headers and sends data messages, and that takes replies in.
+
+Every request, reply, forward and error of the data path leaves through `Endpoint`: it stamps
+the cluster id and this node's rank, builds the frames with `wire.encode`, tells the tracker
+where a tracked request went, and hands the frames to `Transport` (the calling thread's own
+socket). Replies that come back (PULL_REPLY, ACK, ERROR) arrive in `on_reply`, the handler the
+dispatcher calls for them, and complete requests in the `RequestTracker`.
+
+Threads and ownership: any thread may send (Transport gives each thread its own sockets); replies
+are taken in by pskv-server. Endpoint holds no lock and no state of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import ProtocolError, RemoteError
+from .requests import RequestTracker
+from .transport import Transport
+from .wire import REPLIES, Header, Kind, encode, frame_bytes, unpack
+
+HANDLES = REPLIES  # the kinds `on_reply` takes
+
+
+class Endpoint:
+    def __init__(self, rank: int, transport: Transport, tracker: RequestTracker, cluster: Callable[[], int]) -> None:
+        self.rank = rank
+        self.tracker = tracker
+        self._transport = transport
+        self._cluster = cluster  # the cluster id, known once the node joined
+
+    # ---- sending ------------------------------------------------------------------------------------
+    def request(self, dest: int, kind: Kind, table: int, rid: int, *, part: int = 0, dim: int = 0, copy: bool = False,
+                **arrays) -> None:
+        """Send part `part` of this node's tracked request `rid` to node `dest`."""
+        self.tracker.sent_to(rid, dest)
+        self.send(dest, Header(kind, table=table, request_id=rid, part=part, dim=dim, origin=self.rank), copy=copy,
+                  **arrays)
+
+    def reply(self, to: Header, kind: Kind, *, n_keys: int = 0, **arrays) -> None:
+        """Answer the request `to` at its origin (ACK, PULL_REPLY, or a HANDOVER/TRANSFER it causes)."""
+        self.send(to.origin, self.reply_header(to, kind, n_keys), **arrays)
+
+    def error(self, to: Header, message: str) -> None:
+        """Tell the origin of `to` that it failed here, in words."""
+        header = self._stamp(self.reply_header(to, Kind.ERROR, 0))
+        self._transport.send(to.origin, [header.pack(), message.encode()])
+
+    def forward(self, dest: int, header: Header, flags: int, **arrays) -> None:
+        """Pass part of a request on to `dest`, keeping its origin, id and part."""
+        h = Header(header.kind, table=header.table, request_id=header.request_id, part=header.part,
+                   dim=header.dim, flags=flags, origin=header.origin)
+        self.send(dest, h, **arrays)
+
+    def send(self, dest: int, header: Header, *, copy: bool = False, **arrays) -> None:
+        self._transport.send(dest, encode(self._stamp(header), **arrays), copy=copy)
+
+    def reply_header(self, to: Header, kind: Kind, n_keys: int) -> Header:
+        return Header(kind, table=to.table, request_id=to.request_id, part=to.part, n_keys=n_keys, origin=to.origin)
+
+    def _stamp(self, header: Header) -> Header:
+        header.cluster, header.sender = self._cluster(), self.rank
+        return header
+
+    # ---- replies (pskv-server) ----------------------------------------------------------------------
+    def on_reply(self, header: Header, frames: list) -> None:
+        """A reply to one of this node's requests: complete its part in the tracker."""
+        if header.kind == Kind.ERROR:
+            message = frame_bytes(frames[1]).decode(errors="replace") if len(frames) > 1 else "?"
+            self.tracker.on_reply(header.request_id, 0, header.sender,
+                                  error=RemoteError(f"node {header.sender} rejected the request: {message}", header.sender))
+            return
+        try:
+            payload = unpack(header, frames)
+        except ProtocolError as exc:
+            self.tracker.on_reply(header.request_id, 0, header.sender, error=exc)
+            return
+        self.tracker.on_reply(header.request_id, header.n_keys, header.sender, (header, payload))

@@ -1,0 +1,274 @@
+"""`Future` (a wait handle for one request) and `RequestTracker` (which request waits on which parts).
+
+Threads and ownership: any thread may create requests; the pskv-server thread delivers reply
+parts; a failure handler may fail requests from any thread. `RequestTracker._lock` guards
+`_pending` and is never held while a part is written or a Future resolved. A Future resolves
+exactly once; its callbacks run in the thread that resolves it (usually pskv-server), after
+the result is in place, so they must be short and must not block on pskv.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from ..errors import PskvError, WaitTimeout
+
+log = logging.getLogger(__name__)
+
+_POLL = 0.2  # seconds between checks of the owner's health while waiting without a timeout
+
+
+class Future:
+    """The result of an asynchronous pull, push or set.
+
+    `wait()` blocks until the request completed and returns its result (an ndarray for pulls,
+    None otherwise) or raises its error. Thread-safe."""
+
+    __slots__ = ("_event", "_result", "_error", "_tb", "_callbacks", "_lock", "_health", "_deadline", "_on_stall",
+                 "desc")
+
+    def __init__(self, desc: str = "", health: Callable[[], None] | None = None) -> None:
+        self._event = threading.Event()
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._tb = None  # the error's traceback when it was delivered: each wait() raises it anew from there
+        self._deadline: float | None = None  # see stall_after()
+        self._on_stall: Callable[[], BaseException] | None = None
+        self._callbacks: list[Callable[["Future"], None]] = []
+        self._lock = threading.Lock()  # guards _callbacks against resolve; never held while calling them
+        self._health = health  # raises if the node can no longer complete this (closed, failed)
+        self.desc = desc
+
+    @classmethod
+    def completed(cls, result: Any = None, desc: str = "") -> "Future":
+        fut = cls(desc)
+        fut._result = result
+        fut._event.set()
+        return fut
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until done; return the result or raise the error. TimeoutError after `timeout` seconds."""
+        if not self._event.is_set():
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not self._event.wait(_POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))):
+                if self._health is not None and not self._event.is_set():
+                    self._health()
+                if self._deadline is not None and time.monotonic() >= self._deadline:
+                    self._resolve(None, self._on_stall())
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise WaitTimeout(f"{self.desc or 'request'} did not complete within {timeout} s")
+        if self._error is not None:
+            raise self._error.with_traceback(self._tb)  # no growth: every wait() starts from the same traceback
+        return self._result
+
+    def stall_after(self, seconds: float, error_for: Callable[[], BaseException]) -> "Future":
+        """A waiter fails this Future with error_for() once it has been pending `seconds` (for
+        Futures that no RequestTracker watches, e.g. ones that wait for other local threads)."""
+        self._deadline = time.monotonic() + seconds
+        self._on_stall = error_for
+        return self
+
+    result = wait
+
+    def exception(self) -> BaseException | None:
+        return self._error if self._event.is_set() else None
+
+    def add_done_callback(self, fn: Callable[["Future"], None]) -> None:
+        """Run fn(self) once when done (at once, in this thread, if already done)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+                return
+        self._run_callback(fn)
+
+    def then(self, fn: Callable[[Any], None]) -> "Future":
+        """A Future that resolves with this one's result after fn(result) ran (not if this one failed).
+
+        fn runs in the thread that resolves this Future; if it raises, the new Future fails with
+        that error. This is how pull_async(callback=) runs a callback before wait() returns."""
+        nxt = Future(self.desc, self._health)
+
+        def chain(f: "Future") -> None:
+            if f._error is not None:
+                nxt._resolve(None, f._error)
+                return
+            try:
+                fn(f._result)
+            except Exception as exc:  # noqa: BLE001 - delivered to the waiter
+                nxt._resolve(None, exc)
+                return
+            nxt._resolve(f._result)
+
+        self.add_done_callback(chain)
+        return nxt
+
+    def _resolve(self, result: Any = None, error: BaseException | None = None) -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._result, self._error = result, error
+            self._tb = None if error is None else error.__traceback__
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            self._run_callback(fn)
+
+    def _run_callback(self, fn) -> None:
+        try:
+            fn(self)
+        except Exception:  # a callback's bug must not kill the server thread (nor the caller)
+            log.exception("callback of %s raised", self.desc)
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.done() else ("failed" if self._error else "done")
+        return f"<Future {self.desc} {state}>"
+
+
+def wait(*futures: Future, timeout: float | None = None) -> list:
+    """Wait for every future; return their results in order. Raises the first error met."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    return [f.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futures]
+
+
+class _Pending:
+    __slots__ = ("future", "total", "remaining", "on_part", "result", "ranks", "born", "progress", "seen")
+
+    def __init__(self, future, total, on_part, result):
+        self.future = future
+        self.total = total
+        self.remaining = total  # keys (or other units) still to be answered
+        self.on_part = on_part  # fn(sender, payload) writes a reply into the result
+        self.result = result
+        self.ranks: set[int] = set()  # nodes some of it was sent to, for fail_rank
+        self.born = self.progress = time.monotonic()  # progress: the last send or reply
+        self.seen: tuple = ()  # the last thing that happened to it: (rank,) sent, (rank, keys, error) reply
+
+    @property
+    def last(self) -> str:
+        if not self.seen:
+            return "registered, nothing sent yet"
+        if len(self.seen) == 1:
+            return f"sent to node {self.seen[0]}"
+        rank, count, error = self.seen
+        return f"an error from node {rank}" if error else f"a reply for {count} key(s) from node {rank}"
+
+    def describe(self, now: float) -> str:
+        return (f"{self.future.desc}: {self.remaining}/{self.total} unanswered, age {now - self.born:.1f} s, "
+                f"idle {now - self.progress:.1f} s, nodes {sorted(self.ranks)}, last: {self.last}")
+
+
+class RequestTracker:
+    """Counts the answered keys of every outstanding request and decides when it is complete.
+
+    A request of n keys may be answered in any number of replies, from any nodes (the owner of
+    a key answers the requester directly, however often the request was forwarded); each
+    reply says how many keys it answers."""
+
+    def __init__(self, health: Callable[[], None] | None = None) -> None:
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()  # guards _pending; never held while writing parts or resolving
+        self._health = health
+
+    def new_request(self, total: int, *, on_part: Callable | None = None, result: Any = None,
+                    desc: str = "") -> tuple[int, Future]:
+        """Register a request that completes when `total` keys have been answered.
+
+        A request with nothing outstanding (total <= 0) is complete at once and never registered:
+        no reply will ever come for it, so waiting for one would wait forever."""
+        fut = Future(desc, self._health)
+        rid = next(self._ids)
+        if total <= 0:
+            fut._resolve(result)
+            return rid, fut
+        with self._lock:
+            self._pending[rid] = _Pending(fut, total, on_part, result)
+        return rid, fut
+
+    def sent_to(self, rid: int, rank: int) -> None:
+        p = self._pending.get(rid)
+        if p is not None:
+            p.ranks.add(rank)
+            p.progress = time.monotonic()
+            p.seen = (rank,)
+
+    def on_reply(self, rid: int, count: int, sender: int = -1, payload: Any = None,
+                 error: BaseException | None = None) -> bool:
+        """Deliver a reply that answers `count` keys; returns False for an unknown request (dropped)."""
+        p = self._pending.get(rid)
+        if p is None:
+            return False
+        if error is None and p.on_part is not None:
+            try:
+                p.on_part(sender, payload)
+            except PskvError as exc:
+                error = exc
+            except Exception as exc:  # noqa: BLE001 - fail the waiter, not the server thread
+                error = PskvError(f"{p.future.desc}: a reply from node {sender} could not be written: {exc!r}")
+        with self._lock:
+            if self._pending.get(rid) is not p:
+                return False
+            p.remaining -= count
+            p.progress = time.monotonic()
+            p.seen = (sender, count, error is not None)
+            finished = error is not None or p.remaining <= 0
+            if finished:
+                del self._pending[rid]
+        if finished:
+            if error is None and p.remaining < 0:
+                error = PskvError(f"{p.future.desc}: {-p.remaining} more keys were answered than requested")
+            p.future._resolve(p.result if error is None else None, error)
+        return True
+
+    def fail_rank(self, rank: int, error_for: Callable[[], BaseException]) -> int:
+        """Fail every request that was sent (in part) to `rank`; returns how many."""
+        with self._lock:
+            hit = [(rid, p) for rid, p in self._pending.items() if rank in p.ranks]
+            for rid, _ in hit:
+                del self._pending[rid]
+        for _, p in hit:
+            p.future._resolve(None, error_for())
+        return len(hit)
+
+    def expire(self, now: float, timeout: float, error_for: Callable[..., BaseException]) -> list[str]:
+        """Fail every request without progress (a send or reply) for `timeout` seconds with
+        error_for(desc, age, idle, remaining, total, ranks, seen); returns their descriptions."""
+        with self._lock:
+            hit = [(rid, p) for rid, p in self._pending.items() if now - p.progress > timeout]
+            for rid, _ in hit:
+                del self._pending[rid]
+        for _, p in hit:
+            p.future._resolve(None, error_for(p.future.desc, now - p.born, now - p.progress, p.remaining, p.total,
+                                              sorted(p.ranks), p.last))
+        return [p.describe(now) for _, p in hit]
+
+    def describe(self, limit: int = 20) -> list[str]:
+        """One line per outstanding request (the oldest `limit`), for debug dumps."""
+        now = time.monotonic()
+        with self._lock:
+            pending = sorted(self._pending.values(), key=lambda p: p.born)
+        lines = [f"outstanding requests: {len(pending)}"]
+        lines += ["  " + p.describe(now) for p in pending[:limit]]
+        if len(pending) > limit:
+            lines.append(f"  ... and {len(pending) - limit} more")
+        return lines
+
+    def fail_all(self, error_for: Callable[[], BaseException]) -> None:
+        with self._lock:
+            hit, self._pending = list(self._pending.values()), {}
+        for p in hit:
+            p.future._resolve(None, error_for())
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __repr__(self) -> str:
+        return f"<RequestTracker pending={len(self._pending)}>"

@@ -1,0 +1,246 @@
+"""Wire format: message kinds, the fixed binary `Header` (`Header.pack()` / `unpack_header()`),
+`encode()`, which turns a header and arrays into frames, and `unpack()`, its inverse, which turns
+a message's frames into a `Payload` of numpy views.
+
+A message is a ZeroMQ multipart message: frame 0 is a 40-byte header, the other frames are
+raw buffers (keys, values) or, for control messages, one UTF-8 JSON object. Arrays travel as
+zero-copy frames and are read back with np.frombuffer; nothing on the data path is pickled.
+
+    data request   [header, keys, (positions), values]        PUSH, SET
+                   [header, keys, (positions)]                PULL
+    data reply     [header, (positions), values] PULL_REPLY, [header, (positions)] ACK,
+                   [header, utf-8 message] ERROR
+    relocation     [header, keys] LOCALIZE, HANDOVER; [header, keys, values, (state)] TRANSFER
+    replication    [header, keys, values] REPLICA_SYNC (answered by ACK)
+    aggregation    [header, keys, values, (rounds)] AGG_PUSH: one node's level-1 sums (sorted
+                   distinct keys) of round `part`, or with flag ROUNDS of an int64 round per
+                   key; answered by PULL_REPLY with the rows after the rounds were applied
+    control        [header, json]                              coordinator traffic
+
+`positions` (int64, flag POSITIONS) appear when a message covers only some keys of a request
+part: a node that owns some keys of a request serves those and forwards the rest (Lapse), and
+every reply names the positions in the part that it answers. `origin` is the node that made
+the request; replies go to it directly, however often the request was forwarded.
+
+`unpack_header()` and `unpack()` check everything a peer could get wrong (length, magic, version,
+kind, dtype codes, frame sizes) and raise ProtocolError; the server answers with ERROR or drops
+the message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import ProtocolError
+
+MAGIC = b"PSKV"
+VERSION = 1
+COORDINATOR = -1  # the `sender`/destination rank of the coordinator
+
+
+class Kind(enum.IntEnum):
+    PULL = 1
+    PULL_REPLY = 2
+    PUSH = 3
+    SET = 4
+    ACK = 5
+    ERROR = 6
+    LOCALIZE = 7  # requester -> manager: make me the owner of these keys
+    HANDOVER = 8  # manager -> old owner: send these keys to `origin`
+    TRANSFER = 9  # old owner -> new owner: the rows (and updater state) of these keys
+    REPLICA_SYNC = 10  # deltas of replicated keys, to every other node
+    AGG_PUSH = 11  # node -> owner: a node's summed pushes of round `part` (aggregate="node" tables)
+    # control traffic between nodes and the coordinator; payload is one JSON frame
+    HELLO = 20
+    WELCOME = 21
+    HEARTBEAT = 22
+    TICK = 23
+    TABLE_DECL = 24
+    TABLE_OK = 25
+    BARRIER = 26
+    BARRIER_RELEASE = 27
+    BYE = 28
+    SHUTDOWN_OK = 29
+    NODE_FAILED = 30
+    ABORT = 31
+    CLOCK = 32  # node -> coordinator: every update stamped < clock is applied (SSP/BSP)
+    GLOBAL_CLOCK = 33  # coordinator -> nodes: the minimum of the nodes' clocks
+    STALLED = 34  # coordinator -> nodes: a collective some nodes never joined; the cluster stops
+
+
+REQUESTS = frozenset({Kind.PULL, Kind.PUSH, Kind.SET})
+REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR})
+RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.REPLICA_SYNC})
+POSITIONS = 1  # flag: a positions frame follows the keys (requests) or the header (replies)
+STATE = 2  # flag: a TRANSFER carries updater state after the values
+ROUNDS = 4  # flag: an AGG_PUSH carries an int64 round per key after the values (else all are `part`)
+AGGREGATION = frozenset({Kind.AGG_PUSH})  # handled by Server, served by server.aggregate.Owner
+FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRIER_RELEASE, Kind.SHUTDOWN_OK,
+                              Kind.NODE_FAILED, Kind.ABORT, Kind.GLOBAL_CLOCK, Kind.STALLED})
+_WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION
+_WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH})
+
+_DTYPES = {0: None, 1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int64), 4: np.dtype(np.int32)}
+_CODES = {dt: code for code, dt in _DTYPES.items() if dt is not None}
+
+# magic, version, kind, flags, cluster, sender, table, request_id, part, n_keys, dim, dtype, key dtype, origin
+KEY_CODE = 3  # keys travel as int64 (dtype_code(np.int64))
+_STRUCT = struct.Struct("<4sBBHIhHQIIIBBh")
+HEADER_SIZE = _STRUCT.size  # 40 bytes
+
+
+def dtype_code(dtype) -> int:
+    try:
+        return _CODES[np.dtype(dtype)]
+    except KeyError:
+        raise ProtocolError(f"dtype {np.dtype(dtype)} cannot travel on the wire; use float32 or float64") from None
+
+
+@dataclasses.dataclass(slots=True)
+class Header:
+    kind: Kind
+    cluster: int = 0
+    sender: int = 0  # rank of the node that sent it; COORDINATOR for the coordinator
+    table: int = 0
+    request_id: int = 0
+    part: int = 0  # which part of a partitioned request this message answers
+    n_keys: int = 0
+    dim: int = 0
+    dtype: int = 0  # code of the values' dtype (0: no values)
+    key_dtype: int = 0  # code of the keys' dtype (0: no keys)
+    flags: int = 0
+    origin: int = 0  # the node that made the request; replies go there (forwarding keeps it)
+
+    def pack(self) -> bytes:
+        return _STRUCT.pack(MAGIC, VERSION, self.kind, self.flags, self.cluster, self.sender, self.table,
+                            self.request_id, self.part, self.n_keys, self.dim, self.dtype, self.key_dtype,
+                            self.origin)
+
+    def __repr__(self) -> str:
+        who = "coord" if self.sender == COORDINATOR else f"n{self.sender}"
+        return (f"<{self.kind.name.title()} req={self.request_id}.{self.part} table={self.table} "
+                f"from={who} keys={self.n_keys} dim={self.dim}>")
+
+
+def unpack_header(frame: bytes | memoryview) -> Header:
+    """Frame 0 -> Header. Raises ProtocolError for anything that is not a pskv header."""
+    if len(frame) != HEADER_SIZE:
+        raise ProtocolError(f"header is {len(frame)} bytes, expected {HEADER_SIZE}; not a pskv message")
+    (magic, version, kind, flags, cluster, sender, table, rid, part,
+     n_keys, dim, dtype, key_dtype, origin) = _STRUCT.unpack(frame)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic {magic!r}; not a pskv message")
+    if version != VERSION:
+        raise ProtocolError(f"protocol version {version}, this node speaks {VERSION}; run one pskv version everywhere")
+    try:
+        kind = Kind(kind)
+    except ValueError:
+        raise ProtocolError(f"unknown message kind {kind}") from None
+    if dtype not in _DTYPES or key_dtype not in _DTYPES:
+        raise ProtocolError(f"unknown dtype code {dtype}/{key_dtype} in {kind.name}")
+    return Header(kind, cluster, sender, table, rid, part, n_keys, dim, dtype, key_dtype, flags, origin)
+
+
+class Payload(NamedTuple):
+    keys: np.ndarray | None  # (n,) int, read-only view
+    positions: np.ndarray | None  # (n,) int64 positions within the request part, or None: all, in order
+    values: np.ndarray | None  # (n, dim), read-only view
+    state: np.ndarray | None  # (n, width) updater state of a TRANSFER
+    rounds: np.ndarray | None = None  # (n,) int64 round of each key of an AGG_PUSH with flag ROUNDS
+
+
+def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
+    """The arrays of a data message as read-only views of its frames (no copy).
+
+    Checks the frame count and each frame's byte length against the header."""
+    kind = header.kind
+    has_keys = kind in _WITH_KEYS
+    has_pos = bool(header.flags & POSITIONS) and kind not in RELOCATION
+    has_values = kind in _WITH_VALUES
+    has_state = bool(header.flags & STATE) and kind == Kind.TRANSFER
+    has_rounds = bool(header.flags & ROUNDS) and kind == Kind.AGG_PUSH
+    expected = 1 + has_keys + has_pos + has_values + has_state + has_rounds
+    if len(frames) != expected:
+        raise ProtocolError(f"{header!r} has {len(frames)} frames, expected {expected}")
+    keys = positions = values = state = None
+    i = 1
+    if has_keys:
+        kdt = _DTYPES[header.key_dtype]
+        if kdt is None or kdt.kind != "i":
+            raise ProtocolError(f"{header!r} carries keys of dtype code {header.key_dtype}, not an integer")
+        keys = _view(frames[i], kdt, (header.n_keys,), header)
+        i += 1
+    if has_pos:
+        positions = _view(frames[i], np.dtype(np.int64), (header.n_keys,), header)
+        i += 1
+    if has_values:
+        vdt = _DTYPES[header.dtype]
+        if vdt is None or vdt.kind != "f":
+            raise ProtocolError(f"{header!r} carries values of dtype code {header.dtype}, not a float")
+        values = _view(frames[i], vdt, (header.n_keys, header.dim), header)
+        i += 1
+    if has_state:
+        state = _view(frames[i], values.dtype, (header.n_keys, state_width), header)
+    if has_rounds:
+        return Payload(keys, positions, values, state, _view(frames[i], np.dtype(np.int64), (header.n_keys,), header))
+    return Payload(keys, positions, values, state)
+
+
+def encode(header: Header, keys=None, positions=None, values=None, state=None, rounds=None) -> list:
+    """The frames of a data message (the inverse of `unpack`): the header, packed last, gets its
+    key count, dtypes and flags from the arrays it carries. Arrays travel as they are (contiguous)."""
+    frames: list = [None]
+    if keys is not None:
+        header.n_keys, header.key_dtype = len(keys), KEY_CODE
+        frames.append(np.ascontiguousarray(keys, np.int64))
+    if positions is not None:
+        header.n_keys = len(positions)
+        header.flags |= POSITIONS
+        frames.append(np.ascontiguousarray(positions, np.int64))
+    if values is not None:
+        header.n_keys, header.dim, header.dtype = len(values), values.shape[1], dtype_code(values.dtype)
+        frames.append(np.ascontiguousarray(values))
+    if state is not None:
+        header.flags |= STATE
+        frames.append(np.ascontiguousarray(state))
+    if rounds is not None:
+        header.flags |= ROUNDS
+        frames.append(np.ascontiguousarray(rounds, np.int64))
+    frames[0] = header.pack()
+    return frames
+
+
+def _view(frame, dtype: np.dtype, shape: tuple, header: Header) -> np.ndarray:
+    buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+    expected = int(np.prod(shape)) * dtype.itemsize
+    if buf.nbytes != expected:
+        raise ProtocolError(f"{header!r}: frame of {buf.nbytes} bytes, expected {expected} for {shape} {dtype}")
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+def frame_bytes(frame) -> bytes:
+    return frame.bytes if hasattr(frame, "bytes") else bytes(frame)
+
+
+def control(kind: Kind, cluster: int, sender: int, payload: dict | None = None) -> list[bytes]:
+    """Frames of a control message with a JSON payload."""
+    body = json.dumps(payload or {}, separators=(",", ":")).encode()
+    return [Header(kind, cluster=cluster, sender=sender).pack(), body]
+
+
+def control_payload(header: Header, frames: list) -> dict:
+    if len(frames) != 2:
+        raise ProtocolError(f"{header!r} has {len(frames)} frames, expected 2")
+    try:
+        payload = json.loads(frame_bytes(frames[1]))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"{header!r}: payload is not JSON ({exc})") from None
+    if not isinstance(payload, dict):
+        raise ProtocolError(f"{header!r}: payload is {type(payload).__name__}, expected an object")
+    return payload

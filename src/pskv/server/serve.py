@@ -1,0 +1,179 @@
+"""Server: other nodes' requests in, store operations, replies and forwards out.
+
+A request part reaching this node is served for the keys this node owns; the reply (with the
+positions it answers) goes straight to the request's origin. Keys it does not own are
+forwarded, Lapse-style: to their owner when this node is their manager, else to their manager,
+who knows the owner. Keys on their way here wait in `Relocation` and are applied, in arrival
+order, when their TRANSFER lands (server.relocate). REPLICA_SYNC adds other nodes' changes of
+replicated keys; AGG_PUSH goes to the table's aggregation owner (server.aggregate).
+
+Threads and ownership: everything here runs in the node's pskv-server thread. It touches rows
+only through `Shard` methods (stripe locks). Guarantees: one sender's requests are applied in
+the order sent; a key has one owner at any instant, so no update is lost or applied twice; a
+bad request gets an ERROR reply and changes nothing. Every request that reaches `handle` ends
+in a reply: its answer, or an ERROR naming what failed (also for an unexpected exception); if
+even that cannot be sent, the origin's request_timeout reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import numpy as np
+
+from .. import _hooks, kernels
+from ..errors import ProtocolError
+from ..net.endpoint import Endpoint
+from ..net.requests import RequestTracker
+from ..net.wire import POSITIONS, REQUESTS, Header, Kind, Payload, unpack
+from ..placement import route
+from ..placement.ranges import KeyRanges
+from ..store.shard import Shard, Store
+from .relocate import Relocation
+
+log = logging.getLogger(__name__)
+HANDLES = REQUESTS | {Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH}
+_HOP_SHIFT = 8  # flags bits 8..15 count forwards: a routing bug becomes an error, never an endless loop
+_MAX_HOPS = 32  # a relocation chain moves a key at most once per hop; 32 is far beyond any real chain
+
+
+class Server:
+    def __init__(self, store: Store, endpoint: Endpoint, tracker: RequestTracker,
+                 ranges: Callable[[int], KeyRanges]) -> None:
+        self._store = store
+        self._endpoint = endpoint
+        self.rank = endpoint.rank
+        self._ranges = ranges  # table id -> the table's key ranges
+        self.relocation = Relocation(endpoint, tracker, serve=self._serve, reject=self.reject)
+        self.aggregators: dict[int, Callable[[Header, Payload], None]] = {}  # table id -> AGG_PUSH handler
+        self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve,
+                          Kind.LOCALIZE: self.relocation.localize, Kind.HANDOVER: self.relocation.handover,
+                          Kind.TRANSFER: self.relocation.transfer, Kind.REPLICA_SYNC: self._replica_sync,
+                          Kind.AGG_PUSH: self._aggregate}
+        self.requests = 0  # handled, for stats
+        self.errors = 0
+        self.forwards = 0  # keys passed on to another node
+
+    # ---- entry point ------------------------------------------------------------------------------
+    def handle(self, header: Header, frames: list) -> None:
+        """Apply one request or relocation message (ERROR to its origin on any problem)."""
+        self.requests += 1
+        try:
+            if _hooks._points and _hooks.reach("server.handle", node=self.rank, header=header):
+                return  # a test drops it: a hung or lost server
+            shard = self._store.get(header.table)
+            if shard is None:
+                raise ProtocolError(f"node {self.rank} has no table with id {header.table}")
+            payload = unpack(header, frames, shard.width)
+            self._check(header, payload, shard)
+            self._handlers[header.kind](header, payload, shard)
+        except Exception as exc:  # noqa: BLE001 - answered with an ERROR, never dropped
+            self.reject(header, exc)
+
+    def reject(self, header: Header, exc: Exception) -> None:
+        """Answer a request that failed here with ERROR (or fail our own localize for a TRANSFER)."""
+        self.errors += 1
+        if isinstance(exc, ProtocolError):
+            log.warning("node %d rejected %r: %s", self.rank, header, exc)
+            message = str(exc)
+        else:
+            log.error("node %d failed while handling %r", self.rank, header, exc_info=exc)
+            message = f"node {self.rank} failed while handling {header!r}: {exc!r}"
+        if header.kind == Kind.TRANSFER:  # our own localize: fail it here
+            self.relocation.fail(header, exc if isinstance(exc, ProtocolError) else ProtocolError(message))
+            return
+        if self._store.get(header.table) is None or not self._ranges(header.table).is_node(header.origin):
+            return  # garbage: no one to answer
+        try:
+            self._endpoint.error(header, message)
+        except Exception:  # noqa: BLE001 - the origin's request_timeout reports the request
+            log.exception("node %d could not send ERROR for %r to node %d", self.rank, header, header.origin)
+
+    def _check(self, header: Header, p: Payload, shard: Shard) -> None:
+        spec = shard.spec
+        if (p.values is not None or header.kind in REQUESTS) and header.dim != spec.dim or (
+                p.values is not None and p.values.dtype != spec.dtype):
+            raise ProtocolError(f"{header!r} does not match table {spec.name!r} {spec.describe()}")
+        if p.keys is not None and len(p.keys):
+            lo, hi = kernels.key_range(p.keys)
+            if lo < 0 or hi >= spec.rows:
+                raise ProtocolError(f"{header!r}: keys {lo}..{hi} outside table {spec.name!r} [0, {spec.rows})")
+        if not self._ranges(header.table).is_node(header.origin):
+            raise ProtocolError(f"{header!r}: origin {header.origin} is not a node of this cluster")
+
+    # ---- pull / push / set ------------------------------------------------------------------------
+    def _serve(self, header: Header, p: Payload, shard: Shard) -> None:
+        keys = p.keys if p.keys.dtype == np.int64 else p.keys.astype(np.int64)
+        out = None
+        if header.kind == Kind.PULL:
+            out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)  # (n, dim), sent zero-copy
+            miss = shard.pull(keys, out)
+        elif header.kind == Kind.PUSH:
+            miss = shard.push(keys, p.values)
+        else:
+            miss = shard.set(keys, p.values)
+        served = len(keys) - len(miss)
+        if served:
+            self._reply(header, p.positions, miss, out, len(keys))
+        if len(miss):
+            self._pass_on(header, p, keys, miss, shard)
+
+    def _reply(self, header, positions, miss, out, n) -> None:
+        pos = None
+        if len(miss):  # partial: name the positions answered
+            hit = np.ones(n, bool)
+            hit[miss] = False
+            pos = np.flatnonzero(hit)
+            if out is not None:
+                out = out[hit]
+        if positions is not None:
+            pos = positions if pos is None else positions[pos]
+        kind = Kind.PULL_REPLY if out is not None else Kind.ACK
+        self._endpoint.reply(header, kind, n_keys=n - len(miss), positions=pos, values=out)
+
+    def _pass_on(self, header: Header, p: Payload, keys: np.ndarray, miss: np.ndarray, shard: Shard) -> None:
+        """Forward the keys this node does not own; queue those on their way here."""
+        mkeys = keys[miss]
+        positions = miss if p.positions is None else p.positions[miss]
+        values = None if p.values is None else p.values[miss]
+        targets = route.forward_hops(mkeys, shard, self._ranges(header.table), self.rank)
+        for target in np.unique(targets):
+            sel = targets == target
+            tv = None if values is None else values[sel]
+            if target == -1:  # incoming here: wait for the TRANSFER (copies: the message's buffers go)
+                self.relocation.defer(header, mkeys[sel], np.asarray(positions[sel], np.int64), tv)
+                continue
+            hops = (header.flags >> _HOP_SHIFT) + 1
+            if hops > _MAX_HOPS:
+                raise ProtocolError(f"keys {mkeys[sel][:5].tolist()} of table {shard.spec.name!r} were forwarded "
+                                    f"{_MAX_HOPS} times without reaching their owner")
+            n = int(sel.sum())
+            self.forwards += n
+            shard.forwards += n
+            self._endpoint.forward(int(target), header, POSITIONS | hops << _HOP_SHIFT, keys=mkeys[sel],
+                                   positions=positions[sel], values=tv)
+
+    # ---- replication and aggregation --------------------------------------------------------------
+    def _replica_sync(self, header: Header, p: Payload, shard: Shard) -> None:
+        """Another node's accumulated changes of replicated keys: add them here, acknowledge."""
+        keys = np.asarray(p.keys, np.int64)
+        if shard.replicas is None or len(np.unique(keys)) != len(keys) or not shard.replicas.mask(keys).all():
+            raise ProtocolError(f"REPLICA_SYNC for keys that table {shard.spec.name!r} does not replicate")
+        shard.replicas.add_deltas(keys, p.values)
+        self._endpoint.reply(header, Kind.ACK, n_keys=len(keys))
+
+    def _aggregate(self, header: Header, p: Payload, shard: Shard) -> None:
+        """A node's level-1 sums of an aggregated table: its owner applies them (server.aggregate)."""
+        handler = self.aggregators.get(header.table)
+        if handler is None:
+            raise ProtocolError(f"{header!r}: table {shard.spec.name!r} is not aggregated on node {self.rank}")
+        handler(header, p)
+
+    def describe(self, limit: int = 10) -> list[str]:
+        """Deferred operations per table, for debug dumps."""
+        return self.relocation.describe(limit)
+
+    def __repr__(self) -> str:
+        return (f"<Server node={self.rank} handled={self.requests} errors={self.errors} forwards={self.forwards} "
+                f"deferred={self.relocation.waiting()}>")

@@ -1,0 +1,153 @@
+"""What a table is, without I/O: `TableSpec`, initialisers, and the checks of the public API's input.
+
+A table is `rows x dim` values with one updater. Keys are int64 row ids in [0, rows); which node
+holds which keys is placement's business (`pskv.placement`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+import numpy as np
+
+from .. import kernels
+from ..errors import ConfigError, ConfigTypeError, DTypeError, KeyOutOfRange, ShapeError, TableError
+
+
+# ---- initialisers ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Init:
+    """How a table's rows start. A row's value depends only on (seed, table, row)."""
+
+    def fill(self, out: np.ndarray, first_row: int, table: str) -> None:
+        kind, a, b, seed = self._params()
+        seed = (seed * 0x9E3779B1 + zlib.crc32(table.encode())) % (1 << 63)
+        kernels.init_rows(out, first_row, seed, kind, float(a), float(b))
+
+    def config(self) -> dict:
+        return {"init": type(self).__name__, **dataclasses.asdict(self)}
+
+    def _params(self) -> tuple[int, float, float, int]:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class Zeros(Init):
+    def _params(self):
+        return 0, 0.0, 0.0, 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Constant(Init):
+    value: float = 0.0
+
+    def _params(self):
+        return 0, self.value, 0.0, 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Normal(Init):
+    std: float = 1.0
+    seed: int = 0
+    mean: float = 0.0
+
+    def _params(self):
+        if self.std < 0:
+            raise ConfigError(f"Normal(std={self.std}): std must be >= 0")
+        return 1, self.mean, self.std, self.seed
+
+
+@dataclasses.dataclass(frozen=True)
+class Uniform(Init):
+    low: float = 0.0
+    high: float = 1.0
+    seed: int = 0
+
+    def _params(self):
+        if not self.high >= self.low:
+            raise ConfigError(f"Uniform(low={self.low}, high={self.high}): need low <= high")
+        return 2, self.low, self.high, self.seed
+
+
+def as_init(init) -> Init:
+    if isinstance(init, Init):
+        return init
+    if isinstance(init, (int, float)) and not isinstance(init, bool):
+        return Zeros() if init == 0 else Constant(float(init))
+    raise ConfigTypeError(f"init={init!r}: use a number, pskv.Zeros(), pskv.Constant(c), pskv.Normal(std, seed) "
+                    "or pskv.Uniform(low, high, seed)")
+
+
+# ---- spec --------------------------------------------------------------------------------------
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSpec:
+    name: str
+    rows: int
+    dim: int
+    dtype: np.dtype
+    updater: object  # an updaters.Updater
+    init: Init
+    table_id: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TableError(f"table name {self.name!r} must be a non-empty string")
+        if int(self.rows) < 1 or int(self.dim) < 1:
+            raise ShapeError(f"table {self.name!r}: rows={self.rows}, dim={self.dim}; both must be >= 1")
+        if np.dtype(self.dtype) not in _DTYPES:
+            raise DTypeError(f"table {self.name!r}: dtype {self.dtype} is not supported; use float32 or float64")
+
+    def config(self) -> dict:
+        """What must agree on every node (compared by the coordinator)."""
+        return {"name": self.name, "rows": int(self.rows), "dim": int(self.dim), "dtype": str(np.dtype(self.dtype)),
+                "updater": self.updater.config(), "init": self.init.config()}
+
+    def describe(self) -> str:
+        return f"({self.rows}, {self.dim}) {np.dtype(self.dtype)} updater={self.updater!r}"
+
+
+# ---- input checks (the public API calls these before anything is sent) --------------------------
+def check_keys(spec: TableSpec, keys, op: str) -> np.ndarray:
+    """Keys as a 1-D integer array within [0, rows); raises a TableError subclass otherwise."""
+    arr = np.asarray(keys)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ShapeError(f"{op} on table {spec.name!r}: keys have shape {arr.shape}; pass a 1-D array of row ids")
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0:
+            return np.empty(0, np.int64)
+        raise DTypeError(f"{op} on table {spec.name!r}: keys have dtype {arr.dtype}; keys are integer row ids")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= spec.rows:
+        raise KeyOutOfRange(f"{op} on table {spec.name!r}: key {int(arr.max())} is outside [0, {spec.rows}); "
+                            "keys are row indices, so map ids to rows before calling")
+    if arr.dtype != np.int64:
+        arr = arr.astype(np.int64)
+    arr = np.ascontiguousarray(arr)
+    if arr.size:
+        lo, hi = kernels.key_range(arr)
+        if lo < 0 or hi >= spec.rows:
+            bad = lo if lo < 0 else hi
+            raise KeyOutOfRange(f"{op} on table {spec.name!r}: key {bad} is outside [0, {spec.rows}); "
+                                "keys are row indices, so map ids to rows before calling")
+    return arr
+
+
+def check_values(spec: TableSpec, values, n: int, op: str) -> np.ndarray:
+    """Values as a C-contiguous (n, dim) array of the table's dtype; safe casts only."""
+    arr = np.asarray(values)
+    if arr.ndim == 1 and spec.dim == 1 and arr.shape[0] == n:
+        arr = arr.reshape(n, 1)
+    if arr.shape != (n, spec.dim):
+        raise ShapeError(f"{op} on table {spec.name!r}: values have shape {arr.shape}, expected ({n}, {spec.dim}) "
+                         "for that many keys")
+    if arr.dtype != spec.dtype:
+        if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
+            raise DTypeError(f"{op} on table {spec.name!r}: values of dtype {arr.dtype} cannot be cast safely to "
+                             f"the table's {np.dtype(spec.dtype)}; convert them first")
+        arr = arr.astype(spec.dtype)
+    return np.ascontiguousarray(arr)

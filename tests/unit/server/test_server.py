@@ -1,0 +1,113 @@
+"""Server relocation paths over a recording endpoint: no sockets, no threads."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from helpers import recording_endpoint
+from pskv import updaters
+from pskv.placement.ranges import KeyRanges
+from pskv.net.wire import POSITIONS, Header, Kind, dtype_code, unpack, unpack_header
+from pskv.server.serve import Server
+from pskv.store.shard import INCOMING, Store
+from pskv.store.spec import Zeros, TableSpec
+
+DIM = 2
+_KEYS = dtype_code(np.int64)
+_F32 = dtype_code(np.float32)
+
+
+def _server():
+    """Node 1 of 3 (managers: [0, 10), [10, 20), [20, 30)); returns (server, shard, sent)."""
+    store = Store()
+    spec = TableSpec("t", 30, DIM, np.dtype(np.float32), updaters.Add(), Zeros(), table_id=1)
+    shard = store.add(spec, 10, 20, rank=1)
+    endpoint, transport = recording_endpoint(1)
+    server = Server(store, endpoint, endpoint.tracker, lambda table: KeyRanges(30, 3))
+    server.transport = transport  # for tests that make sends fail
+    return server, shard, transport.sent
+
+
+def _msg(kind, keys, *, origin, values=None, positions=None, state=False):
+    keys = np.asarray(keys, np.int64)
+    h = Header(kind, cluster=7, sender=origin, origin=origin, table=1, request_id=5, n_keys=len(keys),
+               key_dtype=_KEYS)
+    frames = [None, keys]
+    if positions is not None:
+        h.flags |= POSITIONS
+        frames.append(np.asarray(positions, np.int64))
+    if values is not None or kind == Kind.PULL:
+        h.dim = DIM
+    if values is not None:
+        h.dtype = _F32
+        frames.append(np.asarray(values, np.float32))
+    frames[0] = h.pack()
+    return h, [bytes(memoryview(np.ascontiguousarray(f))) if not isinstance(f, bytes) else f for f in frames]
+
+
+def test_transfer_replays_waiting_ops_batched_by_message():
+    """Ops that waited for incoming keys apply in arrival order per key, one TRANSFER / reply per message."""
+    server, shard, sent = _server()
+    keys = np.arange(0, 6, dtype=np.int64)  # managed by node 0, on their way here
+    shard.slot[keys] = INCOMING
+    server.handle(*_msg(Kind.PUSH, keys[:4], origin=2, values=np.ones((4, DIM))))  # waits
+    server.handle(*_msg(Kind.PULL, keys[::-1], origin=2))  # waits: positions 5..0
+    server.handle(*_msg(Kind.HANDOVER, keys[:3], origin=0))  # keys 0..2 move on to node 0 after the push
+    assert sent == []
+    h = Header(Kind.TRANSFER, cluster=7, sender=2, origin=1, table=1, request_id=9, n_keys=6, dim=DIM, dtype=_F32,
+               key_dtype=_KEYS)
+    server.handle(h, [h.pack(), keys.tobytes(), np.full((6, DIM), 10, np.float32).tobytes()])
+    kinds = [(rank, unpack_header(frames[0]).kind) for rank, frames in sent]
+    assert kinds == [(2, Kind.ACK), (2, Kind.PULL_REPLY), (0, Kind.TRANSFER)]
+    ack, reply, transfer = (unpack_header(f[0]) for _, f in sent)
+    assert ack.n_keys == 4 and reply.n_keys == 6
+    p = unpack(reply, sent[1][1])
+    got = np.empty((6, DIM), np.float32)
+    got[p.positions] = p.values
+    np.testing.assert_array_equal(got[:, 0], [10, 10, 11, 11, 11, 11])  # key 5 - i: pushed ones saw +1
+    t = unpack(transfer, sent[2][1])
+    np.testing.assert_array_equal(t.keys, [0, 1, 2])
+    np.testing.assert_array_equal(t.values[:, 0], [11, 11, 11])
+    assert (shard.slot[:3] == -1).all() and (shard.slot[3:6] >= 0).all()
+    assert server.relocation._deferred == {}
+
+
+def test_transfer_replays_duplicate_keys_of_a_waiting_push():
+    """A waiting push with a key twice adds both rows once the key lands."""
+    server, shard, sent = _server()
+    shard.slot[[3, 4]] = INCOMING
+    server.handle(*_msg(Kind.PUSH, [3, 4, 3], origin=2, values=[[1, 1], [2, 2], [4, 4]]))
+    h = Header(Kind.TRANSFER, cluster=7, sender=0, origin=1, table=1, request_id=9, n_keys=2, dim=DIM, dtype=_F32,
+               key_dtype=_KEYS)
+    server.handle(h, [h.pack(), np.array([3, 4], np.int64).tobytes(), np.zeros((2, DIM), np.float32).tobytes()])
+    assert sum(unpack_header(f[0]).n_keys for _, f in sent) == 3
+    np.testing.assert_array_equal(shard.data[shard.slot[[3, 4]], 0], [5, 2])
+
+
+def test_unexpected_server_exception_is_answered_with_error():
+    """Any exception while serving (not only ProtocolError) answers the origin with ERROR."""
+    server, shard, sent = _server()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    shard.pull = broken
+    server.handle(*_msg(Kind.PULL, [11, 12], origin=2))
+    assert [(rank, unpack_header(frames[0]).kind) for rank, frames in sent] == [(2, Kind.ERROR)]
+    assert "RuntimeError('disk on fire')" in bytes(sent[0][1][1]).decode()
+
+
+def test_failed_replay_does_not_drop_later_deferred_operations():
+    """A deferred op whose replay fails (its reply cannot be sent) gets an ERROR attempt; the ops after it
+    still run (before, every later deferred op was silently dropped)."""
+    store_server, shard, sent = _server()
+    keys = np.array([3, 4], np.int64)
+    shard.slot[keys] = -2  # incoming
+    store_server.handle(*_msg(Kind.PUSH, keys, origin=2, values=np.ones((2, DIM))))  # its ACK will fail
+    store_server.handle(*_msg(Kind.PULL, keys, origin=0))  # waits after it
+    store_server.transport.fail_to.add(2)
+    h = Header(Kind.TRANSFER, cluster=7, sender=0, origin=1, table=1, request_id=9, n_keys=2, dim=DIM, dtype=_F32,
+               key_dtype=_KEYS)
+    store_server.handle(h, [h.pack(), keys.tobytes(), np.zeros((2, DIM), np.float32).tobytes()])
+    assert [(rank, unpack_header(frames[0]).kind) for rank, frames in sent] == [(0, Kind.PULL_REPLY)]
+    assert store_server.relocation._deferred == {} and store_server.errors == 1
