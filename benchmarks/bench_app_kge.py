@@ -7,11 +7,11 @@
 Variants, each the same model and hyperparameters:
   baseline        one process, no server: numpy arrays, the app's numba kernel, the same Adagrad rule
   classic NxT     `pskv run kge --nodes N --threads T` (static placement, naive negative sampling)
-  localize 2x2    + Lapse's pre-localization of the next batch (`--localize`), if pskv has it
-  sampling S 2x2  + pskv's sampling scheme S for the negatives (`--sampling S`), if pskv has it
-  replicate 2x2   + NuPS's replication of the hottest entities (`--replicate N`), if pskv has it
+  localize 2x2    + Lapse's pre-localization of the next batch (`--localize`)
+  sampling S 2x2  + pskv's sampling scheme S for the negatives (`--sampling S`)
+  replicate 2x2   + NuPS's replication of the hottest entities (`--replicate N`)
 and Lapse's toy KGE data with Lapse's README settings (ComplEx, 100 complex dimensions, 6
-negatives, lr 0.1, 4 epochs, 2 nodes; regulariser: see LAPSE), classic and with the techniques pskv has.
+negatives, lr 0.1, 4 epochs, 2 nodes; regulariser: see LAPSE), classic and with Lapse's techniques.
 
 `run(args) -> list[dict]` is what benchmarks/bench_apps.py calls; each row has app, variant,
 data, nodes, threads, epochs, sec_per_epoch (median training seconds of an epoch, evaluation
@@ -141,30 +141,17 @@ def _row(variant, data, nodes, threads, epochs, seconds, wall, mrr, hits10, note
             "note": note}
 
 
-def _techniques() -> dict[str, bool]:
-    from pskv.apps.common import TECHNIQUES
-
-    return {name: present() for name, (_, present) in TECHNIQUES.items()}
-
-
-def _technique_rows(data: str, flags: list[str], have: dict[str, bool]) -> list[dict]:
-    """(c): 2 nodes x 2 threads with each Lapse/NuPS technique pskv has, and classic for reference, all for
-    TECHNIQUE_EPOCHS epochs; a note row for the techniques pskv lacks."""
+def _technique_rows(data: str, flags: list[str]) -> list[dict]:
+    """(c): 2 nodes x 2 threads with each Lapse/NuPS technique, and classic for reference, all for
+    TECHNIQUE_EPOCHS epochs."""
     flags = _with_epochs(flags, TECHNIQUE_EPOCHS)
     rows = [app(f"classic 2x2, {TECHNIQUE_EPOCHS} epochs", data, 2, 2, flags, "reference for the rows below")]
-    wanted = [("localize", "localize 2x2", ["--localize"], "pre-localization of the next batch")]
-    wanted += [("sampling", "sampling preloc 2x2", ["--sampling", "preloc"], "negatives localized a batch ahead"),
-               ("sampling", "sampling pool 2x2", ["--sampling", "pool", "--reuse", "16"],
-                "pool, each negative used 16x"),
-               ("sampling", "sampling onlylocal 2x2", ["--sampling", "onlylocal"], "negatives among local entities")]
-    wanted += [("replicate", "replicate 2x2", ["--replicate", "16"], "the 16 hottest entities replicated")]
-    for key, variant, extra, note in wanted:
-        if have.get(key):
-            rows.append(app(variant, data, 2, 2, flags + extra, note))
-        else:
-            rows.append({**_row(variant, data, 2, 2, 0, [], 0.0, float("nan"), float("nan"),
-                                f"skipped: pskv has no {key} yet"), "command": _command(2, 2, data, flags + extra)})
-    return rows
+    wanted = [("localize 2x2", ["--localize"], "pre-localization of the next batch"),
+              ("sampling preloc 2x2", ["--sampling", "preloc"], "negatives localized a batch ahead"),
+              ("sampling pool 2x2", ["--sampling", "pool", "--reuse", "16"], "pool, each negative used 16x"),
+              ("sampling onlylocal 2x2", ["--sampling", "onlylocal"], "negatives among local entities"),
+              ("replicate 2x2", ["--replicate", "16"], "the 16 hottest entities replicated")]
+    return rows + [app(variant, data, 2, 2, flags + extra, note) for variant, extra, note in wanted]
 
 
 def _with_epochs(flags: list[str], epochs: int) -> list[str]:
@@ -180,7 +167,6 @@ def run(args: argparse.Namespace) -> list[dict]:
     quick = getattr(args, "quick", False)
     chosen = getattr(args, "data", None)
     datasets = chosen.split(",") if chosen else (["nations"] if quick else ["umls", "nations", "lapse-toy"])
-    have = _techniques()
     rows = []
     for data in datasets:
         flags = SETTINGS.get(data, [])
@@ -188,15 +174,11 @@ def run(args: argparse.Namespace) -> list[dict]:
         for nodes, threads in ((1, 1), (1, 2), (2, 2)) if not quick else ((1, 2), (2, 2)):
             rows.append(app(f"classic {nodes}x{threads}", data, nodes, threads, flags))
         if not quick:
-            rows += _technique_rows(data, flags, have)
+            rows += _technique_rows(data, flags)
     rows.append(app("lapse settings, classic", "lapse-toy", 2, 1, LAPSE[2:], "Lapse: 94.8 s classic"))
-    parts = [(name, f) for key, name, f in (("localize", "localize", ["--localize"]),
-                                            ("sampling", "pool x16", ["--sampling", "pool", "--reuse", "16"]))
-             if have.get(key)]
-    if parts:
-        rows.append(app("lapse settings, " + " + ".join(name for name, _ in parts), "lapse-toy", 2, 1,
-                        LAPSE[2:] + [x for _, f in parts for x in f],
-                        "Lapse: 2.46 s with pre-localization + pool sampling (reuse 16)"))
+    rows.append(app("lapse settings, localize + pool x16", "lapse-toy", 2, 1,
+                    LAPSE[2:] + ["--localize", "--sampling", "pool", "--reuse", "16"],
+                    "Lapse: 2.46 s with pre-localization + pool sampling (reuse 16)"))
     return rows
 
 

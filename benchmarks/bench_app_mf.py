@@ -11,7 +11,7 @@ biases, 30 epochs on MovieLens-100K, fixed 90/10 split):
   dsgd 2x2          Lapse's DSGD schedule (item blocks rotate over the workers), static placement
   dsgd+localize 2x2 + Lapse's relocation of each block to the worker's node before it is used
   free+localize 2x2 + relocation of each next batch's items (no DSGD: items ping-pong between nodes)
-  replicate 2x2     NuPS's hot-item replication (`--replicate N`), if pskv has it
+  replicate 2x2     NuPS's hot-item replication (`--replicate N`)
 On generated zipf data (NuPS's MF workload) classic and dsgd+localize, and on Lapse's toy data
 Lapse's README setting (DSGD, rank 2 with its W.mma/H.mma, 10 epochs, 2 nodes).
 
@@ -50,9 +50,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def baseline(flags: list[str]) -> dict:
     """The app's model, flags and kernel on plain numpy arrays in this process: no server, 1 thread."""
-    from pskv.apps import common, mf
+    from pskv.apps import mf
 
-    args = common.parse(mf._parser(), flags)
+    args = mf._parser().parse_args(flags)
     args.item_updater = "sgd"  # the baseline's kernel is sequential SGD on the whole item matrix
     problem = mf.load(args)
     train, test = problem.train, problem.test
@@ -118,16 +118,6 @@ def _row(variant, data, nodes, threads, epochs, seconds, train, rmse, note, wall
             "wall_seconds": None if wall is None else round(wall, 2), "test_rmse": round(rmse, 4), "note": note}
 
 
-def _has(flag: str) -> bool:
-    from pskv.apps import common
-
-    try:
-        common.check_techniques(common.parser("mf", "").parse_args([flag, "10"] if flag == "--replicate" else [flag]))
-        return True
-    except common.Unsupported:
-        return False
-
-
 def run(args: argparse.Namespace) -> list[dict]:
     """Every variant (quick: fewer); returns the rows."""
     quick = getattr(args, "quick", False)
@@ -135,25 +125,17 @@ def run(args: argparse.Namespace) -> list[dict]:
     for nodes, threads in ((1, 1), (2, 2)) if quick else ((1, 1), (1, 2), (2, 1), (2, 2)):
         rows.append(pskv_run(f"classic {nodes}x{threads}", [], nodes, threads))
     rows.append(pskv_run("dsgd 2x2", ["--schedule", "dsgd"], 2, 2))
-    localize = _has("--localize")
-    skip = "skipped: this pskv has no Table.localize"
-    rows.append(pskv_run("dsgd+localize 2x2", ["--schedule", "dsgd", "--localize"], 2, 2) if localize
-                else {"app": APP, "variant": "dsgd+localize 2x2", "note": skip})
-    if not quick and localize:
+    rows.append(pskv_run("dsgd+localize 2x2", ["--schedule", "dsgd", "--localize"], 2, 2))
+    if not quick:
         rows.append(pskv_run("free+localize 2x2", ["--localize", "--epochs", "5"], 2, 2,
                              "5 epochs: relocating every batch's items ping-pongs them between the nodes"))
-    replicate = _has("--replicate")
-    rows.append(pskv_run("replicate 2x2", ["--replicate", "100"], 2, 2) if replicate
-                else {"app": APP, "variant": "replicate 2x2", "note": "skipped: this pskv has no replication"})
+    rows.append(pskv_run("replicate 2x2", ["--replicate", "100"], 2, 2))
     if not quick:
         rows.append(baseline(["--data", ZIPF, "--item-updater", "sgd", *ZIPF_FLAGS]))
         rows.append(pskv_run("classic 2x2", ["--data", ZIPF, *ZIPF_FLAGS], 2, 2, "item adagrad (auto)"))
-        if localize:
-            rows.append(pskv_run("dsgd+localize 2x2", ["--data", ZIPF, "--schedule", "dsgd", "--localize",
-                                                       *ZIPF_FLAGS], 2, 2, "item adagrad (auto)"))
+        rows.append(pskv_run("dsgd+localize 2x2", ["--data", ZIPF, "--schedule", "dsgd", "--localize", *ZIPF_FLAGS],
+                             2, 2, "item adagrad (auto)"))
     for variant, extra in (("Lapse README: dsgd", []), ("Lapse README: dsgd+localize", ["--localize"])):
-        if extra and not localize:
-            continue
         rows.append(pskv_run(variant, LAPSE + extra, 2, 1, "Lapse: 0.38 s for 10 epochs (DSGD, 2 nodes)"))
     return rows
 

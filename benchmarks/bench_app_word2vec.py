@@ -10,10 +10,10 @@ gensim's head500 corpus (296,143 in-vocabulary words):
   baseline 1xT     one process, no server: the app's batches and numba kernel on plain numpy
                    arrays, T threads Hogwild-style (as word2vec.c and gensim do)
   classic NxT      `pskv run word2vec --nodes N --threads T` (static placement, naive negatives)
-  replicate N 2x2  + replication of the N most frequent words (`--replicate N`), if pskv has it
-  localize 2x2     + Lapse's localization of the next batch's words (`--localize`), if pskv has it
+  replicate N 2x2  + replication of the N most frequent words (`--replicate N`)
+  localize 2x2     + Lapse's localization of the next batch's words (`--localize`)
   sampling S 2x2   + pskv's sampling API with scheme S for the negatives (`--sampling S`), alone or with
-                   replication of the 1000 hottest words (NuPS), if pskv has it
+                   replication of the 1000 hottest words (NuPS)
   gensim T         gensim's Word2Vec on the same sentences and vocabulary, T worker threads, if installed
 and Lapse's toy corpus (lm/small.txt) with Lapse's README settings: 2 nodes x 2 threads, dim 10,
 window 2, 2 negatives, 4 iterations of 10,000 words, subsampling 1e-4 (Lapse: 21.7 s on this machine).
@@ -56,13 +56,14 @@ def _parser() -> argparse.ArgumentParser:
 # ---- (a) the single-process baseline ---------------------------------------------------------------
 def baseline(data: str, threads: int, flags: list[str] = ()) -> dict:
     """The app's batches and kernel on plain numpy arrays in this process, `threads` threads sharing them."""
+    from pskv.apps import skipgram
     from pskv.apps import word2vec as w2
     from pskv.data.text import Unigram, keep_probabilities
 
     args = w2._parser().parse_args(["--data", data, *flags])
     start = time.monotonic()
     vocab, corpus = w2.load_text(args)
-    w2._warm_up(args.dim)
+    skipgram.warm_up(args.dim)
     rng = np.random.default_rng(args.seed)
     syn0 = rng.uniform(-1 / args.dim, 1 / args.dim, (len(vocab), args.dim)).astype(np.float32)
     syn1 = np.zeros_like(syn0)
@@ -74,13 +75,13 @@ def baseline(data: str, threads: int, flags: list[str] = ()) -> dict:
     def work(t: int, epoch: int) -> None:
         total = max(1, shards[t].num_words * args.epochs)
         negatives_rng, neu1e = np.random.default_rng([args.seed, t, 1, epoch]), np.zeros(args.dim, np.float32)
-        for words, centres, contexts in w2.batches(shards[t], keep, args.window, args.batch_words,
-                                                   np.random.default_rng([args.seed, t, 0, epoch])):
+        for words, centres, contexts in skipgram.batches(shards[t], keep, args.window, args.batch_words,
+                                                         np.random.default_rng([args.seed, t, 0, epoch])):
             a0 = args.alpha - (args.alpha - args.min_alpha) * done[t] / total
             done[t] += words
             a1 = args.alpha - (args.alpha - args.min_alpha) * done[t] / total
             negatives = unigram.draw(negatives_rng, len(centres) * args.neg).reshape(-1, args.neg)
-            sums[t] += (w2.sgns(contexts, centres, negatives, syn0, syn1, a0, a1, neu1e), len(centres))
+            sums[t] += (skipgram.sgns(contexts, centres, negatives, syn0, syn1, a0, a1, neu1e), len(centres))
 
     seconds, loss = [], float("nan")
     for epoch in range(args.epochs):
@@ -165,62 +166,41 @@ def _row(variant, data, nodes, threads, seconds, wall, words, loss, scores, note
             "note": note, "command": command}
 
 
-def _techniques() -> dict[str, bool]:
-    import pskv
-    from pskv.apps.common import TECHNIQUES
-
-    have = {name: present() for name, (_, present) in TECHNIQUES.items()}
-    have["sampling"] = have["sampling"] and hasattr(pskv, "Sampling")
-    return have
-
-
-def _technique_rows(flags: list[str], have: dict[str, bool], quick: bool) -> list[dict]:
-    """(c): 2 nodes x 2 threads with each Lapse/NuPS technique pskv has; a note row for the others."""
-    wanted = [(("replicate",), "replicate 100 2x2", ["--replicate", "100"], "the 100 most frequent words replicated"),
-              (("replicate",), "replicate 1000 2x2", ["--replicate", "1000"], "1000 words: 45% of the negatives"),
-              (("localize",), "localize 2x2", ["--localize"], "the next batch's words localized ahead"),
-              (("replicate", "localize"), "replicate 1000 + localize 2x2", ["--replicate", "1000", "--localize"],
+def _technique_rows(flags: list[str], quick: bool) -> list[dict]:
+    """(c): 2 nodes x 2 threads with each Lapse/NuPS technique."""
+    wanted = [("replicate 100 2x2", ["--replicate", "100"], "the 100 most frequent words replicated"),
+              ("replicate 1000 2x2", ["--replicate", "1000"], "1000 words: 45% of the negatives"),
+              ("localize 2x2", ["--localize"], "the next batch's words localized ahead"),
+              ("replicate 1000 + localize 2x2", ["--replicate", "1000", "--localize"],
                "Lapse2: hot words replicated, the others localized ahead"),
-              (("sampling",), "sampling naive 2x2", ["--sampling", "naive"], "pskv's pull_sample: a row per draw"),
-              (("replicate", "sampling"), "replicate 1000 + sampling onlylocal 2x2",
-               ["--replicate", "1000", "--sampling", "onlylocal"], "NuPS: local negatives only (biased)")]
+              ("sampling naive 2x2", ["--sampling", "naive"], "pskv's pull_sample: a row per draw"),
+              ("replicate 1000 + sampling onlylocal 2x2", ["--replicate", "1000", "--sampling", "onlylocal"],
+               "NuPS: local negatives only (biased)")]
     if not quick:
-        wanted += [(("replicate", "sampling"), f"replicate 1000 + sampling {s} 2x2",
-                    ["--replicate", "1000", "--sampling", s, *extra], note)
+        wanted += [(f"replicate 1000 + sampling {s} 2x2", ["--replicate", "1000", "--sampling", s, *extra], note)
                    for s, extra, note in (("preloc", [], "negatives localized one batch ahead"),
                                           ("pool", ["--reuse", "4"], "pool of negatives, each used 4 times"))]
-    rows = []
-    for keys, variant, extra, note in wanted:
-        missing = [k for k in keys if not have.get(k)]
-        if not missing:
-            # preloc and pool thrash here (every batch's sample covers ~97% of the vocabulary): preloc took
-            # 100 s unloaded and did not finish in 240 s at load 5, so these rows get the same 600 s as the others
-            rows.append(app(variant, 2, 2, flags + extra, note, timeout=600))
-        else:
-            shown = f"pskv run word2vec --nodes 2 --threads 2 -- {' '.join(flags + extra)}"
-            rows.append(_row(variant, flags[1], 2, 2, [], 0.0, 0, float("nan"), {},
-                             f"skipped: pskv has no {' or '.join(missing)} yet", shown))
-    return rows
+    # preloc and pool thrash here (every batch's sample covers ~97% of the vocabulary): preloc took 100 s
+    # unloaded and did not finish in 240 s at load 5, so these rows get the same 600 s as the others
+    return [app(variant, 2, 2, flags + extra, note, timeout=600) for variant, extra, note in wanted]
 
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Every variant (quick: fewer); returns the rows."""
     quick, data = getattr(args, "quick", False), getattr(args, "data", None) or DATA
     flags = ["--data", data]
-    have = _techniques()
     rows = [baseline(data, 1)] + ([] if quick else [baseline(data, 2)])
     for nodes, threads in ((1, 2), (2, 2)) if quick else ((1, 1), (1, 2), (2, 1), (2, 2)):
         rows.append(app(f"classic {nodes}x{threads}", nodes, threads, flags))
-    rows += _technique_rows(flags, have, quick)
+    rows += _technique_rows(flags, quick)
     if importlib.util.find_spec("gensim") is None:
         rows.append(_row("gensim", data, 1, 2, [], 0.0, 0, float("nan"), {}, "skipped: gensim is not installed "
                          "(pip install 'pskv[compare]')", "-"))
     else:
         rows += [gensim_row(data, t) for t in ((2,) if quick else (1, 2, 4))]
     rows.append(app("lapse settings, classic", 2, 2, LAPSE, "Lapse: 21.7 s for its README command"))
-    if have.get("localize"):
-        rows.append(app("lapse settings, localize", 2, 2, LAPSE + ["--localize"],
-                        "Lapse's README command localizes positives (--localize_pos 1)"))
+    rows.append(app("lapse settings, localize", 2, 2, LAPSE + ["--localize"],
+                    "Lapse's README command localizes positives (--localize_pos 1)"))
     return rows
 
 

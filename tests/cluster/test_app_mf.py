@@ -76,14 +76,15 @@ def test_mf_one_node_writes_factors_that_reproduce_the_rmse(tmp_path):
     assert len((tmp_path / "log.jsonl").read_text().splitlines()) == 3
 
 
-def test_mf_refuses_missing_technique_by_name(monkeypatch, capsys):
-    """A technique flag that this pskv lacks fails at once, before any data or node, with a usage error
-    (status 2) naming the flag and the feature (every technique is in pskv now: relocation is made to look
-    absent)."""
-    from pskv.apps import common, mf
+def test_mf_refuses_sampling_and_unknown_technique_names_before_any_node(capsys):
+    """mf draws no negatives: a sampling scheme is refused (status 2) before any data or node, and an
+    unknown scheme is a usage error listing the valid ones."""
+    from pskv.apps import mf
 
-    monkeypatch.setitem(common.TECHNIQUES, "localize", ("relocation (Table.localize)", lambda: False))
+    assert mf.main(["--sampling", "pool", "--data", "no-such-data-set"]) == 2
+    assert capsys.readouterr().err == "pskv run mf: error: --sampling: mf draws no negative samples; drop the flag\n"
     with pytest.raises(SystemExit) as info:
-        mf.main(["--localize", "--data", "no-such-data-set"])
+        mf.main(["--sampling", "bogus"])
     assert info.value.code == 2
-    assert "--localize needs relocation (Table.localize)" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines()[-1] == ("pskv run mf: error: argument --sampling: 'bogus' is not "
+                                                        "naive, preloc, pool or onlylocal")

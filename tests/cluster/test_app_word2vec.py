@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pskv.apps import word2vec
+from pskv.apps import skipgram, word2vec
 from pskv.data import fetch
 from pskv.data.text import Corpus, Vocab, read_corpus, read_vectors
 
@@ -45,7 +45,7 @@ def test_sgns_kernel_matches_numpy_reference():
     expected0, expected1 = syn0.copy(), syn1.copy()
     expected_loss = _sgns_reference(contexts, centres, negatives, expected0, expected1, 0.1)
     got0, got1 = syn0.astype(np.float32), syn1.astype(np.float32)
-    loss = word2vec.sgns(contexts, centres, negatives, got0, got1, 0.1, 0.1, np.zeros(8, np.float32))
+    loss = skipgram.sgns(contexts, centres, negatives, got0, got1, 0.1, 0.1, np.zeros(8, np.float32))
     assert loss == pytest.approx(expected_loss, rel=1e-4)
     assert np.allclose(got0, expected0, atol=1e-5) and np.allclose(got1, expected1, atol=1e-5)
 
@@ -55,7 +55,7 @@ def test_batches_make_the_pairs_of_each_sentence_within_its_window():
     never across sentences; the reduced window only shrinks that set."""
     corpus = Corpus(np.array([0, 1, 2, 3, 4, 5], np.int32), np.array([0, 4, 6]))
     keep = np.ones(6)
-    (words, centres, contexts), = word2vec.batches(corpus, keep, 3, 100, np.random.default_rng(0))
+    (words, centres, contexts), = skipgram.batches(corpus, keep, 3, 100, np.random.default_rng(0))
     pairs = set(zip(centres.tolist(), contexts.tolist()))
     allowed = {(i, j) for i in range(4) for j in range(4) if i != j} | {(4, 5), (5, 4)}
     assert words == 6 and pairs <= allowed and len(pairs) == len(centres)
@@ -64,7 +64,7 @@ def test_batches_make_the_pairs_of_each_sentence_within_its_window():
 
 def test_rows_numbers_distinct_keys_in_order_of_appearance():
     """Rows gives each distinct key one local row, across arrays, and resets its scratch for the next call."""
-    rows = word2vec.Rows(10)
+    rows = skipgram.Rows(10)
     keys, (a, b), counts, first = rows(np.array([7, 3, 7]), np.array([3, 9, 9, 1]))
     assert keys.tolist() == [7, 3, 9, 1] and counts == [2, 4]
     assert a.tolist() == [0, 1, 0] and b.tolist() == [1, 2, 2, 3] and first.tolist() == [0, 1, 1, 3]

@@ -238,14 +238,19 @@ def test_lapse_toy_dir_env_and_missing(monkeypatch, tmp_path):
 
 
 # ---- app helpers -----------------------------------------------------------------------------
-def test_missing_technique_is_refused_by_name(monkeypatch):
-    """A flag for a technique pskv lacks raises Unsupported naming the feature; present ones pass."""
+def test_unknown_technique_name_is_a_usage_error_listing_the_choices(capsys):
+    """Every technique is in pskv: its flags always parse; an unknown scheme or consistency model is a
+    usage error (status 2) whose message lists the valid ones."""
     p = common.parser("x", "test")
-    monkeypatch.setitem(common.TECHNIQUES, "localize", ("relocation (test)", lambda: False))
-    with pytest.raises(common.Unsupported, match="--localize needs relocation"):
-        common.check_techniques(p.parse_args(["--localize"]))
-    monkeypatch.setitem(common.TECHNIQUES, "localize", ("relocation (test)", lambda: True))
-    common.check_techniques(p.parse_args(["--localize", "--sampling", "naive", "--consistency", "async"]))
+    args = p.parse_args(["--localize", "--replicate", "3", "--sampling", "pool", "--consistency", "bsp"])
+    assert (args.localize, args.replicate, args.sampling, args.consistency) == (True, 3, "pool", "bsp")
+    for flag, value, message in [
+            ("--sampling", "bogus", "'bogus' is not naive, preloc, pool or onlylocal"),
+            ("--consistency", "ssp", "'ssp' is not async, bsp or ssp:S (S a staleness >= 0)")]:
+        with pytest.raises(SystemExit) as info:
+            p.parse_args([flag, value])
+        assert info.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"pskv run x: error: argument {flag}: {message}"
 
 
 def test_consistency_flag_syntax():
@@ -366,18 +371,18 @@ def test_clock_ticks_worker_clock_only_under_bsp_or_ssp_and_pads_to_a_total():
 
 
 def test_apps_know_the_largest_batch_count_of_any_worker():
-    """The counts the apps pad their clocks to are the real maxima: word2vec's num_batches() is the
+    """The counts the apps pad their clocks to are the real maxima: skipgram's num_batches() is the
     number of batches() of a shard, and MF's _most_batches() the most batches of any worker in a
     free epoch and in each DSGD sub-epoch."""
-    from pskv.apps import mf, word2vec
+    from pskv.apps import mf, skipgram
     from pskv.data.text import Corpus
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(1, 40, 50)
     corpus = Corpus(rng.integers(0, 9, lengths.sum()).astype(np.int32), np.concatenate([[0], np.cumsum(lengths)]))
     for batch_words in (1, 25, 100, 10_000):
-        got = sum(1 for _ in word2vec.batches(corpus, np.ones(9), 2, batch_words, np.random.default_rng(1)))
-        assert word2vec.num_batches(corpus, batch_words) == got
+        got = sum(1 for _ in skipgram.batches(corpus, np.ones(9), 2, batch_words, np.random.default_rng(1)))
+        assert skipgram.num_batches(corpus, batch_words) == got
     train = ratings.zipf_ratings(50, 30, 600, seed=0)
     workers, batch = 3, 7
     most = mf._most_batches(train, workers, batch)

@@ -1,35 +1,25 @@
-"""What every pskv app shares: flags, technique checks, progress, metrics across workers, report.
+"""What every pskv app shares: flags, the skeleton of a run, progress, metrics across workers, report.
 
     python -m pskv.apps.mf --help        # the flags below, plus the app's own
 
-API (stable; kge.py and word2vec.py import it):
+API (stable; the apps import it, pskv demo uses Reducer, Report and Progress):
 
-    parser = common.parser("mf", "matrix factorization", epochs=10)   # common flags added
-    parser.add_argument("--rank", ...)                                   # the app's own flags
-    args = common.parse(parser, argv)      # parse, then refuse techniques pskv does not have yet
-    node = common.init_node(args)          # pskv.init(), with --consistency when pskv has it
-    reducer = common.Reducer(node, size=4) # collective: declares a small float64 table
-    report = common.Report("mf", args)     # prints on node 0 only; --plot, --log
-
-    def train(w):
-        progress = common.Progress(w, total=n_per_epoch * args.epochs, scale=workers, mode=args.progress,
-                                   watchdog=report.watchdog)     # each update() tells the watchdog
+    args = common.parser("mf", "matrix factorization", epochs=10).parse_args(argv)  # + the app's own flags
+    def setup(s: common.Session): ...      # collective: declare the tables; return what the workers share
+    def train(w, state):                   # every worker thread of every node
+        progress = common.Progress(w, total=..., scale=s.workers, mode=args.progress, watchdog=s.report.watchdog)
         for epoch in range(1, args.epochs + 1):
-            ...; progress.update(len(batch))
-            totals = reducer.sum(w, [sse, n])   # every worker calls it; every worker gets the sums
-            report.epoch(w, epoch, train_rmse=..., seconds=...)  # node 0 thread 0 prints and keeps it
-        progress.close()
-    with report.watchdog:                  # no batch for --stall-timeout s: stacks dumped, node exits 3
-        node.run(train)
-    report.summary(["...", f"test RMSE {rmse:.4f}"], rank=node.rank)  # node 0 prints, writes --plot, --log
+            ...; progress.update(len(batch))      # each update() tells the watchdog
+            totals = s.reducer.sum(w, [sse, n])   # every worker calls it; every worker gets the sums
+            s.report.epoch(w, epoch, progress, train_rmse=..., seconds=...)  # node 0 thread 0 prints, keeps it
+    def finish(state, wall): ...           # node 0, the tables still up: returns the summary lines
+    return common.run_app("mf", args, metrics=2, setup=setup, train=train, finish=finish)
 
 Common flags: --epochs, --seed, --plot FILE.png, --log FILE.jsonl, --progress {auto,bar,lines,json,none},
---stall-timeout SECONDS (the Watchdog: `with report.watchdog: node.run(...)`, and pass
-`watchdog=report.watchdog` to Progress; a node whose workers finish no batch for that long exits 3),
+--stall-timeout SECONDS (the Watchdog, which run_app turns on around training; pass
+`watchdog=s.report.watchdog` to Progress; a node whose workers finish no batch for that long exits 3),
 and the Lapse/NuPS/Petuum techniques --localize, --replicate N, --sampling {naive,preloc,pool,onlylocal},
---consistency {async,bsp,ssp:S}. A technique that this pskv does not have yet raises Unsupported
-naming it (see TECHNIQUES: each check looks for the API, so a flag works as soon as its feature lands).
-`--nodes`/`--threads` belong to `pskv run`, not to the app.
+--consistency {async,bsp,ssp:S}. `--nodes`/`--threads` belong to `pskv run`, not to the app.
 
 Progress: tqdm on stderr when it is a terminal, else one line every ~2 s with samples/s (`pskv launch`
 forwards output line by line); `json` prints machine-readable lines tagged TAG on stdout (pskv demo).
@@ -38,8 +28,8 @@ forwards output line by line); `json` prints machine-readable lines tagged TAG o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import faulthandler
-import inspect
 import json
 import os
 import sys
@@ -52,7 +42,7 @@ import numpy as np
 
 import pskv
 
-from ..errors import ConfigError, PskvError
+from ..errors import ConfigError
 
 TAG = "@@pskv "  # prefix of the JSON lines of --progress json
 _LINE_INTERVAL = 2.0  # seconds between progress lines when stderr is not a terminal
@@ -60,24 +50,7 @@ _LINE_INTERVAL = 2.0  # seconds between progress lines when stderr is not a term
 # benchmarks/RESULTS-word2vec.md); five minutes without one is a hang, not a slow step.
 STALL_TIMEOUT = 300.0
 STALL_STATUS = 3  # exit status of a node stopped by the watchdog
-
-
-class Unsupported(PskvError, NotImplementedError):
-    """A flag asks for a technique this version of pskv does not have."""
-
-
-def _has_replication() -> bool:
-    return "replicate" in inspect.signature(pskv.Node.table).parameters
-
-
-TECHNIQUES: dict[str, tuple[str, Callable[[], bool]]] = {  # flag -> (feature, is it there?)
-    "localize": ("relocation (Table.localize, issue 4)", lambda: hasattr(pskv.Table, "localize")),
-    "replicate": ("hot-key replication (node.table(..., replicate=), issue 4)", _has_replication),
-    "sampling": ("the sampling API (Table.prepare_sample/pull_sample, issue 4)",
-                 lambda: hasattr(pskv.Table, "prepare_sample")),
-    "bsp": ("BSP consistency (pskv.BSP, issue 3)", lambda: hasattr(pskv, "BSP")),
-    "ssp": ("SSP consistency (pskv.SSP, issue 3)", lambda: hasattr(pskv, "SSP")),
-}
+SCHEMES = ("naive", "preloc", "pool", "onlylocal")  # --sampling: pskv.Sampling's schemes
 
 
 def parser(app: str, description: str, *, epochs: int = 10) -> argparse.ArgumentParser:
@@ -98,51 +71,11 @@ def parser(app: str, description: str, *, epochs: int = 10) -> argparse.Argument
     t = p.add_argument_group("techniques (Lapse / NuPS / Petuum)")
     t.add_argument("--localize", action="store_true", help="relocate parameters to where they are used")
     t.add_argument("--replicate", type=int, default=0, metavar="N", help="replicate the N hottest keys")
-    t.add_argument("--sampling", choices=["naive", "preloc", "pool", "onlylocal"], default=None,
+    t.add_argument("--sampling", type=_scheme, default=None, metavar="{" + ",".join(SCHEMES) + "}",
                    help="sampling scheme for negative samples (default: naive, drawn by the app)")
     t.add_argument("--consistency", type=_consistency, default="async", metavar="{async,bsp,ssp:S}",
                    help="consistency model")
     return p
-
-
-def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse `argv` (default sys.argv[1:]), then check_techniques(); Unsupported is a usage error."""
-    args = p.parse_args(argv)
-    try:
-        check_techniques(args)
-    except Unsupported as exc:
-        p.error(str(exc))
-    return args
-
-
-def check_techniques(args: argparse.Namespace) -> None:
-    """Raise Unsupported if `args` turn on a technique this pskv lacks. Naive sampling and async
-    consistency always work: an app draws naive samples itself, and async is what pskv does."""
-    wanted = []
-    if getattr(args, "localize", False):
-        wanted.append(("--localize", "localize"))
-    if getattr(args, "replicate", 0):
-        wanted.append((f"--replicate {args.replicate}", "replicate"))
-    if getattr(args, "sampling", None) not in (None, "naive"):
-        wanted.append((f"--sampling {args.sampling}", "sampling"))
-    model = getattr(args, "consistency", "async")
-    if model != "async":
-        wanted.append((f"--consistency {model}", model.split(":")[0]))
-    for flag, key in wanted:
-        feature, present = TECHNIQUES[key]
-        if not present():
-            raise Unsupported(f"{flag} needs {feature}, which this version of pskv does not have yet; "
-                              "run without it (the classic parameter server)")
-
-
-def init_node(args: argparse.Namespace, **overrides) -> pskv.Node:
-    """pskv.init(**overrides), with the consistency model of --consistency unless it is async."""
-    model = getattr(args, "consistency", "async")
-    if model == "bsp":
-        overrides["consistency"] = pskv.BSP()
-    elif model.startswith("ssp:"):
-        overrides["consistency"] = pskv.SSP(staleness=int(model[4:]))
-    return pskv.init(**overrides)
 
 
 class Clock:
@@ -181,6 +114,12 @@ def relocation_note(app: str, p: np.ndarray, draws: int) -> str | None:
     return (f"{app}: note: each batch of each worker touches about {100 * hit:.0f}% of the {len(p):,} rows "
             "that relocation may move, so they will move back and forth between the nodes every batch (slow; "
             "relocation pays when a batch touches a small part of a table); replication is the cheap technique here")
+
+
+def _scheme(text: str) -> str:
+    if text in SCHEMES:
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not {', '.join(SCHEMES[:-1])} or {SCHEMES[-1]}")
 
 
 def _consistency(text: str) -> str:
@@ -410,3 +349,58 @@ class Report:
         fig.savefig(path, dpi=100)
         plt.close(fig)
         return f"plot: {path}"
+
+
+# ---- the skeleton of every app on one node -------------------------------------------------------------------
+@dataclasses.dataclass
+class Session:
+    """One app run on this node, made by run_app: what the node's worker threads share besides the
+    app's own state (they only read it)."""
+
+    args: argparse.Namespace
+    node: pskv.Node
+    report: Report
+    reducer: Reducer | None = None  # sums of run_app's `metrics` numbers over every worker; made after setup()
+
+    @property
+    def threads(self) -> int:
+        """Worker threads per node."""
+        return self.node.config.threads
+
+    @property
+    def workers(self) -> int:
+        """Worker threads in the cluster."""
+        return self.node.num_nodes * self.threads
+
+    def index(self, w: pskv.Worker) -> int:
+        """Worker `w`'s number among every worker, 0 .. workers - 1, node by node."""
+        return w.rank * self.threads + w.thread
+
+
+def run_app(app: str, args: argparse.Namespace, *, metrics: int, setup: Callable[[Session], object],
+            train: Callable[[pskv.Worker, object], None], finish: Callable[[object, float], list[str] | None],
+            then: Callable[[object, list[str]], list[str]] | None = None) -> int:
+    """Run `app` on this node; returns the exit status (0). What the apps share:
+
+    1. join the cluster (pskv.init, with --consistency) and make the Report;
+    2. state = setup(session): declare the tables (collective: every node alike), print node 0's header;
+       then the session's Reducer of `metrics` numbers;
+    3. train(w, state) on every worker thread of the node, under the --stall-timeout watchdog;
+    4. on node 0: lines = finish(state, wall seconds of step 3), the tables still up (final pulls, --out);
+    5. leave the cluster; then on node 0 lines = then(state, lines) if given (work that must not hold the
+       other nodes: word2vec's gensim comparison), and print the summary `lines` (None: none), write --log, --plot.
+    An exception (a worker's included) stops the node, which tells the others, and propagates."""
+    report, lines = Report(app, args), None
+    model = {} if args.consistency == "async" else {"consistency": args.consistency}  # async: PSKV_CONSISTENCY's
+    with pskv.init(**model) as node:  # pskv parses 'bsp' and 'ssp:S'
+        session = Session(args, node, report)
+        state = setup(session)
+        session.reducer = Reducer(node, size=metrics)  # after the app's tables, whose ids seed pskv's sampling
+        start = time.monotonic()
+        with report.watchdog:  # a worker blocked for --stall-timeout stops the node, never a hang
+            node.run(lambda w: train(w, state))
+        if node.rank == 0:
+            lines = finish(state, time.monotonic() - start)
+    if lines is not None:
+        report.summary(then(state, lines) if then is not None else lines)
+    return 0

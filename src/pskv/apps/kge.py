@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
@@ -33,6 +33,7 @@ import pskv
 
 from ..data.kg import KG, Filter, filtered_ranks, load
 from . import common
+from .negatives import Negatives
 
 _LOSSES = ("ce", "softplus")
 _REGS = {"none": 0, "l2": 1, "n3": 2}
@@ -234,90 +235,39 @@ def evaluate(E: np.ndarray, R: np.ndarray, triples: np.ndarray, filt: Filter, mo
 # ---- distributed training ------------------------------------------------------------------------------------
 
 
-def _sampling(args, num_entities: int):
-    """The sampling distribution of the entity table (uniform), or None where the app draws itself."""
-    if not hasattr(pskv, "Sampling"):
-        return None  # until the sampling API lands: numpy draws + pull, which is the "naive" scheme
-    return pskv.Sampling(np.ones(num_entities), scheme=args.sampling or "naive", reuse=args.reuse, seed=args.seed)
-
-
-class Negatives:
-    """Negative entities and their rows for one worker: pskv's sampling API when the entity table
-    has a sampling distribution, else uniform numpy draws and a pull (the naive scheme)."""
-
-    def __init__(self, table, num_entities: int, rng: np.random.Generator, api: bool) -> None:
-        self.table, self.num_entities, self.rng, self.api = table, num_entities, rng, api
-        self._ahead: dict[int, object] = {}  # n -> a handle prepared one batch ahead (preloc/pool work meanwhile)
-
-    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """(n,) int64 entity ids and their (n, dim) float32 rows."""
-        if not self.api:
-            keys = self.rng.integers(0, self.num_entities, n)
-            return keys, self.table.pull(keys)
-        handle = self._ahead.pop(n, None) or self.table.prepare_sample(n)
-        self._ahead[n] = self.table.prepare_sample(n)
-        try:
-            keys, vals = self.table.pull_sample(handle, n)
-        finally:
-            self.table.finish_sample(handle)
-        return np.asarray(keys, np.int64), vals
-
-    def close(self) -> None:
-        for handle in self._ahead.values():
-            self.table.finish_sample(handle)
-        self._ahead.clear()
-
-
 @dataclass
 class _Run:
     """What every worker thread of a node shares; `final` is written by node 0's thread 0 only."""
 
-    args: object
+    session: common.Session
     kg: KG
     train: np.ndarray  # (n, 3) int64 in the order the workers split it
     filt: Filter
-    reducer: common.Reducer
-    report: common.Report
-    workers: int
-    threads: int
-    sampling: bool  # negatives through pskv's sampling API (else numpy draws + pull)
-    final: dict
+    final: dict = field(default_factory=dict)
 
 
-def _node_main(args) -> int:
-    kg = _lapse(args) if args.data == "lapse-toy" else load(args.data, seed=args.seed)
-    node = common.init_node(args)
-    try:
-        threads = node.config.threads
-        init = pskv.Normal(std=args.init_std, seed=args.seed)
-        extra = {"replicate": _hottest(kg, args.replicate)} if args.replicate else {}
-        sampling = _sampling(args, kg.num_entities)
-        if sampling is not None:
-            extra["sampling"] = sampling
-        node.table("entities", rows=kg.num_entities, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
-                   **extra)
-        node.table("relations", rows=kg.num_relations, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init)
-        keep_order = args.data == "lapse-toy"  # Lapse's partitioned files are ordered for the workers
-        train = kg.train if keep_order else kg.train[np.random.default_rng(args.seed).permutation(len(kg.train))]
-        run = _Run(args, kg, train, Filter(kg.all_triples(), kg.num_entities, kg.num_relations),
-                   common.Reducer(node, size=7), common.Report("kge", args), node.num_nodes * threads, threads,
-                   sampling is not None, {})
-        if node.rank == 0:
-            print(f"kge: {args.model} on {kg!r}, dim {args.dim}, {args.neg} negatives per side, "
-                  f"{node.num_nodes} node(s) x {threads} thread(s)", flush=True)
-            draws = args.batch * 2 * args.neg if args.sampling in ("preloc", "pool") else 0  # uniform negatives
-            movable = np.setdiff1d(np.arange(kg.num_entities), _hottest(kg, args.replicate))
-            note = node.num_nodes > 1 and common.relocation_note("kge", np.full(len(movable), 1 / kg.num_entities),
-                                                                draws)
-            if note:
-                print(note, flush=True)
-        start = time.monotonic()
-        with run.report.watchdog:  # a worker blocked for --stall-timeout stops the node, never a hang
-            node.run(lambda w: _train(w, run), threads=threads)
-        _summary(run, node.rank, time.monotonic() - start)
-    finally:
-        node.shutdown()
-    return 0
+def _setup(s: common.Session, kg: KG) -> _Run:
+    """Declare the tables (collective); node 0 prints what runs."""
+    args, node = s.args, s.node
+    init = pskv.Normal(std=args.init_std, seed=args.seed)
+    extra = {"replicate": _hottest(kg, args.replicate)} if args.replicate else {}
+    sampling = pskv.Sampling(np.ones(kg.num_entities), scheme=args.sampling or "naive", reuse=args.reuse,
+                             seed=args.seed)  # uniform negatives
+    node.table("entities", rows=kg.num_entities, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
+               sampling=sampling, **extra)
+    node.table("relations", rows=kg.num_relations, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init)
+    keep_order = args.data == "lapse-toy"  # Lapse's partitioned files are ordered for the workers
+    train = kg.train if keep_order else kg.train[np.random.default_rng(args.seed).permutation(len(kg.train))]
+    if node.rank == 0:
+        print(f"kge: {args.model} on {kg!r}, dim {args.dim}, {args.neg} negatives per side, "
+              f"{node.num_nodes} node(s) x {s.threads} thread(s)", flush=True)
+        draws = args.batch * 2 * args.neg if args.sampling in ("preloc", "pool") else 0  # uniform negatives
+        movable = np.setdiff1d(np.arange(kg.num_entities), _hottest(kg, args.replicate))
+        note = node.num_nodes > 1 and common.relocation_note("kge", np.full(len(movable), 1 / kg.num_entities),
+                                                            draws)
+        if note:
+            print(note, flush=True)
+    return _Run(s, kg, train, Filter(kg.all_triples(), kg.num_entities, kg.num_relations))
 
 
 def _lapse(args) -> KG:
@@ -336,20 +286,22 @@ def _hottest(kg: KG, n: int) -> np.ndarray:
 
 def _train(w: pskv.Worker, run: _Run) -> None:
     """A worker thread: its share of the triples for every epoch, then its share of each evaluation."""
-    args, kg = run.args, run.kg
-    me = w.rank * run.threads + w.thread
-    bounds = np.linspace(0, len(run.train), run.workers + 1).astype(np.int64)
+    s, kg = run.session, run.kg
+    args, me = s.args, s.index(w)
+    bounds = np.linspace(0, len(run.train), s.workers + 1).astype(np.int64)
     mine = run.train[bounds[me]:bounds[me + 1]]  # (n, 3) int64
     ent, rel = w.table("entities"), w.table("relations")
     rng = np.random.default_rng([args.seed, me])
-    negatives = Negatives(ent, kg.num_entities, rng, api=run.sampling)
-    progress = common.Progress(w, total=len(run.train) * args.epochs, scale=run.workers, unit="triples",
-                               mode=args.progress, watchdog=run.report.watchdog)
+    negatives = Negatives(ent, scheme=args.sampling or "naive")
+    if len(mine):
+        negatives.ahead(min(args.batch, len(mine)) * 2 * args.neg)  # the first batch's
+    progress = common.Progress(w, total=len(run.train) * args.epochs, scale=s.workers, unit="triples",
+                               mode=args.progress, watchdog=s.report.watchdog)
     clock = common.Clock(w, args)
     most = -(-int(np.diff(bounds).max()) // args.batch)  # batches per epoch of the largest share
     for epoch in range(1, args.epochs + 1):
         t0 = time.monotonic()
-        loss = _epoch(args, mine, ent, rel, negatives, rng, progress, clock)
+        loss = _epoch(args, mine, ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs)
         clock.pad(epoch * most)  # every worker clocks as often before the barriers below
         seconds = time.monotonic() - t0
         last = epoch == args.epochs
@@ -357,10 +309,10 @@ def _train(w: pskv.Worker, run: _Run) -> None:
         sums = np.zeros(5)
         if last or (args.eval_every and epoch % args.eval_every == 0):
             w.barrier()  # every push of every worker is in place
-            share = np.linspace(0, min(len(split), args.eval_triples), run.workers + 1).astype(np.int64)
+            share = np.linspace(0, min(len(split), args.eval_triples), s.workers + 1).astype(np.int64)
             E, R = ent.pull(np.arange(kg.num_entities)), rel.pull(np.arange(kg.num_relations))
             sums = evaluate(E, R, _sample(split, args)[share[me]:share[me + 1]], run.filt, args.model)
-        total = run.reducer.sum(w, [loss, len(mine), *sums])
+        total = s.reducer.sum(w, [loss, len(mine), *sums])
         metrics = {"loss": total[0] / max(total[1], 1)}
         if total[6]:
             name = "test" if last else "valid"
@@ -368,7 +320,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
             if last:
                 run.final.update({f"hits@{k}": total[3 + i] / total[6] for i, k in enumerate((1, 3, 10))},
                                  mrr=total[2] / total[6])
-        run.report.epoch(w, epoch, progress, seconds=seconds, **metrics)
+        s.report.epoch(w, epoch, progress, seconds=seconds, **metrics)
         if common.is_leader(w):
             run.final["train_seconds"] = run.final.get("train_seconds", 0.0) + seconds
     negatives.close()
@@ -382,9 +334,11 @@ def _sample(split: np.ndarray, args) -> np.ndarray:
     return split[np.sort(np.random.default_rng(args.seed).choice(len(split), args.eval_triples, replace=False))]
 
 
-def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress, clock: common.Clock) -> float:
+def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress, clock: common.Clock, *,
+           more: bool) -> float:
     """One pass of a worker over its triples `mine`, in batches; returns the summed loss. `clock`
-    ticks once per batch (Worker.clock under --consistency bsp/ssp)."""
+    ticks once per batch (Worker.clock under --consistency bsp/ssp). Each batch prepares the next
+    one's negatives (with `more`, the last prepares those of the next epoch's first batch)."""
     n, cplx, ce, reg = args.neg, args.model == "complex", args.loss == "ce", _REGS[args.reg]
     order = rng.permutation(len(mine))
     batches = [mine[order[lo:lo + args.batch]] for lo in range(0, len(order), args.batch)]  # (b, 3) int64 each
@@ -394,6 +348,8 @@ def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress
     for i, tri in enumerate(batches):
         if args.localize and i + 1 < len(batches):
             _localize(ent, rel, batches[i + 1])  # Lapse's pre-localization: the next batch moves here meanwhile
+        if i + 1 < len(batches) or more:  # every epoch's batches have the same sizes
+            negatives.ahead(len(batches[(i + 1) % len(batches)]) * 2 * n)
         b = len(tri)
         pos_ids = np.concatenate([tri[:, 0], tri[:, 2]])  # (2b,) heads then tails
         pos_f, rel_f = ent.pull_async(pos_ids), rel.pull_async(tri[:, 1])
@@ -414,29 +370,31 @@ def _localize(ent, rel, tri: np.ndarray) -> None:
     rel.localize(tri[:, 1])
 
 
-def _summary(run: _Run, rank: int, wall: float) -> None:
-    f = run.final
-    if rank != 0 or "mrr" not in f:
-        return
-    rate = len(run.train) * run.args.epochs / max(f["train_seconds"], 1e-9)
-    run.report.summary([
-        f"{run.args.model} on {run.args.data}: {run.args.epochs} epochs in {wall:.1f} s "
+def _summary(run: _Run, wall: float) -> list[str] | None:
+    """Node 0's summary lines (the last one is the headline)."""
+    f, args = run.final, run.session.args
+    if "mrr" not in f:
+        return None
+    rate = len(run.train) * args.epochs / max(f["train_seconds"], 1e-9)
+    return [
+        f"{args.model} on {args.data}: {args.epochs} epochs in {wall:.1f} s "
         f"(training {f['train_seconds']:.1f} s, {rate:,.0f} triples/s, "
-        f"{f['train_seconds'] / run.args.epochs:.3f} s/epoch)",
+        f"{f['train_seconds'] / args.epochs:.3f} s/epoch)",
         f"filtered test Hits@1 {f['hits@1']:.4f}  Hits@3 {f['hits@3']:.4f}  Hits@10 {f['hits@10']:.4f}",
         f"test MRR {f['mrr']:.4f}",
-    ])
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the KGE app on this node (or as a 1-node cluster); returns the exit status."""
     parser = _parser()
-    args = common.parse(parser, argv)
+    args = parser.parse_args(argv)
     if args.dim < 1 or (args.model == "complex" and args.dim % 2):
         parser.error(f"--dim {args.dim}: ComplEx needs an even dim >= 2 (real | imaginary)")
     if min(args.neg, args.batch, args.eval_triples, args.reuse, args.epochs) < 1:
         parser.error("--epochs, --neg, --batch, --eval-triples and --reuse must be >= 1")
-    return _node_main(args)
+    kg = _lapse(args) if args.data == "lapse-toy" else load(args.data, seed=args.seed)
+    return common.run_app("kge", args, metrics=7, setup=lambda s: _setup(s, kg), train=_train, finish=_summary)
 
 
 if __name__ == "__main__":

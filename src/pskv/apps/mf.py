@@ -282,10 +282,33 @@ def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr
     return sse
 
 
-def _work(w: pskv.Worker, args, problem: Problem, reducer: common.Reducer, report: common.Report,
-          threads: int) -> None:
-    workers = w.num_nodes * threads
-    me = w.rank * threads + w.thread
+@dataclasses.dataclass
+class _Run:
+    """What every worker thread of a node shares, and node 0's main-thread table handles for --out."""
+
+    session: common.Session
+    problem: Problem
+    items: pskv.Table
+    users: pskv.Table | None  # --out only
+
+
+def _setup(s: common.Session, problem: Problem) -> _Run:
+    """Declare the tables (collective); node 0 prints what runs."""
+    args, node = s.args, s.node
+    updater = "add" if args.item_updater == "sgd" else pskv.Adagrad(lr=args.adagrad_lr, initial_accumulator=0.1)
+    extra = {"replicate": _hottest(problem.train, args.replicate)} if args.replicate else {}
+    items = node.table(_ITEMS, rows=problem.train.n_items, dim=args.rank + args.biases, updater=updater,
+                       init=pskv.Normal(std=args.init_std, seed=args.seed), **extra)
+    users = node.table(_USERS_OUT, rows=problem.train.n_users, dim=args.rank + 1) if args.out else None
+    if node.rank == 0 and not s.report.json:
+        print(f"mf: {problem.name}, {len(problem.train):,} train / {len(problem.test):,} test ratings, "
+              f"rank {args.rank}, {node.num_nodes} node(s) x {s.threads} thread(s), {args.epochs} epochs", flush=True)
+    return _Run(s, problem, items, users)
+
+
+def _work(w: pskv.Worker, run: _Run) -> None:
+    s, problem = run.session, run.problem
+    args, workers, me = s.args, s.workers, s.index(w)
     part, items = Part(problem, me, workers, args), w.table(_ITEMS)
     part.clock = common.Clock(w, args)
     mu = float(problem.train.values.mean()) if args.global_mean else 0.0
@@ -293,14 +316,14 @@ def _work(w: pskv.Worker, args, problem: Problem, reducer: common.Reducer, repor
         items.set(np.arange(problem.train.n_items), _with_bias(problem.item_init, args)).wait()
     w.barrier()
     progress = common.Progress(w, total=args.epochs * len(problem.train), scale=workers, unit="ratings",
-                               mode=args.progress, watchdog=report.watchdog)
+                               mode=args.progress, watchdog=s.report.watchdog)
     for epoch in range(args.epochs):
         start = time.monotonic()
         sse = train_epoch(w, part, items, args, mu, step_size(args, epoch), progress)
         w.wait_all()
-        s = reducer.sum(w, [sse, len(part.train), part.test_error(items, mu, args, problem.clip), len(part.test)])
-        report.epoch(w, epoch + 1, progress, train_rmse=np.sqrt(s[0] / s[1]), test_rmse=np.sqrt(s[2] / max(s[3], 1)),
-                     seconds=time.monotonic() - start)
+        sums = s.reducer.sum(w, [sse, len(part.train), part.test_error(items, mu, args, problem.clip), len(part.test)])
+        s.report.epoch(w, epoch + 1, progress, train_rmse=np.sqrt(sums[0] / sums[1]),
+                       test_rmse=np.sqrt(sums[2] / max(sums[3], 1)), seconds=time.monotonic() - start)
     progress.close()
     if args.out:
         w.table(_USERS_OUT).set(np.arange(me, problem.train.n_users, workers),
@@ -319,7 +342,7 @@ def _with_bias(factors: np.ndarray, args) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse(_parser(), argv)
+    args = _parser().parse_args(argv)
     if args.sampling not in (None, "naive"):
         print("pskv run mf: error: --sampling: mf draws no negative samples; drop the flag", file=sys.stderr)
         return 2
@@ -333,42 +356,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.item_updater == "auto":
         args.item_updater = "adagrad" if args.data.startswith("zipf:") else "sgd"
-    report = common.Report("mf", args)
-    with common.init_node(args) as node:
-        threads = node.config.threads
-        updater = "add" if args.item_updater == "sgd" else pskv.Adagrad(lr=args.adagrad_lr, initial_accumulator=0.1)
-        extra = {"replicate": _hottest(problem.train, args.replicate)} if args.replicate else {}
-        items = node.table(_ITEMS, rows=problem.train.n_items, dim=args.rank + args.biases, updater=updater,
-                           init=pskv.Normal(std=args.init_std, seed=args.seed), **extra)
-        reducer = common.Reducer(node, size=4)
-        users = node.table(_USERS_OUT, rows=problem.train.n_users, dim=args.rank + 1) if args.out else None
-        if node.rank == 0 and not report.json:
-            print(f"mf: {problem.name}, {len(problem.train):,} train / {len(problem.test):,} test ratings, "
-                  f"rank {args.rank}, {node.num_nodes} node(s) x {threads} thread(s), {args.epochs} epochs",
-                  flush=True)
-        start = time.monotonic()
-        with report.watchdog:  # a worker blocked for --stall-timeout stops the node, never a hang
-            node.run(lambda w: _work(w, args, problem, reducer, report, threads))
-        wall = time.monotonic() - start
-        if node.rank == 0:
-            if args.out:
-                _save(args, items, users, problem)
-            _finish(node, args, problem, report, wall, threads)
-    return 0
+    return common.run_app("mf", args, metrics=4, setup=lambda s: _setup(s, problem), train=_work, finish=_finish)
 
 
-def _finish(node: pskv.Node, args, problem: Problem, report: common.Report, wall: float, threads: int) -> None:
-    """Node 0, after training: write --out, print the summary (last line: the final test RMSE)."""
+def _finish(run: _Run, wall: float) -> list[str]:
+    """Node 0, after training: write --out; the summary lines (the last: the final test RMSE)."""
+    s, problem = run.session, run.problem
+    args, rows = s.args, s.report.rows
+    if args.out:
+        _save(args, run.items, run.users, problem)
     baseline = float(np.sqrt(np.mean((problem.test.values - problem.train.values.mean()) ** 2)))
-    last = report.rows[-1] if report.rows else {"train_rmse": float("nan"), "test_rmse": float("nan")}
+    last = rows[-1] if rows else {"train_rmse": float("nan"), "test_rmse": float("nan")}
     rate = args.epochs * len(problem.train) / max(wall, 1e-9)
-    report.summary([
-        f"{node.num_nodes} node(s) x {threads} thread(s), {len(report.rows)} epochs in {wall:.1f} s "
+    return [
+        f"{s.node.num_nodes} node(s) x {s.threads} thread(s), {len(rows)} epochs in {wall:.1f} s "
         f"({rate:,.0f} ratings/s)",
         f"baseline (predict the mean rating): test RMSE {baseline:.4f}",
         f"train RMSE {last['train_rmse']:.4f}",
         f"test RMSE {last['test_rmse']:.4f}",
-    ])
+    ]
 
 
 def _save(args, items: pskv.Table, users: pskv.Table, problem: Problem) -> None:

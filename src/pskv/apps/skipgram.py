@@ -1,0 +1,243 @@
+"""word2vec's minibatches of one worker: the skip-gram pairs of a batch of sentences, the distinct rows
+they need, word2vec.c's SGNS kernel, and Step, which pulls a batch's rows, trains on them and pushes.
+
+    for words, centres, contexts in ahead(batches(shard, keep, window, batch_words, rng), step.prepare):
+        loss += step(centres, contexts, alpha0, alpha1)       # step = Step(syn0, syn1, negatives, ...)
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numba
+import numpy as np
+
+import pskv
+
+from ..data.text import Corpus, Unigram
+from .negatives import Negatives
+
+
+@numba.njit(nogil=True, cache=True)
+def _pairs(tokens, offsets, shrink, window, centres, contexts):
+    """Skip-gram pairs of word2vec.c: centre i with each j != i of its sentence within window - shrink[i]."""
+    n = 0
+    for s in range(len(offsets) - 1):
+        lo, hi = offsets[s], offsets[s + 1]
+        for i in range(lo, hi):
+            reach = window - shrink[i]
+            for j in range(max(lo, i - reach), min(hi, i + reach + 1)):
+                if j != i:
+                    centres[n] = tokens[i]
+                    contexts[n] = tokens[j]
+                    n += 1
+    return n
+
+
+@numba.njit(nogil=True, cache=True)
+def _remap(keys, slot, distinct, first, local, n):
+    """Number the distinct keys in order of appearance from n on: local[i] is the number of keys[i];
+    a new key k gets distinct[m] = k, first[m] = i and slot[k] = m. Returns the new count."""
+    for i in range(len(keys)):
+        k = keys[i]
+        m = slot[k]
+        if m < 0:
+            m = n
+            slot[k], distinct[n], first[n] = n, k, i
+            n += 1
+        local[i] = m
+    return n
+
+
+class Rows:
+    """The distinct keys of a batch and each key's local row, in O(n) with a (rows,) scratch array
+    (np.unique would sort: 3x the time of the rest of a batch). One per worker: not thread-safe."""
+
+    def __init__(self, rows: int) -> None:
+        self._slot = np.full(rows, -1, np.int64)  # key -> local row during a call, else -1
+
+    def __call__(self, *key_arrays: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], list[int], np.ndarray]:
+        """(distinct keys (u,) int64, local rows of each array, distinct count after each array,
+        position of each distinct key's first occurrence within its array)."""
+        size = sum(len(k) for k in key_arrays)
+        distinct, first = np.empty(size, np.int64), np.empty(size, np.int64)
+        local, counts, n = [], [], 0
+        for keys in key_arrays:
+            local.append(np.empty(len(keys), np.int64))
+            n = _remap(keys, self._slot, distinct, first, local[-1], n)
+            counts.append(n)
+        self._slot[distinct[:n]] = -1
+        return distinct[:n], local, counts, first[:n]
+
+
+@numba.njit(nogil=True, fastmath=True, cache=True)
+def sgns(contexts, centres, negatives, syn0, syn1, alpha0, alpha1, neu1e):
+    """word2vec.c's skip-gram negative-sampling SGD over pairs, in order; returns the summed loss.
+
+    Pair p updates input row syn0[contexts[p]] and output rows syn1[centres[p]] (label 1) and
+    syn1[negatives[p, :]] (label 0; a negative equal to the centre is skipped, as in word2vec.c).
+    The step decays linearly from alpha0 to alpha1 over the pairs. Rows are indices into the given
+    arrays, which may be the whole tables or a batch's local copies. neu1e: (dim,) float32 scratch."""
+    n, k, dim = len(contexts), negatives.shape[1], syn0.shape[1]
+    loss = 0.0
+    for p in range(n):
+        alpha = alpha0 + (alpha1 - alpha0) * p / n
+        l0, centre = contexts[p], centres[p]
+        neu1e[:] = 0.0
+        for d in range(k + 1):
+            target, label = centre, 1.0
+            if d > 0:
+                target, label = negatives[p, d - 1], 0.0
+                if target == centre:
+                    continue
+            f = np.float32(0.0)
+            for c in range(dim):
+                f += syn0[l0, c] * syn1[target, c]
+            if f > 0:  # log sigmoid(f), stably, and sigmoid(f)
+                e = np.exp(-f)
+                log_sig, sig = -np.log1p(e), 1.0 / (1.0 + e)
+            else:
+                e = np.exp(f)
+                log_sig, sig = f - np.log1p(e), e / (1.0 + e)
+            loss -= log_sig if label > 0 else log_sig - f  # log sigmoid(-f) = log sigmoid(f) - f
+            g = np.float32((label - sig) * alpha)
+            for c in range(dim):
+                neu1e[c] += g * syn1[target, c]
+                syn1[target, c] += g * syn0[l0, c]
+        for c in range(dim):
+            syn0[l0, c] += neu1e[c]
+    return loss
+
+
+def num_batches(shard: Corpus, batch_words: int) -> int:
+    """How many minibatches batches() makes of `shard` (the cuts do not depend on subsampling)."""
+    offsets, s, n = shard.offsets, 0, 0
+    while s < shard.num_sentences:
+        e = int(np.searchsorted(offsets, offsets[s] + batch_words, side="left"))
+        s, n = min(max(e, s + 1), shard.num_sentences), n + 1
+    return n
+
+
+def batches(shard: Corpus, keep: np.ndarray, window: int, batch_words: int,
+            rng: np.random.Generator) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """One epoch over `shard` in minibatches of whole sentences: (corpus words read, centres, contexts),
+    the pairs after subsampling (each word kept with probability keep[word]) as (P,) int64 word ids."""
+    offsets = shard.offsets
+    s = 0
+    while s < shard.num_sentences:
+        e = int(np.searchsorted(offsets, offsets[s] + batch_words, side="left"))
+        e = min(max(e, s + 1), shard.num_sentences)
+        tokens = shard.tokens[offsets[s]:offsets[e]]  # (m,) int32
+        kept = rng.random(len(tokens)) < keep[tokens]
+        kept_before = np.concatenate([[0], np.cumsum(kept)])  # (m + 1,)
+        kept_offsets = kept_before[offsets[s:e + 1] - offsets[s]]  # (e - s + 1,) sentence bounds after subsampling
+        words = tokens[kept].astype(np.int64)
+        shrink = rng.integers(0, window, len(words)) if window > 0 else np.zeros(len(words), np.int64)
+        centres = np.empty(len(words) * 2 * window, np.int64)
+        contexts = np.empty_like(centres)
+        n = _pairs(words, kept_offsets, shrink, window, centres, contexts)
+        yield len(tokens), centres[:n], contexts[:n]
+        s = e
+
+
+def ahead(it: Iterator[tuple], prepare) -> Iterator[tuple]:
+    """The batches of `it`, with prepare(batch) called for each one batch before it is handed out."""
+    if prepare is None:
+        yield from it
+        return
+    following = next(it, None)
+    if following is not None:
+        prepare(following)
+    while following is not None:
+        current, following = following, next(it, None)
+        if following is not None:
+            prepare(following)
+        yield current
+
+
+class _Buffers:
+    """Arrays reused from batch to batch (fresh memory costs up to 3x the copy: page faults), and the
+    pushes that still read them."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim, self.arrays, self.pushes = dim, {}, []
+
+    def get(self, name: str, n: int) -> np.ndarray:
+        """A C-contiguous (n, dim) float32 view of buffer `name`, grown as needed; contents undefined."""
+        array = self.arrays.get(name)
+        if array is None or len(array) < n:
+            array = self.arrays[name] = np.empty((max(n, int(1.5 * len(array)) if array is not None else n),
+                                                  self.dim), np.float32)
+        return array[:n]
+
+    def wait(self) -> None:
+        pskv.wait(*self.pushes)  # pushes with copy=False read the buffers until they resolve
+        self.pushes = []
+
+
+class Step:
+    """One worker's minibatch step: pull the rows a batch needs once, run word2vec.c's SGD on the
+    local copies in the kernel, push new - old. Owned by one worker thread."""
+
+    def __init__(self, syn0, syn1, negatives: Negatives, rows: int, neg: int, *,
+                 localize_from: int | None = None) -> None:
+        self.syn0, self.syn1, self.negatives, self.neg = syn0, syn1, negatives, neg
+        self.localize_from = localize_from  # localize a coming batch's words with ids >= this (None: never)
+        self.prepares = localize_from is not None or negatives.scheme in ("preloc", "pool")
+        self.rows = Rows(rows)
+        self.neu1e = np.zeros(syn0.dim, np.float32)  # (dim,) kernel scratch
+        self._buffers = [_Buffers(syn0.dim), _Buffers(syn0.dim)]  # alternate: one set's pushes may be in flight
+        self._turn = 0
+
+    def prepare(self, batch: tuple) -> None:
+        """Get a coming batch ready while the one before trains: localize its words (Lapse's
+        localize_pos; the replicated hottest excepted) and prepare its negatives' sample."""
+        _, centres, _ = batch
+        if self.localize_from is not None and len(centres):
+            words = np.unique(centres)  # every word of the batch that has a pair is a centre
+            words = words[words >= self.localize_from]
+            self.syn0.localize(words)  # not waited for: pulls of keys in transfer wait at the new owner
+            self.syn1.localize(words)
+        if len(centres):
+            self.negatives.ahead(len(centres) * self.neg)
+
+    def __call__(self, centres: np.ndarray, contexts: np.ndarray, alpha0: float, alpha1: float) -> float:
+        """Train on the (P,) pairs; returns their summed loss."""
+        n, buffers = len(centres), self._buffers[self._turn]
+        self._turn ^= 1
+        buffers.wait()
+        keys0, (ctx_local,), _, _ = self.rows(contexts)  # syn0 rows: the context words
+        rows0 = buffers.get("rows0", len(keys0))  # (u0, dim) local copies
+        pull0 = self.syn0.pull_async(keys0, out=rows0)
+        neg_keys, neg_rows = self.negatives.draw(n * self.neg)
+        keys1, (neg_local, ctr_local), (n_neg, _), first = self.rows(neg_keys, centres)  # negatives, centres
+        rows1 = buffers.get("rows1", len(keys1))  # (u1, dim) local copies of syn1neg
+        if neg_rows is None:
+            self.syn1.pull(keys1, out=rows1)
+        else:  # the sampling API brought the negatives' rows: pull only the other centres
+            np.take(neg_rows, first[:n_neg], axis=0, out=rows1[:n_neg])
+            self.syn1.pull(keys1[n_neg:], out=rows1[n_neg:])
+        pull0.wait()
+        old0, old1 = buffers.get("old0", len(keys0)), buffers.get("old1", len(keys1))
+        np.copyto(old0, rows0)
+        np.copyto(old1, rows1)
+        loss = sgns(ctx_local, ctr_local, neg_local.reshape(n, self.neg), rows0, rows1, alpha0, alpha1, self.neu1e)
+        rows0 -= old0  # now the deltas
+        rows1 -= old1
+        buffers.pushes = [self.syn0.push(keys0, rows0, copy=False), self.syn1.push(keys1, rows1, copy=False)]
+        return loss
+
+    def close(self) -> None:
+        for buffers in self._buffers:
+            buffers.wait()
+        self.negatives.close()
+
+
+def warm_up(dim: int) -> None:
+    """Load (or compile) the kernels before the clock starts; call them with the types of a batch."""
+    ids, scratch = np.zeros(2, np.int64), np.zeros(4, np.int64)
+    _pairs(ids, np.array([0, 2]), ids, 1, scratch, scratch.copy())
+    Rows(1)(ids[:1], ids[:1])
+    rows = np.zeros((1, dim), np.float32)
+    sgns(ids[:1], ids[:1], np.zeros((1, 1), np.int64), rows, rows.copy(), 0.0, 0.0, np.zeros(dim, np.float32))
+    Unigram(np.ones(2)).draw(np.random.default_rng(0), 1)
