@@ -1,4 +1,4 @@
-"""Two-level aggregation benchmark: bytes and messages sent, aggregate="node" table vs. plain table.
+"""Two-level aggregation benchmark: bytes and messages sent, NodeAggregate table vs. plain table.
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_aggregation.py            # ~30 s
     PYTHONPATH=src .venv/bin/python benchmarks/bench_aggregation.py --quick    # ~10 s
@@ -7,8 +7,8 @@ Workload (2 nodes x 2 threads, the same for every variant): at each step every w
 gradient for the same BATCH keys (drawn per step, spread over both nodes' ranges) and then pulls
 those keys, mshadow-ps's Push/PullReq pattern. Variants:
   plain      : a plain table (Async): every thread sends its own push and pull to each owner
-  agg-bsp    : aggregate="node", level 2 BSP: one sum per node, owner, round; the owner answers with the rows
-  agg-async  : aggregate="node", level 2 Async
+  agg-bsp    : NodeAggregate, level 2 BSP: one sum per node, owner, round; the owner answers with the rows
+  agg-async  : NodeAggregate, level 2 Async
 Bytes and messages are the nodes' `stats()` counters (both nodes, everything they sent, also
 coordinator traffic) between two barriers around the steps. Level 1 should cut them by about
 the number of threads per node (2 here).
@@ -32,7 +32,7 @@ def node_main(variant: str, steps: int) -> None:
     import pskv
 
     node = pskv.init()
-    kw = {} if variant == "plain" else {"aggregate": "node",
+    kw = {} if variant == "plain" else {"aggregate": pskv.NodeAggregate(),
                                         "consistency": pskv.BSP() if variant == "agg-bsp" else pskv.Async()}
     node.table("w", rows=ROWS, dim=DIM, **kw)
 

@@ -39,7 +39,7 @@ def node_main(variant: str, steps: int) -> None:
     node = pskv.init()
     kw = {}
     if variant == "reloc+r":
-        kw = {"replicate": np.arange(HOT), "syncs_per_sec": 25}
+        kw = {"replicate": pskv.Replicate(keys=np.arange(HOT), syncs_per_sec=25)}
     node.table("w", rows=ROWS, dim=DIM, **kw)
     workers = node.num_nodes * node.config.threads
     other = (node.rank + 1) % node.num_nodes

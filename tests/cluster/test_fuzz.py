@@ -79,7 +79,7 @@ NODE_SCRIPT = textwrap.dedent("""
 # ---- message builders: each returns (frames, what node 1 does with it) -------------------------------------------
 # "error": a request from a valid peer that the server must answer with ERROR (counted in server.errors)
 # "dropped": not a message of this cluster (counted in node.dropped)
-# "ignored": a reply or control message from a valid peer that matches nothing (counted nowhere)
+# "ignored": a reply from a valid peer that matches no request (counted nowhere)
 # "pull": a valid PULL; the PULL_REPLY goes to node 0, which drops it as an unknown request
 
 
@@ -223,7 +223,8 @@ class Fuzz:
         h = self.header(kind)
         extra = {Kind.PULL_REPLY: [self.values(h.n_keys).tobytes()], Kind.ERROR: [b"no such request"],
                  Kind.HEARTBEAT: [b"{}"], Kind.BARRIER: [b"{\"gen\": 0}"]}.get(kind, [])
-        return [h.pack(), *extra], "ignored"
+        # a node never receives HEARTBEAT or BARRIER (they go to the coordinator): no handler takes them
+        return [h.pack(), *extra], "dropped" if kind in (Kind.HEARTBEAT, Kind.BARRIER) else "ignored"
 
     def any(self):
         builders = [self.random_bytes, self.truncated_header, self.long_header, self.bad_magic_version_kind_dtype,

@@ -250,7 +250,7 @@ def _setup(s: common.Session, kg: KG) -> _Run:
     """Declare the tables (collective); node 0 prints what runs."""
     args, node = s.args, s.node
     init = pskv.Normal(std=args.init_std, seed=args.seed)
-    extra = {"replicate": _hottest(kg, args.replicate)} if args.replicate else {}
+    extra = {"replicate": pskv.Replicate(keys=_hottest(kg, args.replicate))} if args.replicate else {}
     sampling = pskv.Sampling(np.ones(kg.num_entities), scheme=args.sampling or "naive", reuse=args.reuse,
                              seed=args.seed)  # uniform negatives
     node.table("entities", rows=kg.num_entities, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
