@@ -11,7 +11,7 @@ PskvError
 ├── ConfigError(PskvError, ValueError)            a malformed PSKV_* variable or option value
 │   └── ConfigTypeError(ConfigError, TypeError)   an option of the wrong type (init=, updater=, ...)
 ├── ConsistencyError(PskvError, ValueError)       unknown consistency model, clock() misused
-├── AggregationError(PskvError, RuntimeError)     aggregate="node" table: pushed twice in a round, pulled twice
+├── AggregationError(PskvError, RuntimeError)     NodeAggregate table: pushed twice in a round, pulled twice
 ├── ClusterError
 │   ├── NodeFailure        the cluster stopped: a peer died, or a node aborted; .node_id .address
 │   │   ├── RequestStalled     a request made no progress for request_timeout; .request .destinations

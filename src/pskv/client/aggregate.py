@@ -1,4 +1,4 @@
-"""Two-level aggregation (mshadow-ps) for tables made with `node.table(..., aggregate="node")`.
+"""Two-level aggregation (mshadow-ps) for tables made with `node.table(..., aggregate=pskv.NodeAggregate())`.
 
 Level 1, on each node: every worker thread of the node pushes key k once per *round* and then
 pulls it (mshadow-ps's `Push(data, key, devid)` then `PullReq(data, key, devid)`). The node sums

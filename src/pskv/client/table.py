@@ -138,7 +138,7 @@ class Table:
     def prepare_sample(self, n: int, *, scheme: str | None = None) -> "sampling.SampleHandle":
         """A handle that gives out at most `n` keys drawn from the table's distribution.
 
-        `scheme` overrides the table's (naive, preloc, pool, onlylocal; see pskv.sampling). preloc
+        `scheme` overrides the table's (naive, preloc, pool, onlylocal; see pskv.client.sampling). preloc
         and pool start localizing their keys now, without blocking."""
         self._ctx.check()
         return sampling.prepare(self, n, scheme)

@@ -55,7 +55,7 @@ class Kind(enum.IntEnum):
     HANDOVER = 8  # manager -> old owner: send these keys to `origin`
     TRANSFER = 9  # old owner -> new owner: the rows (and updater state) of these keys
     REPLICA_SYNC = 10  # deltas of replicated keys, to every other node
-    AGG_PUSH = 11  # node -> owner: a node's summed pushes of round `part` (aggregate="node" tables)
+    AGG_PUSH = 11  # node -> owner: a node's summed pushes of round `part` (NodeAggregate tables)
     # control traffic between nodes and the coordinator; payload is one JSON frame
     HELLO = 20
     WELCOME = 21
