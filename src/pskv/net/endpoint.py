@@ -41,6 +41,11 @@ class Endpoint:
         """Answer the request `to` at its origin (ACK, PULL_REPLY, or a HANDOVER/TRANSFER it causes)."""
         self.send(to.origin, self.reply_header(to, kind, n_keys), **arrays)
 
+    def answer(self, node: int, kind: Kind, table: int, rid: int, **arrays) -> None:
+        """Answer request `rid` of node `node` (one reply for requests of several nodes, as an
+        aggregation owner sends when a round completes)."""
+        self.send(node, Header(kind, table=table, request_id=rid, origin=node), **arrays)
+
     def error(self, to: Header, message: str) -> None:
         """Tell the origin of `to` that it failed here, in words."""
         header = self._stamp(self.reply_header(to, Kind.ERROR, 0))

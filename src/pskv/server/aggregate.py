@@ -105,6 +105,5 @@ class Owner:
         """Rows after the rounds to `node`: a PULL_REPLY, or returned when `node` is this one."""
         if node == self._rank:
             return [(keys, rounds, values)]
-        header = Header(Kind.PULL_REPLY, table=self.spec.table_id, request_id=rid, origin=node)
-        self._endpoint.send(node, header, positions=positions, values=values)
+        self._endpoint.answer(node, Kind.PULL_REPLY, self.spec.table_id, rid, positions=positions, values=values)
         return []
