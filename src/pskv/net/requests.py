@@ -147,7 +147,7 @@ class _Pending:
         self.remaining = total  # keys (or other units) still to be answered
         self.on_part = on_part  # fn(sender, payload) writes a reply into the result
         self.result = result
-        self.ranks: set[int] = set()  # nodes some of it was sent to, for fail_rank
+        self.ranks: set[int] = set()  # nodes some of it was sent to, for stall reports
         self.born = self.progress = time.monotonic()  # progress: the last send or reply
         self.seen: tuple = ()  # the last thing that happened to it: (rank,) sent, (rank, keys, error) reply
 
@@ -227,16 +227,6 @@ class RequestTracker:
                 error = PskvError(f"{p.future.desc}: {-p.remaining} more keys were answered than requested")
             p.future._resolve(p.result if error is None else None, error)
         return True
-
-    def fail_rank(self, rank: int, error_for: Callable[[], BaseException]) -> int:
-        """Fail every request that was sent (in part) to `rank`; returns how many."""
-        with self._lock:
-            hit = [(rid, p) for rid, p in self._pending.items() if rank in p.ranks]
-            for rid, _ in hit:
-                del self._pending[rid]
-        for _, p in hit:
-            p.future._resolve(None, error_for())
-        return len(hit)
 
     def expire(self, now: float, timeout: float, error_for: Callable[..., BaseException]) -> list[str]:
         """Fail every request without progress (a send or reply) for `timeout` seconds with
