@@ -5,7 +5,8 @@ messages, the endpoint the replies, the coordinator client the control messages.
 message reaches its handler, `admit(header)` (handed in by the node, from its membership view)
 says whether it comes from this cluster (`ACCEPT`), must wait until this node is welcomed
 (`HOLD`: a peer was welcomed before us), or is garbage (`DROP`). `every` adds a duty that runs
-on each turn of the loop (heartbeats, request expiry); the loop turns at least every 50 ms.
+on each turn of the loop (heartbeats, request expiry); the loop turns at least every 50 ms, and
+after at most _BURST messages that were waiting (they are taken without a poll each).
 
 Threads and ownership: everything here runs in pskv-server, except `register`/`every`, which the
 node calls before the thread starts. A handler must not block; an exception in one is counted,
@@ -26,6 +27,7 @@ from .wire import Header, Kind, frame_bytes, unpack_header
 
 log = logging.getLogger(__name__)
 _MAX_HELD = 100_000  # messages held before our WELCOME; more means something is wrong
+_BURST = 64  # messages dispatched per turn of the loop at most, so the duties still run while busy
 
 
 class Verdict(enum.Enum):
@@ -58,8 +60,15 @@ class Dispatcher:
         while not stop.is_set():
             try:
                 frames = self._transport.recv(0.05)
-                if frames is not None:
-                    self.dispatch(frames)
+                burst = 0
+                while frames is not None:  # what else waits: one poll per burst, not per message
+                    try:
+                        self.dispatch(frames)
+                    except Exception:  # garbage must never kill the server thread
+                        self.dropped += 1
+                        log.exception("node %d: error while dispatching a message", self.rank)
+                    burst += 1
+                    frames = self._transport.recv_nowait() if burst < _BURST else None
                 now = time.monotonic()
                 for duty in self._duties:
                     duty(now)

@@ -9,6 +9,7 @@ the result is in place, so they must be short and must not block on pskv.
 
 from __future__ import annotations
 
+import _thread
 import itertools
 import logging
 import threading
@@ -28,11 +29,17 @@ class Future:
     `wait()` blocks until the request completed and returns its result (an ndarray for pulls,
     None otherwise) or raises its error. Thread-safe."""
 
-    __slots__ = ("_event", "_result", "_error", "_tb", "_callbacks", "_lock", "_health", "_deadline", "_on_stall",
-                 "desc")
+    __slots__ = ("_done", "_gate", "_result", "_error", "_tb", "_callbacks", "_lock", "_health", "_deadline",
+                 "_on_stall", "desc")
 
     def __init__(self, desc: str = "", health: Callable[[], None] | None = None) -> None:
-        self._event = threading.Event()
+        # Done-ness is a flag plus a gate: a bare lock, held while pending and released once by
+        # _resolve; a waiter blocks acquiring it and releases it at once for the next waiter.
+        # (threading.Event builds a Condition per Future and a waiter lock per wait: that cost
+        # was a measurable share of a 1-key round trip.)
+        self._done = False
+        self._gate = _thread.allocate_lock()
+        self._gate.acquire()
         self._result: Any = None
         self._error: BaseException | None = None
         self._tb = None  # the error's traceback when it was delivered: each wait() raises it anew from there
@@ -47,18 +54,28 @@ class Future:
     def completed(cls, result: Any = None, desc: str = "") -> "Future":
         fut = cls(desc)
         fut._result = result
-        fut._event.set()
+        fut._done = True
+        fut._gate.release()
         return fut
 
     def done(self) -> bool:
-        return self._event.is_set()
+        return self._done
+
+    def _sleep(self, seconds: float) -> bool:
+        """Block until done or `seconds` passed; True if done."""
+        if self._done:
+            return True
+        if self._gate.acquire(True, seconds):
+            self._gate.release()  # for the next waiter
+            return True
+        return self._done
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until done; return the result or raise the error. TimeoutError after `timeout` seconds."""
-        if not self._event.is_set():
+        if not self._done:
             deadline = None if timeout is None else time.monotonic() + timeout
-            while not self._event.wait(_POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))):
-                if self._health is not None and not self._event.is_set():
+            while not self._sleep(_POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))):
+                if self._health is not None and not self._done:
                     self._health()
                 if self._deadline is not None and time.monotonic() >= self._deadline:
                     self._resolve(None, self._on_stall())
@@ -79,12 +96,12 @@ class Future:
     result = wait
 
     def exception(self) -> BaseException | None:
-        return self._error if self._event.is_set() else None
+        return self._error if self._done else None
 
     def add_done_callback(self, fn: Callable[["Future"], None]) -> None:
         """Run fn(self) once when done (at once, in this thread, if already done)."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._done:
                 self._callbacks.append(fn)
                 return
         self._run_callback(fn)
@@ -112,11 +129,12 @@ class Future:
 
     def _resolve(self, result: Any = None, error: BaseException | None = None) -> None:
         with self._lock:
-            if self._event.is_set():
+            if self._done:
                 return
             self._result, self._error = result, error
             self._tb = None if error is None else error.__traceback__
-            self._event.set()
+            self._done = True
+            self._gate.release()  # exactly once: _done is set under _lock
             callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:
             self._run_callback(fn)
@@ -182,6 +200,9 @@ class RequestTracker:
                     desc: str = "") -> tuple[int, Future]:
         """Register a request that completes when `total` keys have been answered.
 
+        `on_part(sender, payload)` writes each reply part into the result; if it returns
+        something other than None, that becomes the request's result instead of `result`.
+
         A request with nothing outstanding (total <= 0) is complete at once and never registered:
         no reply will ever come for it, so waiting for one would wait forever."""
         fut = Future(desc, self._health)
@@ -208,7 +229,9 @@ class RequestTracker:
             return False
         if error is None and p.on_part is not None:
             try:
-                p.on_part(sender, payload)
+                result = p.on_part(sender, payload)
+                if result is not None:  # the part is the whole result (e.g. a pull answered by one reply)
+                    p.result = result
             except PskvError as exc:
                 error = exc
             except Exception as exc:  # noqa: BLE001 - fail the waiter, not the server thread

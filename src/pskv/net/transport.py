@@ -117,6 +117,17 @@ class Transport:
         except zmq.ZMQError as exc:
             raise TransportError(f"receiving on {self.address} failed: {exc}") from exc
 
+    def recv_nowait(self) -> list | None:
+        """One message from the inbox if one is waiting, else None (no poll). Owner thread only."""
+        try:
+            frames = self._inbox.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return None
+        except zmq.ZMQError as exc:
+            raise TransportError(f"receiving on {self.address} failed: {exc}") from exc
+        self.messages_received += 1
+        return frames
+
     def _socket(self, rank: int) -> zmq.Socket:
         sockets = getattr(self._local, "sockets", None)
         if sockets is None:

@@ -19,7 +19,13 @@ class _Inbox:
     def __init__(self, messages):
         self.messages = list(messages)
 
+    polls = 0
+
     def recv(self, timeout):
+        self.polls += 1
+        return self.messages.pop(0) if self.messages else None
+
+    def recv_nowait(self):
         return self.messages.pop(0) if self.messages else None
 
 
@@ -74,3 +80,27 @@ def test_run_dispatches_runs_duties_and_survives_a_failing_handler():
     d.every(duty)
     d.run(stop)
     assert seen == [Kind.PULL] and len(turns) >= 2 and d.dropped == 1
+
+
+def test_run_takes_a_burst_with_one_poll_and_still_runs_duties():
+    """Messages already waiting are dispatched without a poll each, _BURST at most per turn, in
+    order; the duties run after every burst."""
+    from pskv.net import dispatch
+
+    stop = threading.Event()
+    n = dispatch._BURST + 10
+    inbox = _Inbox([[Header(Kind.ACK, sender=1, cluster=5, request_id=i).pack()] for i in range(n)])
+    seen, turns = [], []
+    d = Dispatcher(inbox, 0, lambda h: Verdict.ACCEPT)
+    d.register([Kind.ACK], lambda h, f: seen.append(h.request_id))
+
+    def duty(now):
+        turns.append(len(seen))
+        if len(turns) >= 3:
+            stop.set()
+
+    d.every(duty)
+    d.run(stop)
+    assert seen == list(range(n))
+    assert turns[:2] == [dispatch._BURST, n]  # a full burst, then the rest: duties ran in between
+    assert inbox.polls == 3

@@ -287,19 +287,6 @@ def test_tracker_on_part_errors_fail_the_future():
         fut2.wait(1)
 
 
-def test_tracker_fail_rank_fails_only_requests_sent_there():
-    """fail_rank fails the requests sent (in part) to that rank and leaves the others pending."""
-    tracker = RequestTracker()
-    rid_a, fut_a = tracker.new_request(2)
-    rid_b, fut_b = tracker.new_request(2)
-    tracker.sent_to(rid_a, 1)
-    tracker.sent_to(rid_b, 2)
-    assert tracker.fail_rank(1, lambda: NodeFailure("node 1 died", 1)) == 1
-    with pytest.raises(NodeFailure):
-        fut_a.wait(1)
-    assert not fut_b.done()
-
-
 def test_tracker_fail_all_fails_every_pending_request():
     """fail_all fails every pending request, each with its own error object."""
     tracker = RequestTracker()
@@ -333,3 +320,32 @@ def test_tracker_concurrent_replies_resolve_once():
     for t in threads:
         t.join(10)
     assert fut.wait(1) == "ok" and calls == ["ok"] and len(tracker) == 0
+
+
+def test_on_part_may_replace_the_result():
+    """What on_part returns (not None) becomes the request's result; None keeps `result`."""
+    tracker = RequestTracker()
+    rid, fut = tracker.new_request(2, on_part=lambda sender, payload: payload, result="out")
+    tracker.on_reply(rid, 1, 1, None)
+    tracker.on_reply(rid, 1, 1, "the reply")
+    assert fut.wait(1) == "the reply"
+    rid, fut = tracker.new_request(1, on_part=lambda sender, payload: None, result="out")
+    tracker.on_reply(rid, 1, 1, "ignored")
+    assert fut.wait(1) == "out"
+
+
+def test_future_wakes_every_waiter_once_resolved():
+    """Several threads waiting on one Future all return its result; done() flips exactly then."""
+    import threading
+
+    fut = Future("f")
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(fut.wait(5))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    assert not fut.done()
+    fut._resolve(7)
+    fut._resolve(8)  # a second resolve is ignored
+    for t in threads:
+        t.join(5)
+    assert got == [7] * 4 and fut.done() and fut.wait(0) == 7
