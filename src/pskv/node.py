@@ -276,7 +276,8 @@ class Node:
         return {"rank": self.rank, "tables": tables, "messages_sent": self._transport.messages_sent,
                 "bytes_sent": self._transport.bytes_sent, "requests_served": self.server.requests,
                 "request_errors": self.server.errors, "dropped": self.dropped, "forwards": self.server.forwards,
-                "relocated_in": self.server.relocation.relocated_in, "clock": self.clocks.global_clock,
+                "relocated_in": self.server.relocation.relocated_in,
+                "declined": self.server.relocation.declined, "clock": self.clocks.global_clock,
                 "clock_waits": self.clocks.waits, "clock_wait_seconds": round(self.clocks.wait_seconds, 6)}
 
     def shutdown(self, timeout: float | None = None) -> None:

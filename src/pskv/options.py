@@ -96,9 +96,21 @@ class Relocate:
     """Lapse's dynamic parameter allocation: `table.localize(keys)` moves keys to the caller's node.
 
     Every table can relocate. `location_caches=True` remembers where relocated keys were last
-    answered from, to skip the hop through their manager (changes latency, never results)."""
+    answered from, to skip the hop through their manager (changes latency, never results).
+
+    `lease`: seconds a node keeps the keys its localize moved to it. The keys' manager declines a
+    localize by another node of keys moved within the lease; that node then reads and updates
+    them remotely, where they are. Without it, nodes that want the same keys (a KGE batch's
+    relations, uniform negatives) take them from each other on every batch and wait for the
+    TRANSFERs: measured 2-4x slower than static placement on 4 nodes (benchmarks/RESULTS.md,
+    issue 11). 0: every localize moves the keys (Lapse). Changes placement, never results."""
 
     location_caches: bool = False
+    lease: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.lease <= 3600:
+            raise ConfigError(f"pskv.Relocate(lease={self.lease}): seconds between 0 and 3600")
 
 
 @dataclasses.dataclass(frozen=True)

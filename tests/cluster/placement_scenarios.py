@@ -21,9 +21,10 @@ ROWS = 600
 def stress(node: pskv.Node, threads: int, variant: str) -> None:
     """Async pushes and pulls of a few hot keys, localized every 5 operations by every thread."""
     hot = np.array([3, 4, 250, 251, 598, 599])
-    kw = {"location_caches": variant == "caches"}
+    # lease 0: every localize moves (Lapse's chains); "lease": short leases, so moves and declines mix
+    kw = {"placement": pskv.Relocate(location_caches=variant == "caches", lease=0.002 if variant == "lease" else 0)}
     if variant == "replicate":
-        kw["replicate"] = hot[:2]
+        kw["replicate"] = pskv.Replicate(keys=hot[:2])
     node.table("h", rows=ROWS, dim=2, **kw)
     steps = 600
 
@@ -52,7 +53,7 @@ def stress(node: pskv.Node, threads: int, variant: str) -> None:
 def locality(node: pskv.Node, threads: int) -> None:
     """Ownership by range, after localize (also away from the manager), no message for local pulls, chains."""
     n = node.num_nodes
-    t = node.table("l", rows=ROWS, dim=1, init=pskv.Uniform(0, 1, seed=1))
+    t = node.table("l", rows=ROWS, dim=1, init=pskv.Uniform(0, 1, seed=1), placement=pskv.Relocate(lease=0))
     w = node.worker()
     start, stop = ROWS * node.rank // n, ROWS * (node.rank + 1) // n
     initial = t.pull(np.arange(ROWS))  # (ROWS, 1) before anything moves
@@ -91,7 +92,7 @@ def locality(node: pskv.Node, threads: int) -> None:
 def phases(node: pskv.Node, threads: int) -> None:
     """Random key sets: (1) pulls+localizes keep initial values, (2) pulls never drop below what was seen
     under concurrent positive pushes, (3) pushes of deltas and their negation restore the initial values."""
-    t = node.table("p", rows=ROWS, dim=3, placement=pskv.Relocate(location_caches=True))
+    t = node.table("p", rows=ROWS, dim=3, placement=pskv.Relocate(location_caches=True, lease=0))
     w0 = node.worker()
     if node.rank == 0:  # integer values: float32 sums of them are exact in any order
         t.set(np.arange(ROWS), np.random.default_rng(2).integers(-50, 50, (ROWS, 3))).wait()
@@ -135,6 +136,46 @@ def phases(node: pskv.Node, threads: int) -> None:
 
     node.run(work, threads=threads)
     print("phases ok")
+
+
+def lease(node: pskv.Node, threads: int) -> None:
+    """Leases: a key another node localized within its lease stays there (the localize completes, the
+    key is read and updated remotely, exact sums); once the lease ended, or with lease 0, it moves."""
+    n = node.num_nodes
+    long_ = node.table("long", rows=ROWS, dim=1, placement=pskv.Relocate(lease=60))
+    short = node.table("short", rows=ROWS, dim=1, placement=pskv.Relocate(lease=0.3))
+    never = node.table("never", rows=ROWS, dim=1, placement=pskv.Relocate(lease=0))
+    w = node.worker()
+    block = np.arange(10, 20)  # managed by node 0
+    relocation = node.server.relocation
+    for t in (long_, short, never):
+        for turn in range(n):  # node 1 takes the block first; then every node in turn asks for it
+            if node.rank == (turn + 1) % n:
+                declined = relocation.declined
+                t.localize(block).wait(60)
+                local = t.pull_if_local(block)[0]
+                first = turn == 0
+                if first or t is never:
+                    assert local.all(), (t.name, turn, "a localize with no lease against it did not move the block")
+                elif t is long_:
+                    assert not local.any(), (t.name, turn, "a key under another node's lease moved")
+                t.push(block, np.ones((10, 1))).wait(60)
+            w.barrier()
+        if t is short:
+            time.sleep(0.35)  # the lease ended: the next localize moves the block again
+            if node.rank == 0:
+                t.localize(block).wait(60)
+                assert t.pull_if_local(block)[0].all(), "the block did not move after its lease ended"
+            w.barrier()
+        owner = 1 % n if t is long_ else (0 if t is short else (n - 1 + 1) % n)
+        assert t.pull_if_local(block)[0].all() == (node.rank == owner), (t.name, node.rank)
+        assert np.array_equal(t.pull(block), np.full((10, 1), float(n))), (t.name, "pushes lost or doubled")
+        w.barrier()
+    if node.rank == 0 and n > 2:  # node 0 manages the block: it declined the later turns of "long"
+        assert relocation.declined >= 10 * (n - 2), relocation.declined
+    print("lease ok")
+    w.barrier()
+    w.close()
 
 
 def _sync_rounds(node: pskv.Node, table: str):

@@ -21,7 +21,7 @@ def _run(cluster_factory, nodes: int, threads: int, *args: str):
     return cluster
 
 
-@pytest.mark.parametrize("variant", ["plain", "caches", "replicate"])
+@pytest.mark.parametrize("variant", ["plain", "caches", "replicate", "lease"])
 def test_relocation_stress_sums_exactly(cluster_factory, variant):
     """Every thread of 3 nodes pushes, pulls and localizes the same few keys; the sums are exact."""
     _run(cluster_factory, 3, 2, "stress", variant)
@@ -32,6 +32,13 @@ def test_locality_ownership_messages_and_chains(cluster_factory, nodes):
     """Ownership starts by range, follows localize (also away from the manager and along chains),
     and pulls of local keys send no message."""
     _run(cluster_factory, nodes, 1, "locality")
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_lease_keeps_keys_where_another_node_localized_them(cluster_factory, nodes):
+    """Within another node's lease a localize is declined (the key stays, exact sums); after it, or
+    with lease 0, the key moves."""
+    _run(cluster_factory, nodes, 1, "lease")
 
 
 def test_many_key_phases_keep_exact_values(cluster_factory):

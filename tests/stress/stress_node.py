@@ -90,6 +90,8 @@ class Plan:
         # p: monotone pushes
         self.p_rows = int(rng.integers(nodes, 150))
         self.p_caches = bool(rng.random() < 0.5)
+        # Lapse's always-move, short and long leases (declines); from p_rows so the later draws stay the seeds'
+        self.p_lease = (0.0, 0.002, 10.0)[self.p_rows % 3]
         self.p_coef = -0.5 if rng.random() < 0.3 else 1.0  # SGD(lr=0.5): w -= 0.5 * g
         self.p_init = float(rng.integers(0, 5))
         # s: one writer per key
@@ -158,7 +160,7 @@ class Plan:
         model = f"ssp:{self.staleness}" if self.model == "ssp" else self.model
         tables = "p s" + " r" * self.r + " g" * self.g + (f" x({'/'.join(self.x_schemes)})" if self.x else "")
         return (f"nodes={self.nodes} threads={self.threads} model={model} steps={self.steps} dim={self.dim} "
-                f"relocate={self.relocate} tables=[{tables}] barriers={self.barriers}")
+                f"relocate={self.relocate} lease={self.p_lease} tables=[{tables}] barriers={self.barriers}")
 
     # ---- ops ---------------------------------------------------------------------------------------
     def _ops(self, rank: int, thread: int, step: int) -> list[tuple]:
@@ -531,7 +533,7 @@ def declare(node: pskv.Node, plan: Plan, index: int) -> dict:
         node.table(names[name], rows=rows, dim=dim, **{"consistency": model, **kw})
 
     table("p", plan.p_rows, updater=updater(plan.p_coef), init=pskv.Constant(plan.p_init),
-          placement=pskv.Relocate(location_caches=plan.p_caches))
+          placement=pskv.Relocate(location_caches=plan.p_caches, lease=plan.p_lease))
     table("s", plan.s_rows, init=pskv.Constant(plan.s_init))
     if plan.r:
         table("r", plan.r_rows, updater=updater(plan.r_coef), init=pskv.Constant(plan.r_init),

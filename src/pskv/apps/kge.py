@@ -251,11 +251,13 @@ def _setup(s: common.Session, kg: KG) -> _Run:
     args, node = s.args, s.node
     init = pskv.Normal(std=args.init_std, seed=args.seed)
     extra = {"replicate": pskv.Replicate(keys=_hottest(kg, args.replicate))} if args.replicate else {}
+    extra["placement"] = common.placement(args)
     sampling = pskv.Sampling(np.ones(kg.num_entities), scheme=args.sampling or "naive", reuse=args.reuse,
                              seed=args.seed)  # uniform negatives
     node.table("entities", rows=kg.num_entities, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
                sampling=sampling, **extra)
-    node.table("relations", rows=kg.num_relations, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init)
+    node.table("relations", rows=kg.num_relations, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
+               placement=extra["placement"])
     keep_order = args.data == "lapse-toy"  # Lapse's partitioned files are ordered for the workers
     train = kg.train if keep_order else kg.train[np.random.default_rng(args.seed).permutation(len(kg.train))]
     if node.rank == 0:

@@ -8,10 +8,15 @@
 Schemes:
 - `naive`: draw k keys when asked and pull them. Exact.
 - `preloc`: draw all n keys at prepare time and localize them ahead; hand them out in order. Exact.
-- `pool`: draw ceil(n / reuse) keys, localize them ahead in groups of `group_size`, and use each
-  exactly `reuse` times (in a shuffled order within its group); with `postpone=True`, keys
-  whose relocation has not landed yet are moved later within their group. Approximate: draws
-  are reused, but the multiset is exactly each drawn key `reuse` times.
+- `pool`: draw ceil(n / reuse) keys, localize them all ahead (one LOCALIZE per manager), and use
+  each exactly `reuse` times (in a shuffled order within groups of `group_size`); with
+  `postpone=True`, keys whose relocation has not landed yet are moved later within their group.
+  Approximate: draws are reused, but the multiset is exactly each drawn key `reuse` times.
+  (Localizing one group ahead of the one handed out made a draw of the whole handle localize
+  every group just before pulling it: each pull waited for its TRANSFERs; issue 11.)
+
+preloc and pool localize under the table's `Relocate.lease`: keys another node moved to itself
+recently stay there and are pulled remotely.
 - `onlylocal`: draw only among keys local now (owned or replicated), in proportion to their
   weights (or by rejection from a draw function). Biased towards what happens to be local.
 
@@ -72,10 +77,7 @@ class SampleHandle:
         return keys
 
     def _next_group(self) -> None:
-        group = self.groups.pop(0)
-        if self.groups:  # localize one group ahead of the one being handed out
-            self.table.localize(self.groups[0])
-        self.queue = np.concatenate([self.queue, group])
+        self.queue = np.concatenate([self.queue, self.groups.pop(0)])  # localized at prepare
 
     def _postpone(self, keys: np.ndarray) -> np.ndarray:
         """Swap keys not local yet with local ones from later in the queue (same multiset)."""
@@ -136,8 +138,8 @@ def prepare(table, n: int, scheme: str | None) -> SampleHandle:
             group = np.repeat(distinct[lo:lo + size], reuse)
             h.rng.shuffle(group)
             h.groups.append(group)
-        if h.groups:
-            table.localize(h.groups[0])
+        if len(distinct):
+            table.localize(distinct)
     return h
 
 

@@ -10,7 +10,8 @@ zero-copy frames and are read back with np.frombuffer; nothing on the data path 
                    [header, keys, (positions)]                PULL
     data reply     [header, (positions), values] PULL_REPLY, [header, (positions)] ACK,
                    [header, utf-8 message] ERROR
-    relocation     [header, keys] LOCALIZE, HANDOVER; [header, keys, values, (state)] TRANSFER
+    relocation     [header, keys] LOCALIZE (`part`: the lease asked for, ms), HANDOVER, DECLINE;
+                   [header, keys, values, (state)] TRANSFER
     replication    [header, keys, values] REPLICA_SYNC (answered by ACK)
     aggregation    [header, keys, values, (rounds)] AGG_PUSH: one node's level-1 sums (sorted
                    distinct keys) of round `part`, or with flag ROUNDS of an int64 round per
@@ -54,6 +55,7 @@ class Kind(enum.IntEnum):
     LOCALIZE = 7  # requester -> manager: make me the owner of these keys
     HANDOVER = 8  # manager -> old owner: send these keys to `origin`
     TRANSFER = 9  # old owner -> new owner: the rows (and updater state) of these keys
+    DECLINE = 12  # manager -> requester: these keys stay where they are (another node's lease)
     REPLICA_SYNC = 10  # deltas of replicated keys, to every other node
     AGG_PUSH = 11  # node -> owner: a node's summed pushes of round `part` (NodeAggregate tables)
     # control traffic between nodes and the coordinator; payload is one JSON frame
@@ -76,7 +78,7 @@ class Kind(enum.IntEnum):
 
 REQUESTS = frozenset({Kind.PULL, Kind.PUSH, Kind.SET})
 REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR})
-RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.REPLICA_SYNC})
+RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC})
 POSITIONS = 1  # flag: a positions frame follows the keys (requests) or the header (replies)
 STATE = 2  # flag: a TRANSFER carries updater state after the values
 ROUNDS = 4  # flag: an AGG_PUSH carries an int64 round per key after the values (else all are `part`)

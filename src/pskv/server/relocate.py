@@ -6,6 +6,16 @@ TRANSFER straight to the new owner. Requests that reach keys on their way here (
 in `_deferred` and are applied, in arrival order, when their TRANSFER lands. A HANDOVER for a
 key that is itself still on its way here waits too, so chains of relocations pass the key on.
 
+Leases (ownership stickiness). A LOCALIZE carries the lease its sender asks for (`Relocate.lease`,
+in milliseconds, in the header's `part`). The manager remembers, per key, until when the node it
+last moved the key to holds it; a LOCALIZE by another node before then is *declined* for that key:
+the manager answers the requester with DECLINE, the key stays where it is, and the requester marks it absent
+again, completes its localize for it and replays what waited for it here (forwarded to the owner).
+Without leases, nodes that want the same keys (every batch's relations in KGE, uniform negatives)
+took them from each other on every batch, and every pull waited for a TRANSFER: relocation and
+the sampling schemes got slower than static placement as nodes were added (issue 11). Keys at
+their manager since the start have no lease: the first localize moves them (pre-localization).
+
 Threads and ownership: everything here runs in pskv-server. It writes the manager map
 `Shard.owner` and `_deferred`, which no other thread touches; rows move only through `Shard`
 methods (every stripe lock). Each deferred operation is replayed on its own: one that fails gets
@@ -16,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from typing import Callable
 
 import numpy as np
@@ -39,7 +50,9 @@ class Relocation:
         self._serve = serve  # applies a waiting pull/push/set once its keys landed
         self._reject = reject  # answers a waiting operation that failed with ERROR
         self._deferred: dict[int, list[_Waiting]] = collections.defaultdict(list)  # table -> ops, in arrival order
+        self._leases: dict[int, np.ndarray] = {}  # table -> (stop - start,) float64 monotonic end of each key's lease
         self.relocated_in = 0  # keys received by TRANSFER
+        self.declined = 0  # manager: keys whose move it declined (held under another node's lease)
 
     # ---- manager, old owner, new owner ------------------------------------------------------------
     def localize(self, header: Header, p: Payload, shard: Shard) -> None:
@@ -49,6 +62,17 @@ class Relocation:
             raise ProtocolError(f"LOCALIZE for keys outside node {self.rank}'s managed range")
         idx = keys - shard.start
         old = shard.owner[idx].copy()
+        lease = self._leases.get(header.table)
+        if lease is None:
+            lease = self._leases[header.table] = np.full(len(shard.owner), -np.inf)
+        now = time.monotonic()
+        held = (old != header.origin) & (lease[idx] > now)  # moved to another node within its lease: stays
+        if held.any():
+            self.declined += int(held.sum())
+            self._send_decline(header, np.ascontiguousarray(keys[held], np.int64), shard)
+            keys, idx, old = keys[~held], idx[~held], old[~held]
+        moving = old != header.origin
+        lease[idx[moving]] = now + header.part / 1000.0
         shard.owner[idx] = header.origin
         for o in np.unique(old):
             sel = np.ascontiguousarray(keys[old == o], np.int64)
@@ -63,6 +87,25 @@ class Relocation:
     def handover(self, header: Header, p: Payload, shard: Shard) -> None:
         """Old owner: send the rows of the keys to `origin`."""
         self._hand_over(header, np.asarray(p.keys, np.int64), shard)
+
+    def on_decline(self, header: Header, p: Payload, shard: Shard) -> None:
+        """Requester: the keys' manager declined our localize of them (DECLINE)."""
+        self._declined(header, np.asarray(p.keys, np.int64), shard)
+
+    def _send_decline(self, header: Header, keys: np.ndarray, shard: Shard) -> None:
+        """Manager: tell the requester that `keys` stay where they are (DECLINE)."""
+        if header.origin == self.rank:
+            self._declined(header, keys, shard)
+        else:
+            self._endpoint.reply(header, Kind.DECLINE, keys=keys)
+
+    def _declined(self, header: Header, keys: np.ndarray, shard: Shard) -> None:
+        """Requester: the manager keeps `keys` where they are. They are absent here again; localizes
+        waiting for them complete; what waited for them here is replayed (and forwarded to the owner)."""
+        shard.unmark_incoming(keys)
+        for rid, count in shard.arrived().items():
+            self._tracker.on_reply(rid, count, header.sender)
+        self._replay_deferred(header.table, shard)
 
     def transfer(self, header: Header, p: Payload, shard: Shard) -> None:
         """New owner: take the rows, wake the localize callers, then apply what waited for them."""

@@ -33,7 +33,7 @@ from ..store.shard import Shard, Store
 from .relocate import Relocation
 
 log = logging.getLogger(__name__)
-HANDLES = REQUESTS | {Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH}
+HANDLES = REQUESTS | {Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC, Kind.AGG_PUSH}
 _HOP_SHIFT = 8  # flags bits 8..15 count forwards: a routing bug becomes an error, never an endless loop
 _MAX_HOPS = 32  # a relocation chain moves a key at most once per hop; 32 is far beyond any real chain
 
@@ -49,7 +49,8 @@ class Server:
         self.aggregators: dict[int, Callable[[Header, Payload], None]] = {}  # table id -> AGG_PUSH handler
         self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve,
                           Kind.LOCALIZE: self.relocation.localize, Kind.HANDOVER: self.relocation.handover,
-                          Kind.TRANSFER: self.relocation.transfer, Kind.REPLICA_SYNC: self._replica_sync,
+                          Kind.TRANSFER: self.relocation.transfer, Kind.DECLINE: self.relocation.on_decline,
+                          Kind.REPLICA_SYNC: self._replica_sync,
                           Kind.AGG_PUSH: self._aggregate}
         self.requests = 0  # handled, for stats
         self.errors = 0

@@ -154,6 +154,13 @@ class Shard:
             self.slot[absent] = INCOMING
         return absent
 
+    def unmark_incoming(self, keys: np.ndarray) -> np.ndarray:
+        """A localize of `keys` was declined: those still incoming are absent again; returns them."""
+        with self._locked(None):
+            back = keys[self.slot[keys] == INCOMING]
+            self.slot[back] = -1
+        return back
+
     def await_keys(self, keys: np.ndarray, rid: int) -> int:
         """Register request `rid` (distinct `keys`) to hear when they land here; returns how many need no wait.
 
@@ -165,10 +172,11 @@ class Shard:
         return len(keys) - int(incoming.sum())
 
     def arrived(self) -> dict[int, int]:
-        """After insert() (pskv-server): request id -> number of its waited-for keys not incoming any more.
+        """After insert() or unmark_incoming() (pskv-server): request id -> number of its waited-for keys
+        not incoming any more.
 
-        Only insert() ends INCOMING, so those landed, in this insert or an earlier one that
-        raced with await_keys; each is counted once. Vectorised per request: a per-key loop here
+        Only insert() (landed) and unmark_incoming() (declined: they stay elsewhere) end INCOMING,
+        in this call or an earlier one that raced with await_keys; each is counted once. Vectorised per request: a per-key loop here
         and in await_keys held the GIL for up to 0.1 s on 6,700-key localizes."""
         counts: dict[int, int] = {}
         with self._waiters_lock:

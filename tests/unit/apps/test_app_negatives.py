@@ -114,3 +114,24 @@ def test_negatives_from_a_real_table_are_its_keys_and_rows():
         node.run(work)
     assert seen["keys"].shape == (40,) and 10 <= seen["keys"].min() and seen["keys"].max() < 20
     assert np.array_equal(seen["rows"], seen["pulled"])
+
+
+def test_pool_localizes_every_drawn_key_at_prepare_and_none_while_drawing(monkeypatch):
+    """pool: one localize of all ceil(n / reuse) distinct drawn keys when the handle is prepared, none
+    when its keys are handed out (localizing a group just before pulling it made every pull wait for
+    its TRANSFERs, issue 11)."""
+    from pskv.client.table import Table
+
+    calls = []
+    real = Table.localize
+    monkeypatch.setattr(Table, "localize", lambda self, keys: calls.append(np.array(keys)) or real(self, keys))
+    with pskv.init() as node:
+        node.table("ent", rows=500, dim=2, sampling=pskv.Sampling(np.ones(500), scheme="pool", reuse=4,
+                                                                  group_size=8))
+        t = node.worker().table("ent")
+        h = t.prepare_sample(200)
+        assert len(calls) == 1 and len(calls[0]) == 50
+        np.testing.assert_array_equal(np.sort(calls[0]), np.sort(np.concatenate(h.drawn)))
+        keys, rows = t.pull_sample(h, 200)
+        assert len(calls) == 1 and len(keys) == 200 and rows.shape == (200, 2)
+        t.finish_sample(h)

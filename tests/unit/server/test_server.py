@@ -111,3 +111,48 @@ def test_failed_replay_does_not_drop_later_deferred_operations():
     store_server.handle(h, [h.pack(), keys.tobytes(), np.zeros((2, DIM), np.float32).tobytes()])
     assert [(rank, unpack_header(frames[0]).kind) for rank, frames in sent] == [(0, Kind.PULL_REPLY)]
     assert store_server.relocation._deferred == {} and store_server.errors == 1
+
+
+def _localize(server, keys, *, origin, lease_ms):
+    h, frames = _msg(Kind.LOCALIZE, keys, origin=origin)
+    h.part = lease_ms  # the lease the requester asks for (Table.localize sends Relocate.lease)
+    server.handle(h, frames)
+
+
+def test_manager_declines_a_localize_of_keys_under_another_nodes_lease():
+    """Keys moved to node 2 under a lease stay there when node 0 asks within it (a DECLINE to node 0
+    says so); keys without a lease move; lease 0 never holds a key."""
+    server, shard, sent = _server()
+    _localize(server, [11, 12], origin=2, lease_ms=60_000)  # from the manager's own store: moves
+    assert [(r, unpack_header(f[0]).kind) for r, f in sent] == [(2, Kind.TRANSFER)]
+    sent.clear()
+    _localize(server, [11, 12, 13], origin=0, lease_ms=60_000)
+    kinds = [(r, unpack_header(f[0])) for r, f in sent]
+    assert [(r, h.kind, h.origin) for r, h in kinds] == [(0, Kind.DECLINE, 0), (0, Kind.TRANSFER, 0)]
+    np.testing.assert_array_equal(unpack(kinds[0][1], sent[0][1]).keys, [11, 12])  # declined: they stay at node 2
+    np.testing.assert_array_equal(unpack(kinds[1][1], sent[1][1]).keys, [13])  # no lease on it: moved
+    np.testing.assert_array_equal(shard.owner[[1, 2, 3]], [2, 2, 0])
+    assert server.relocation.declined == 2
+    sent.clear()
+    _localize(server, [14], origin=2, lease_ms=0)  # lease 0: the next localize moves it on at once
+    _localize(server, [14], origin=0, lease_ms=0)
+    assert [(r, unpack_header(f[0]).kind) for r, f in sent] == [(2, Kind.TRANSFER), (2, Kind.HANDOVER)]
+    assert shard.owner[4] == 0
+
+
+def test_declined_localize_completes_and_forwards_what_waited():
+    """At the requester: a decline makes the keys absent again, completes the localize and forwards the
+    ops that waited for them to the keys' manager (exact: nothing applied here, nothing dropped)."""
+    server, shard, sent = _server()
+    keys = np.array([3, 4], np.int64)  # managed by node 0
+    shard.mark_incoming(keys)
+    rid, fut = server.relocation._tracker.new_request(2, desc="localize")
+    assert shard.await_keys(keys, rid) == 0
+    server.handle(*_msg(Kind.PUSH, keys, origin=2, values=np.ones((2, DIM))))  # waits for the keys here
+    assert sent == [] and not fut.done()
+    h, frames = _msg(Kind.DECLINE, keys, origin=1)  # from the manager: the keys stay where they are
+    h.sender = 0
+    server.handle(h, frames)
+    assert (shard.slot[keys] == -1).all() and fut.done()
+    assert [(r, unpack_header(f[0]).kind) for r, f in sent] == [(0, Kind.PUSH)]  # on to the manager
+    assert server.relocation._deferred == {}
