@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 
 import numpy as np
 
@@ -37,6 +38,7 @@ class TableState:
     buffer: PushBuffer | None = None  # BSP/SSP: remote updates waiting for the next flush
     aggregator: object = None  # NodeAggregate: a client.aggregate.Aggregator (mshadow-ps level 1)
     next_sync: float = 0.0  # Replicate: when the pskv-replica thread syncs this table next
+    declined_until: np.ndarray | None = None  # (rows,) monotonic time before which localize skips a key; lazily
     pulls: int = 0  # calls
     pushes: int = 0
     local_keys: int = 0  # keys served from this node's memory without a message
@@ -46,6 +48,17 @@ class TableState:
     @property
     def sampling(self):
         return self.options.sampling
+
+    def note_declined(self, keys: np.ndarray, owner: int) -> None:
+        """pskv-server: a manager declined our localize of `keys` (another node's lease holds them at
+        `owner`). Remember where they are (location cache) and do not ask for them again for one of
+        our leases: each ask would be declined, a LOCALIZE and a DECLINE for nothing. A hint, never
+        a guarantee: localize skips the keys, pulls and pushes reach them wherever they are."""
+        if self.loc_cache.size:
+            self.loc_cache[keys] = owner
+        if self.declined_until is None:
+            self.declined_until = np.full(self.spec.rows, -np.inf)
+        self.declined_until[keys] = time.monotonic() + self.options.placement.lease
 
     def counters(self) -> dict:
         """Calls and keys of this table on this node, and its technique parts' counters."""

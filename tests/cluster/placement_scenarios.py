@@ -142,7 +142,7 @@ def lease(node: pskv.Node, threads: int) -> None:
     """Leases: a key another node localized within its lease stays there (the localize completes, the
     key is read and updated remotely, exact sums); once the lease ended, or with lease 0, it moves."""
     n = node.num_nodes
-    long_ = node.table("long", rows=ROWS, dim=1, placement=pskv.Relocate(lease=60))
+    long_ = node.table("long", rows=ROWS, dim=1, placement=pskv.Relocate(lease=60, location_caches=True))
     short = node.table("short", rows=ROWS, dim=1, placement=pskv.Relocate(lease=0.3))
     never = node.table("never", rows=ROWS, dim=1, placement=pskv.Relocate(lease=0))
     w = node.worker()
@@ -159,6 +159,11 @@ def lease(node: pskv.Node, threads: int) -> None:
                     assert local.all(), (t.name, turn, "a localize with no lease against it did not move the block")
                 elif t is long_:
                     assert not local.any(), (t.name, turn, "a key under another node's lease moved")
+                    state = node.catalog.get("long")  # the decline taught where the block is, and not to ask again
+                    assert (state.loc_cache[block] == 1 % n).all(), state.loc_cache[block]
+                    sent = node.stats()["messages_sent"]
+                    again = t.localize(block)
+                    assert again.done() and node.stats()["messages_sent"] == sent, "asked again within the lease"
                 t.push(block, np.ones((10, 1))).wait(60)
             w.barrier()
         if t is short:

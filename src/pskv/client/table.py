@@ -14,6 +14,7 @@ only after `wait()`.
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import numpy as np
@@ -113,7 +114,8 @@ class Table:
 
         After `wait()` each key is owned here, unless another node localized it since, or its
         manager declined to move it: another node's localize moved it less than that node's
-        `Relocate.lease` seconds ago (it stays there and is read remotely). Pulls and pushes of the
+        `Relocate.lease` seconds ago (it stays there and is read remotely; this node then does not ask
+        for it again for one of its own leases, and with location caches goes to it directly). Pulls and pushes of the
         keys keep working during the move: requests that reach a key in transfer wait at its new
         owner and apply in arrival order when it lands. Thread-safe."""
         self._ctx.check()
@@ -121,6 +123,9 @@ class Table:
             raise TableError(f"localize on table {self.name!r}: an aggregated table keeps its static placement")
         keys = np.unique(check_keys(self.spec, keys, "localize"))  # (m,) sorted, distinct
         shard = self._state.shard
+        declined = self._state.declined_until
+        if declined is not None:  # declined lately (another node's lease holds them): do not ask again yet
+            keys = keys[declined[keys] <= time.monotonic()]
         if shard.replicas is not None:  # replicated keys are local everywhere already
             keys = keys[~shard.replicas.mask(keys)]
         if not len(keys) or shard.owned(keys).all():

@@ -43,12 +43,14 @@ log = logging.getLogger(__name__)
 
 class Relocation:
     def __init__(self, endpoint: Endpoint, tracker: RequestTracker, *,
-                 serve: Callable[[Header, Payload, Shard], None], reject: Callable[[Header, Exception], None]) -> None:
+                 serve: Callable[[Header, Payload, Shard], None], reject: Callable[[Header, Exception], None],
+                 on_declined: Callable[[int, np.ndarray, int], None] | None = None) -> None:
         self._endpoint = endpoint
         self.rank = endpoint.rank
         self._tracker = tracker  # completes this node's localize requests when TRANSFERs land
         self._serve = serve  # applies a waiting pull/push/set once its keys landed
         self._reject = reject  # answers a waiting operation that failed with ERROR
+        self._on_declined = on_declined  # (table id, keys, owner): the requester learns where declined keys stay
         self._deferred: dict[int, list[_Waiting]] = collections.defaultdict(list)  # table -> ops, in arrival order
         self._leases: dict[int, np.ndarray] = {}  # table -> (stop - start,) float64 monotonic end of each key's lease
         self.relocated_in = 0  # keys received by TRANSFER
@@ -69,7 +71,7 @@ class Relocation:
         held = (old != header.origin) & (lease[idx] > now)  # moved to another node within its lease: stays
         if held.any():
             self.declined += int(held.sum())
-            self._send_decline(header, np.ascontiguousarray(keys[held], np.int64), shard)
+            self._send_decline(header, np.ascontiguousarray(keys[held], np.int64), old[held], shard)
             keys, idx, old = keys[~held], idx[~held], old[~held]
         moving = old != header.origin
         lease[idx[moving]] = now + header.part / 1000.0
@@ -89,20 +91,27 @@ class Relocation:
         self._hand_over(header, np.asarray(p.keys, np.int64), shard)
 
     def on_decline(self, header: Header, p: Payload, shard: Shard) -> None:
-        """Requester: the keys' manager declined our localize of them (DECLINE)."""
-        self._declined(header, np.asarray(p.keys, np.int64), shard)
+        """Requester: the keys' manager declined our localize of them; they stay at node `part` (DECLINE)."""
+        self._declined(header, np.asarray(p.keys, np.int64), header.part, shard)
 
-    def _send_decline(self, header: Header, keys: np.ndarray, shard: Shard) -> None:
-        """Manager: tell the requester that `keys` stay where they are (DECLINE)."""
-        if header.origin == self.rank:
-            self._declined(header, keys, shard)
-        else:
-            self._endpoint.reply(header, Kind.DECLINE, keys=keys)
+    def _send_decline(self, header: Header, keys: np.ndarray, owners: np.ndarray, shard: Shard) -> None:
+        """Manager: tell the requester that `keys` stay where they are, one DECLINE per owner."""
+        for owner in np.unique(owners):
+            sel = np.ascontiguousarray(keys[owners == owner])
+            if header.origin == self.rank:
+                self._declined(header, sel, int(owner), shard)
+            else:
+                decline = self._endpoint.reply_header(header, Kind.DECLINE, 0)
+                decline.part = int(owner)
+                self._endpoint.send(header.origin, decline, keys=sel)
 
-    def _declined(self, header: Header, keys: np.ndarray, shard: Shard) -> None:
-        """Requester: the manager keeps `keys` where they are. They are absent here again; localizes
-        waiting for them complete; what waited for them here is replayed (and forwarded to the owner)."""
+    def _declined(self, header: Header, keys: np.ndarray, owner: int, shard: Shard) -> None:
+        """Requester: the manager keeps `keys` at `owner`. They are absent here again; localizes
+        waiting for them complete; what waited for them here is replayed (and forwarded to the
+        owner); the table learns where they are (on_declined: location cache, no asking again)."""
         shard.unmark_incoming(keys)
+        if self._on_declined is not None:
+            self._on_declined(header.table, keys, owner)
         for rid, count in shard.arrived().items():
             self._tracker.on_reply(rid, count, header.sender)
         self._replay_deferred(header.table, shard)

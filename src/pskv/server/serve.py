@@ -40,12 +40,13 @@ _MAX_HOPS = 32  # a relocation chain moves a key at most once per hop; 32 is far
 
 class Server:
     def __init__(self, store: Store, endpoint: Endpoint, tracker: RequestTracker,
-                 ranges: Callable[[int], KeyRanges]) -> None:
+                 ranges: Callable[[int], KeyRanges],
+                 on_declined: Callable[[int, np.ndarray, int], None] | None = None) -> None:
         self._store = store
         self._endpoint = endpoint
         self.rank = endpoint.rank
         self._ranges = ranges  # table id -> the table's key ranges
-        self.relocation = Relocation(endpoint, tracker, serve=self._serve, reject=self.reject)
+        self.relocation = Relocation(endpoint, tracker, serve=self._serve, reject=self.reject, on_declined=on_declined)
         self.aggregators: dict[int, Callable[[Header, Payload], None]] = {}  # table id -> AGG_PUSH handler
         self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve,
                           Kind.LOCALIZE: self.relocation.localize, Kind.HANDOVER: self.relocation.handover,
