@@ -297,6 +297,7 @@ def _setup(s: common.Session, problem: Problem) -> _Run:
     args, node = s.args, s.node
     updater = "add" if args.item_updater == "sgd" else pskv.Adagrad(lr=args.adagrad_lr, initial_accumulator=0.1)
     extra = {"replicate": pskv.Replicate(keys=_hottest(problem.train, args.replicate))} if args.replicate else {}
+    extra["placement"] = common.placement(args)  # --lease, --location-caches
     items = node.table(_ITEMS, rows=problem.train.n_items, dim=args.rank + args.biases, updater=updater,
                        init=pskv.Normal(std=args.init_std, seed=args.seed), **extra)
     users = node.table(_USERS_OUT, rows=problem.train.n_users, dim=args.rank + 1) if args.out else None

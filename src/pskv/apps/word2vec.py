@@ -189,6 +189,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
 def _tables(node: pskv.Node, args, vocab: Vocab, unigram: Unigram) -> pskv.Table:
     """Declare syn0 and syn1neg (collective); returns the main thread's syn0 handle."""
     extra = {"replicate": pskv.Replicate(keys=np.arange(min(args.replicate, len(vocab))))} if args.replicate else {}
+    extra["placement"] = common.placement(args)  # --lease, --location-caches
     syn0 = node.table("syn0", rows=len(vocab), dim=args.dim,
                       init=pskv.Uniform(-1.0 / args.dim, 1.0 / args.dim, seed=args.seed), **extra)
     if args.sampling is not None:
