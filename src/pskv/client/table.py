@@ -19,15 +19,16 @@ from typing import Callable
 
 import numpy as np
 
-from .. import _hooks, kernels
+from .. import _hooks
 from ..catalog import TableState
-from ..errors import DTypeError, ProtocolError, RequestStalled, ShapeError, TableError, WaitTimeout
+from ..errors import DTypeError, RequestStalled, ShapeError, TableError, WaitTimeout
 from ..net.requests import Future
 from ..net.wire import Kind
 from ..placement import route
 from ..store.spec import TableSpec, check_keys, check_values
 from . import sampling
 from .context import Context
+from .request import Request
 
 
 class Table:
@@ -274,7 +275,7 @@ class Table:
                  fresh: bool = False) -> Future:
         """Serve or send `keys`; with `gpos`, key i's row goes to out[gpos[i]]. `fresh`: `out` was
         allocated for this pull (no `out=`), so a large reply that answers all of it in order may
-        become the result itself instead of being copied into `out` (see _Request.on_part)."""
+        become the result itself instead of being copied into `out` (see client.request.Request.on_part)."""
         n = len(keys)
         if n == 0:
             return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
@@ -298,7 +299,7 @@ class Table:
                 return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
             keys, values, copy = keys[miss], None if values is None else values[miss], False
             gpos = miss if gpos is None else gpos[miss]
-        req = _Request(self, kind, out, fresh)
+        req = Request(self, kind, out, fresh)
         req.rid, fut = self._ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out,
                                                      desc=self._desc(kind))
         st = self._state
@@ -368,78 +369,3 @@ class Table:
 
     def __repr__(self) -> str:
         return f"<Table {self.name!r} {self.spec.describe()} on node {self._ctx.rank}>"
-
-
-_ADOPT_MIN = 64 << 10  # bytes: a reply at least this large may become a default pull's result (see on_part)
-
-
-class _Received:
-    """A writeable array over a received reply frame's values, which it keeps alive.
-
-    The frame's memory belongs to this one message (libzmq allocated it for the reply when it
-    arrived; nothing else reads or reuses it), so the caller may own it as an ordinary array:
-    `np.asarray(_Received(values))` has this object as its base, which holds `values`, whose
-    base holds the frame; the memory is freed with the last reference to the array."""
-
-    __slots__ = ("values", "__array_interface__")
-
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = values  # the read-only np.frombuffer view of the frame
-        iface = dict(values.__array_interface__)
-        iface["data"] = (iface["data"][0], False)  # writeable: see above
-        self.__array_interface__ = iface
-
-
-class _Request:
-    """One pull/push/set in flight: its parts, and how a reply lands in the caller's `out`."""
-
-    __slots__ = ("table", "kind", "out", "rid", "parts", "fresh")
-
-    def __init__(self, table: Table, kind: Kind, out, fresh: bool = False) -> None:
-        self.table = table
-        self.kind = kind
-        self.out = out  # (n, dim) the caller's result for pulls
-        self.rid = 0
-        self.parts: list[tuple] = []  # part -> (positions in out or None: all in order, keys or None)
-        self.fresh = fresh  # out was allocated for this pull: nobody else holds it
-
-    def on_part(self, sender: int, payload) -> np.ndarray | None:
-        """pskv-server thread: write a reply into `out`, and learn where its keys live.
-
-        A default pull (no `out=`) that one reply answers whole and in order, with at least
-        _ADOPT_MIN bytes of rows, gets the received frame itself as its result (returned here;
-        the tracker makes it the Future's result) instead of a copy into freshly allocated
-        `out`: that copy costs first-touch page faults on every page and made a default pull of
-        100,000 x 64 rows up to 4x slower than one with `out=`. The result is then a writeable
-        array that owns the reply's memory (_Received); `out` stays untouched and is dropped.
-        With `out=` the rows are always copied into `out`, which is the result."""
-        if payload is None:  # served locally, nothing to write
-            return
-        header, p = payload
-        if header.part >= len(self.parts):
-            raise ProtocolError(f"node {sender} answered part {header.part} of a request with {len(self.parts)} parts")
-        gpos, keys = self.parts[header.part]
-        if p.positions is not None:
-            gpos = p.positions if gpos is None else gpos[p.positions]
-            if keys is not None:
-                keys = keys[p.positions]
-        if keys is not None:
-            self.table._state.loc_cache[keys] = sender
-        if self.kind != Kind.PULL:
-            return
-        t = self.table
-        n = header.n_keys
-        if p.values is None or p.values.shape != (n, t.dim) or p.values.dtype != t.dtype:
-            got = None if p.values is None else f"{p.values.shape} {p.values.dtype}"
-            raise ProtocolError(f"node {sender} answered a pull on table {t.name!r} with {got}, expected "
-                                f"({n}, {t.dim}) {t.dtype}; are all nodes running the same pskv?")
-        if gpos is None:
-            if n != len(self.out):
-                raise ProtocolError(f"node {sender} answered {n} of {len(self.out)} keys without positions")
-            if self.fresh and p.values.nbytes >= _ADOPT_MIN and p.values.flags.c_contiguous:
-                return np.asarray(_Received(p.values))  # (n, dim): the reply is the whole result
-            np.copyto(self.out, p.values)
-        else:
-            if len(gpos) and (gpos.min() < 0 or gpos.max() >= len(self.out)):
-                raise ProtocolError(f"node {sender} answered positions outside the request")
-            kernels.put_rows(self.out, gpos, p.values)

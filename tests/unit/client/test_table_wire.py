@@ -9,7 +9,7 @@ import pytest
 
 import pskv
 from helpers import free_port, together
-from pskv.client.table import _ADOPT_MIN, _Received
+from pskv.client.request import ADOPT_MIN, Received
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,9 +48,9 @@ def test_large_default_pull_is_the_received_message_not_a_copy(nodes):
     changes neither the table nor a later pull."""
     _, t = nodes
     keys = remote_keys(4_000)
-    assert len(keys) * DIM * 4 >= _ADOPT_MIN
+    assert len(keys) * DIM * 4 >= ADOPT_MIN
     got = t.pull(keys, timeout=10)
-    assert isinstance(got.base, _Received)  # fails if the rows were copied into a fresh array
+    assert isinstance(got.base, Received)  # fails if the rows were copied into a fresh array
     assert got.shape == (len(keys), DIM) and got.dtype == np.float32
     assert got.flags.writeable and got.flags.c_contiguous
     np.testing.assert_array_equal(got, expected(keys))
@@ -75,15 +75,15 @@ def test_pull_with_out_fills_out_and_returns_it(nodes):
 
 
 def test_small_or_split_default_pulls_are_ordinary_arrays(nodes):
-    """Below _ADOPT_MIN, or when the rows come from several places (some local), the rows are
+    """Below ADOPT_MIN, or when the rows come from several places (some local), the rows are
     copied into a fresh array, as before; the callback sees the same array wait() returns."""
     _, t = nodes
     small = remote_keys(3, seed=2)
     got = t.pull(small, timeout=10)
-    assert not isinstance(got.base, _Received) and got.flags.writeable
+    assert not isinstance(got.base, Received) and got.flags.writeable
     np.testing.assert_array_equal(got, expected(small))
     mixed = np.concatenate([remote_keys(2_000, seed=3), np.arange(2_000)])  # node 0 owns 0..9,999
     seen = []
     got = t.pull_async(mixed, callback=seen.append).wait(10)
-    assert not isinstance(got.base, _Received) and seen[0] is got
+    assert not isinstance(got.base, Received) and seen[0] is got
     np.testing.assert_array_equal(got, expected(mixed))
