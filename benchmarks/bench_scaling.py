@@ -70,13 +70,13 @@ LOCALITY = 0.9  # relocation: share of a worker's draws from its own, pre-locali
 
 # ---- the model ---------------------------------------------------------------------------------------
 def _hit(p: np.ndarray, draws: int) -> np.ndarray:
-    """(m,) P(key i is among `draws` draws) for each key of p."""
+    """(m,) P(at least one of `draws` draws lands in i), for each key (or group of keys) of mass p[i]."""
     return -np.expm1(draws * np.log1p(-np.minimum(p, 1 - 1e-15)))
 
 
 def _any(p: np.ndarray, draws: int) -> float:
     """P(at least one key of the group p is drawn)."""
-    return float(-np.expm1(draws * np.log1p(-min(float(p.sum()), 1 - 1e-15))))
+    return float(_hit(np.array([p.sum()]), draws)[0])
 
 
 def ranges(rows: int, nodes: int) -> np.ndarray:
@@ -144,10 +144,10 @@ def relocated(op: Op, nodes: int, locality: float = LOCALITY) -> dict:
         hop = np.where(manager[remote] == n, owner[remote], manager[remote])  # first hop of a remote key
         pr, kr, own = p[remote], hit[remote], owner[remote]
         served = own == hop
-        part = -np.expm1(op.draws * np.log1p(-np.minimum(groups(hop, pr, nodes), 1 - 1e-15)))
-        reply = -np.expm1(op.draws * np.log1p(-np.minimum(groups(hop[served], pr[served], nodes), 1 - 1e-15)))
+        part = _hit(groups(hop, pr, nodes), op.draws)
+        reply = _hit(groups(hop[served], pr[served], nodes), op.draws)
         pair = hop[~served] * nodes + own[~served]
-        fwd = -np.expm1(op.draws * np.log1p(-np.minimum(groups(pair, pr[~served], nodes * nodes), 1 - 1e-15)))
+        fwd = _hit(groups(pair, pr[~served], nodes * nodes), op.draws)
         fwd_msgs = fwd.reshape(nodes, nodes).sum(axis=1)  # per first hop
         k_first = groups(hop, kr, nodes)
         k_served = groups(hop[served], kr[served], nodes)
