@@ -69,13 +69,18 @@ class RecordingTransport:
 
     def __init__(self) -> None:
         self.sent: list = []
+        self.ports: list[int] = []  # the port of each send in `sent` (0: the rank's inbox)
         self.fail_to: set[int] = set()
 
-    def send(self, rank: int, frames: list, *, copy: bool = False) -> None:
+    def send(self, rank: int, frames: list, *, copy: bool = False, port: int = 0) -> None:
         from pskv.errors import TransportError
         if rank in self.fail_to:
             raise TransportError(f"sending to node {rank} timed out")
         self.sent.append((rank, frames))
+        self.ports.append(port)
+
+    def reply_box(self):
+        return None  # no thread has a reply box: replies come through the inbox
 
 
 def recording_endpoint(rank: int, tracker=None, cluster: int = 7):

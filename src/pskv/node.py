@@ -137,8 +137,8 @@ class Node:
 
     @property
     def dropped(self) -> int:
-        """Messages dropped as garbage or from another cluster."""
-        return self._dispatcher.dropped
+        """Messages dropped as garbage or from another cluster (malformed packed frames count once)."""
+        return self._dispatcher.dropped + self._transport.dropped + self.endpoint.dropped
 
     def _welcomed(self) -> None:
         """pskv-server, at WELCOME: learn the others' addresses, then take what they sent us early."""

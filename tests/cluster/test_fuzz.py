@@ -20,7 +20,8 @@ import pytest
 import zmq
 
 import pskv
-from pskv.net.wire import COORDINATOR, Header, Kind, control, dtype_code
+from pskv.net import outbox
+from pskv.net.wire import COORDINATOR, VERSION, Header, Kind, control, dtype_code
 
 from helpers import free_port, wait_until
 
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ROWS, DIM = 100, 4
-WIRE = struct.Struct("<4sBBHIhHQIIIBBh")  # the header layout, spelled out: a change to it must be deliberate
+WIRE = struct.Struct("<4sBBHIhHQIIIBBhH")  # the header layout, spelled out: a change to it must be deliberate
 F32, F64, I64, I32 = (dtype_code(np.float32), dtype_code(np.float64), dtype_code(np.int64), dtype_code(np.int32))
 RID = 1 << 40  # request ids of our messages: far above anything node 0's tracker hands out
 
@@ -121,7 +122,7 @@ class Fuzz:
 
     def truncated_header(self):
         h = self.header()
-        cut = int(self.rng.integers(0, 40))
+        cut = int(self.rng.integers(0, WIRE.size))
         return [h.pack()[:cut], *self.frames(h)[1:]], "dropped"
 
     def long_header(self):
@@ -135,7 +136,7 @@ class Fuzz:
         if which == 0:
             fields[0] = self.rng.bytes(4).replace(b"P", b"Q")
         elif which == 1:
-            fields[1] = int(self.rng.choice([0, 2, 3, 255]))
+            fields[1] = int(self.rng.choice([v for v in (0, 1, 2, 3, 255) if v != VERSION]))
         elif which == 2:
             fields[2] = int(self.rng.choice([0, 15, 19, 99, 200, 255]))  # kinds no Kind names
         else:
@@ -226,12 +227,30 @@ class Fuzz:
         # a node never receives HEARTBEAT or BARRIER (they go to the coordinator): no handler takes them
         return [h.pack(), *extra], "dropped" if kind in (Kind.HEARTBEAT, Kind.BARRIER) else "ignored"
 
-    def any(self):
+    # -- packed frames (net.outbox): each message inside counts as if sent alone; a broken one is dropped whole
+    def packed(self):
+        inner = [self.single() for _ in range(int(self.rng.integers(1, 5)))]
+        frames = [outbox.pack([[bytes(f) for f in frames] for frames, _ in inner])]
+        return frames, [what for _, what in inner]
+
+    def broken_packed(self):
+        frame = outbox.pack([self.frames(self.header(Kind.PUSH)) for _ in range(int(self.rng.integers(1, 4)))])
+        if self.rng.random() < 0.5:  # cut into the last frame's bytes
+            return [frame[:len(frame) - 9 - int(self.rng.integers(0, 16))]], "dropped"
+        count = len(frame[8:]) // 4  # claims more lengths than the frame holds
+        return [frame[:4] + (count + 10_000).to_bytes(4, "little") + frame[8:]], "dropped"
+
+    def single(self):
         builders = [self.random_bytes, self.truncated_header, self.long_header, self.bad_magic_version_kind_dtype,
                     self.wrong_cluster, self.wrong_sender, self.claims_coordinator, self.truncated_keys,
                     self.truncated_values, self.wrong_frame_count, self.keys_out_of_range, self.unknown_table,
                     self.wrong_dim_or_dtype, self.huge_count, self.valid_pull, self.stray_reply]
         return builders[int(self.rng.integers(0, len(builders)))]()
+
+    def any(self):
+        """One message as frames, and what node 1 does with it (a list of those for a packed frame)."""
+        roll = self.rng.random()
+        return self.packed() if roll < 0.1 else self.broken_packed() if roll < 0.15 else self.single()
 
     def marker(self):
         """The last message: a valid PUSH of +1000 to row 99, so node 0 sees when everything before it is done."""
@@ -263,7 +282,9 @@ def test_fuzz_server_survives_garbage(cluster_factory, tmp_path, seed):
 
     fuzz = Fuzz(info, seed)
     messages = [fuzz.any() for _ in range(400)]
-    counts = {kind: sum(1 for _, k in messages if k == kind) for kind in ("error", "dropped", "ignored", "pull")}
+    whats = [w for _, what in messages for w in (what if isinstance(what, list) else [what])]
+    assert any(isinstance(what, list) for _, what in messages)  # some packed frames among them
+    counts = {kind: whats.count(kind) for kind in ("error", "dropped", "ignored", "pull")}
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.SNDTIMEO, 10_000)

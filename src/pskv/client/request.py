@@ -37,7 +37,7 @@ class Received:
 class Request:
     """One pull/push/set in flight: its parts, and how a reply lands in the caller's `out`."""
 
-    __slots__ = ("table", "kind", "out", "rid", "parts", "fresh")
+    __slots__ = ("table", "kind", "out", "rid", "parts", "fresh", "reply_to")
 
     def __init__(self, table, kind: Kind, out, fresh: bool = False) -> None:
         self.table = table  # the client.table.Table that sent it (its state, dim, dtype, name)
@@ -46,9 +46,11 @@ class Request:
         self.rid = 0
         self.parts: list[tuple] = []  # part -> (positions in out or None: all in order, keys or None)
         self.fresh = fresh  # out was allocated for this pull: nobody else holds it
+        self.reply_to = 0  # the caller's reply box (it waits for the replies itself); 0: the inbox
 
     def on_part(self, sender: int, payload) -> np.ndarray | None:
-        """pskv-server thread: write a reply into `out`, and learn where its keys live.
+        """pskv-server (or the caller, for replies to its reply box): write a reply into `out`, and
+        learn where its keys live.
 
         A default pull (no `out=`) that one reply answers whole and in order, with at least
         ADOPT_MIN bytes of rows, gets the received frame itself as its result (returned here;

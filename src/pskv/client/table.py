@@ -44,8 +44,11 @@ class Table:
 
     # ---- public ---------------------------------------------------------------------------------
     def pull(self, keys, *, out: np.ndarray | None = None, timeout: float | None = None) -> np.ndarray:
-        """Rows `keys` as a (len(keys), dim) array. Blocks. See pull_async."""
-        return self.pull_async(keys, out=out).wait(timeout)
+        """Rows `keys` as a (len(keys), dim) array. Blocks. See pull_async.
+
+        The calling thread receives the replies itself (its own reply box), without waking the
+        node's pskv-server thread in between."""
+        return self._pull(keys, out, None, direct=True).wait(timeout)
 
     def pull_async(self, keys, *, out: np.ndarray | None = None,
                    callback: Callable[[np.ndarray], None] | None = None) -> Future:
@@ -60,6 +63,10 @@ class Table:
         worker is more than the staleness behind this worker's clock (see pskv.consistency).
         Raises KeyOutOfRange / ShapeError / DTypeError before sending; the Future fails with
         NodeFailure if a node holding some keys dies."""
+        return self._pull(keys, out, callback, direct=False)
+
+    def _pull(self, keys, out, callback, *, direct: bool) -> Future:
+        """pull/pull_async; `direct`: the caller waits at once, in this thread (see pull)."""
         self._ctx.check()
         keys = check_keys(self.spec, keys, "pull")
         fresh = out is None
@@ -68,9 +75,9 @@ class Table:
         if self._state.aggregator is not None:
             fut = self._state.aggregator.pull(self._worker, keys, out)
         elif self._state.consistency.synchronous:
-            fut = self._pull_bounded(keys, out)
+            fut = self._pull_bounded(keys, out, direct)
         else:
-            fut = self._request(Kind.PULL, keys, None, out, copy=True, fresh=fresh)
+            fut = self._request(Kind.PULL, keys, None, out, copy=True, fresh=fresh, direct=direct)
         if callback is not None:
             fut = fut.then(callback)
         return fut
@@ -188,7 +195,7 @@ class Table:
         return mask, out
 
     # ---- BSP / SSP (pskv.consistency) -----------------------------------------------------------
-    def _pull_bounded(self, keys: np.ndarray, out: np.ndarray) -> Future:
+    def _pull_bounded(self, keys: np.ndarray, out: np.ndarray, direct: bool) -> Future:
         """A pull that includes every update stamped <= clock - staleness - 1, and this node's own."""
         st = self._state
         needed = self._ctx.clocks.clock_of(self._worker) - st.consistency.staleness  # the global clock the rows need
@@ -212,9 +219,9 @@ class Table:
         st.buffer.flush_before_pull()  # read-my-writes: our buffered updates reach the owners first
         fresh = self._ctx.clocks.global_clock
         if st.cache is None:
-            return self._request(Kind.PULL, keys, None, out, copy=True)
+            return self._request(Kind.PULL, keys, None, out, copy=True, direct=direct)
         miss_keys = keys[rest]
-        fut = self._request(Kind.PULL, miss_keys, None, out, copy=True, gpos=rest)
+        fut = self._request(Kind.PULL, miss_keys, None, out, copy=True, gpos=rest, direct=direct)
         remote = self._cacheable(miss_keys)
 
         def keep(values: np.ndarray) -> None:
@@ -272,10 +279,11 @@ class Table:
         return out
 
     def _request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool, gpos=None,
-                 fresh: bool = False) -> Future:
+                 fresh: bool = False, direct: bool = False) -> Future:
         """Serve or send `keys`; with `gpos`, key i's row goes to out[gpos[i]]. `fresh`: `out` was
         allocated for this pull (no `out=`), so a large reply that answers all of it in order may
-        become the result itself instead of being copied into `out` (see client.request.Request.on_part)."""
+        become the result itself instead of being copied into `out` (see client.request.Request.on_part).
+        `direct`: this thread waits for the result at once, so the replies come to its reply box."""
         n = len(keys)
         if n == 0:
             return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
@@ -302,6 +310,8 @@ class Table:
         req = Request(self, kind, out, fresh)
         req.rid, fut = self._ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out,
                                                      desc=self._desc(kind))
+        if direct:
+            req.reply_to = self._ctx.endpoint.reply_box()
         st = self._state
         # nothing moved here and one manager holds every key: skip per-key routing (correct even if
         # other nodes moved some of the keys: their manager forwards them)
@@ -315,6 +325,8 @@ class Table:
                     self._part(req, d, pk, pv, gpos, copy)
                 else:
                     self._part(req, d, pk, pv, idx if gpos is None else gpos[idx], False)
+        if req.reply_to and req.parts:
+            fut.pumped_by(self._ctx.endpoint.pump)
         self._track(fut)
         return fut
 
@@ -337,7 +349,7 @@ class Table:
         req.parts.append((gpos, keys if self._state.loc_cache.size else None))
         self._state.remote_keys += len(keys)
         self._ctx.endpoint.request(dest, req.kind, self.spec.table_id, req.rid, part=len(req.parts) - 1, dim=self.dim,
-                                   copy=copy, keys=keys, values=values)
+                                   copy=copy, reply_to=req.reply_to, keys=keys, values=values)
 
     def _replica(self, kind, keys, values, out, pos) -> None:
         replicas = self._state.shard.replicas

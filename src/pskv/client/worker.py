@@ -19,6 +19,7 @@ class Worker:
         self._tables: dict[str, Table] = {}
         self._pending: list[Future] = []  # outstanding futures for wait_all(); pruned as it grows
         self._updates: list[Future] = []  # pushes/sets since the last clock(), stamped with the current clock
+        self._prune_at = self._prune_updates_at = 4096  # sizes at which _pending / _updates drop done futures
         self._lock = threading.Lock()  # guards _pending and _updates
         self._closed = False
 
@@ -90,8 +91,9 @@ class Worker:
                 if self._updates and self._updates[-1] is fut:  # pushes into one buffer share its Future
                     return fut
                 self._updates.append(fut)
-                if len(self._updates) >= 4096:
+                if len(self._updates) >= self._prune_updates_at:
                     self._updates = [f for f in self._updates if not f.done()]
+                    self._prune_updates_at = max(4096, 2 * len(self._updates))
         return fut
 
     def _track(self, fut: Future) -> None:
@@ -99,9 +101,10 @@ class Worker:
             if self._pending and self._pending[-1] is fut:  # pushes into one buffer share its Future
                 return
             self._pending.append(fut)
-            if len(self._pending) >= 4096:
+            if len(self._pending) >= self._prune_at:
                 # keep failures: wait_all() must still raise them
                 self._pending = [f for f in self._pending if not f.done() or f.exception() is not None]
+                self._prune_at = max(4096, 2 * len(self._pending))  # amortized O(1), however many stay pending
 
     def __repr__(self) -> str:
         return f"<Worker node={self.rank}/{self.num_nodes} thread={self.thread}>"

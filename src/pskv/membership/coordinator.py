@@ -31,7 +31,7 @@ import time
 from ..config import ConfigError, NodeConfig, split_address
 from ..net.transport import Transport
 from ..errors import ProtocolError
-from ..net.wire import COORDINATOR, Kind, control, control_payload, unpack_header
+from ..net.wire import COORDINATOR, Kind, control, control_payload, frame_bytes, unpack_header
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class Coordinator:
 
     def _receive(self, frames: list) -> None:
         try:
-            header = unpack_header(frames[0].bytes)
+            header = unpack_header(frame_bytes(frames[0]))
             payload = control_payload(header, frames)
         except ProtocolError as exc:
             log.warning("coordinator dropped a message: %s", exc)

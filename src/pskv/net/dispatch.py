@@ -56,7 +56,9 @@ class Dispatcher:
         self._duties.append(duty)
 
     def run(self, stop: threading.Event) -> None:
-        """The loop of pskv-server, until `stop` is set."""
+        """The loop of pskv-server, until `stop` is set. What the handlers send during one burst
+        is held back and leaves at its end, packed into one frame per destination (net.outbox)."""
+        self._transport.hold_all()
         while not stop.is_set():
             try:
                 frames = self._transport.recv(0.05)
@@ -69,9 +71,11 @@ class Dispatcher:
                         log.exception("node %d: error while dispatching a message", self.rank)
                     burst += 1
                     frames = self._transport.recv_nowait() if burst < _BURST else None
+                self._transport.flush()
                 now = time.monotonic()
                 for duty in self._duties:
                     duty(now)
+                self._transport.flush()
             except Exception:  # garbage must never kill the server thread
                 self.dropped += 1
                 log.exception("node %d: error while dispatching a message", self.rank)

@@ -7,7 +7,8 @@ socket). Replies that come back (PULL_REPLY, ACK, ERROR) arrive in `on_reply`, t
 dispatcher calls for them, and complete requests in the `RequestTracker`.
 
 Threads and ownership: any thread may send (Transport gives each thread its own sockets); replies
-are taken in by pskv-server. Endpoint holds no lock and no state of its own.
+are taken in by pskv-server, except those to a reply box, which the thread that owns the box takes
+in itself while it waits (`pump`). Endpoint holds no lock and no state of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Callable
 from ..errors import ProtocolError, RemoteError
 from .requests import RequestTracker
 from .transport import Transport
-from .wire import REPLIES, Header, Kind, encode, frame_bytes, unpack
+from .wire import REPLIES, Header, Kind, encode, frame_bytes, unpack, unpack_header
 
 HANDLES = REPLIES  # the kinds `on_reply` takes
 
@@ -28,18 +29,21 @@ class Endpoint:
         self.tracker = tracker
         self._transport = transport
         self._cluster = cluster  # the cluster id, known once the node joined
+        self.dropped = 0  # garbage that reached a reply box
 
     # ---- sending ------------------------------------------------------------------------------------
     def request(self, dest: int, kind: Kind, table: int, rid: int, *, part: int = 0, dim: int = 0, copy: bool = False,
-                **arrays) -> None:
-        """Send part `part` of this node's tracked request `rid` to node `dest`."""
+                reply_to: int = 0, **arrays) -> None:
+        """Send part `part` of this node's tracked request `rid` to node `dest`; its replies come to
+        this node's inbox, or with `reply_to`, to that reply box (see `pump`)."""
         self.tracker.sent_to(rid, dest)
-        self.send(dest, Header(kind, table=table, request_id=rid, part=part, dim=dim, origin=self.rank), copy=copy,
-                  **arrays)
+        self.send(dest, Header(kind, table=table, request_id=rid, part=part, dim=dim, origin=self.rank,
+                               reply_to=reply_to), copy=copy, **arrays)
 
     def reply(self, to: Header, kind: Kind, *, n_keys: int = 0, **arrays) -> None:
-        """Answer the request `to` at its origin (ACK, PULL_REPLY, or a HANDOVER/TRANSFER it causes)."""
-        self.send(to.origin, self.reply_header(to, kind, n_keys), **arrays)
+        """Answer the request `to` at its origin (ACK, PULL_REPLY, or a TRANSFER a HANDOVER causes),
+        in the reply box it names, if any."""
+        self.send(to.origin, self.reply_header(to, kind, n_keys), port=to.reply_to, **arrays)
 
     def answer(self, node: int, kind: Kind, table: int, rid: int, **arrays) -> None:
         """Answer request `rid` of node `node` (one reply for requests of several nodes, as an
@@ -49,16 +53,16 @@ class Endpoint:
     def error(self, to: Header, message: str) -> None:
         """Tell the origin of `to` that it failed here, in words."""
         header = self._stamp(self.reply_header(to, Kind.ERROR, 0))
-        self._transport.send(to.origin, [header.pack(), message.encode()])
+        self._transport.send(to.origin, [header.pack(), message.encode()], port=to.reply_to)
 
     def forward(self, dest: int, header: Header, flags: int, **arrays) -> None:
         """Pass part of a request on to `dest`, keeping its origin, id and part."""
         h = Header(header.kind, table=header.table, request_id=header.request_id, part=header.part,
-                   dim=header.dim, flags=flags, origin=header.origin)
+                   dim=header.dim, flags=flags, origin=header.origin, reply_to=header.reply_to)
         self.send(dest, h, **arrays)
 
-    def send(self, dest: int, header: Header, *, copy: bool = False, **arrays) -> None:
-        self._transport.send(dest, encode(self._stamp(header), **arrays), copy=copy)
+    def send(self, dest: int, header: Header, *, copy: bool = False, port: int = 0, **arrays) -> None:
+        self._transport.send(dest, encode(self._stamp(header), **arrays), copy=copy, port=port)
 
     def reply_header(self, to: Header, kind: Kind, n_keys: int) -> Header:
         return Header(kind, table=to.table, request_id=to.request_id, part=to.part, n_keys=n_keys, origin=to.origin)
@@ -67,7 +71,30 @@ class Endpoint:
         header.cluster, header.sender = self._cluster(), self.rank
         return header
 
-    # ---- replies (pskv-server) ----------------------------------------------------------------------
+    # ---- replies ------------------------------------------------------------------------------------
+    def reply_box(self) -> int:
+        """The port of the calling thread's reply box for requests it will wait on itself; 0: none
+        (its replies come through the inbox)."""
+        box = self._transport.reply_box()
+        return 0 if box is None else box.port
+
+    def pump(self, seconds: float) -> None:
+        """The thread that waits on its own requests: receive one reply from its reply box (waiting
+        up to `seconds` for it) and deliver it, as pskv-server does with the inbox. Garbage, and
+        replies of other clusters or kinds, are dropped."""
+        frames = self._transport.reply_box().recv(seconds)
+        if frames is None:
+            return
+        try:
+            header = unpack_header(frame_bytes(frames[0]))
+        except ProtocolError:
+            header = None
+        if header is not None and header.kind in REPLIES and header.cluster == self._cluster():
+            self.on_reply(header, frames)
+        else:
+            self.dropped += 1
+
+    # ---- replies through the inbox (pskv-server) ----------------------------------------------------
     def on_reply(self, header: Header, frames: list) -> None:
         """A reply to one of this node's requests: complete its part in the tracker."""
         if header.kind == Kind.ERROR:

@@ -21,6 +21,7 @@ from ..errors import PskvError, WaitTimeout
 log = logging.getLogger(__name__)
 
 _POLL = 0.2  # seconds between checks of the owner's health while waiting without a timeout
+_PUMP = 0.02  # seconds a thread that receives its own replies waits on its box between looks at the Future
 
 
 class Future:
@@ -30,7 +31,7 @@ class Future:
     None otherwise) or raises its error. Thread-safe."""
 
     __slots__ = ("_done", "_gate", "_result", "_error", "_tb", "_callbacks", "_lock", "_health", "_deadline",
-                 "_on_stall", "desc")
+                 "_on_stall", "_pump", "_pump_thread", "desc")
 
     def __init__(self, desc: str = "", health: Callable[[], None] | None = None) -> None:
         # Done-ness is a flag plus a gate: a bare lock, held while pending and released once by
@@ -48,6 +49,8 @@ class Future:
         self._callbacks: list[Callable[["Future"], None]] = []
         self._lock = threading.Lock()  # guards _callbacks against resolve; never held while calling them
         self._health = health  # raises if the node can no longer complete this (closed, failed)
+        self._pump: Callable[[float], None] | None = None  # see pumped_by()
+        self._pump_thread = 0
         self.desc = desc
 
     @classmethod
@@ -61,10 +64,21 @@ class Future:
     def done(self) -> bool:
         return self._done
 
+    def pumped_by(self, pump: Callable[[float], None]) -> "Future":
+        """Replies to this request come to the calling thread's reply box: when this thread waits,
+        it runs pump(seconds) (receive and deliver them) instead of sleeping. Other threads that
+        wait sleep as usual (the owner thread, or the request timeout, completes it)."""
+        self._pump, self._pump_thread = pump, threading.get_ident()
+        return self
+
     def _sleep(self, seconds: float) -> bool:
         """Block until done or `seconds` passed; True if done."""
         if self._done:
             return True
+        if self._pump is not None and threading.get_ident() == self._pump_thread:
+            # at most _PUMP at a time: a failure (fail_all, expiry) resolves us without a reply
+            self._pump(min(seconds, _PUMP))
+            return self._done
         if self._gate.acquire(True, seconds):
             self._gate.release()  # for the next waiter
             return True
@@ -112,6 +126,7 @@ class Future:
         fn runs in the thread that resolves this Future; if it raises, the new Future fails with
         that error. This is how pull_async(callback=) runs a callback before wait() returns."""
         nxt = Future(self.desc, self._health)
+        nxt._pump, nxt._pump_thread = self._pump, self._pump_thread  # it completes when this one does
 
         def chain(f: "Future") -> None:
             if f._error is not None:

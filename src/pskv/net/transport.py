@@ -1,21 +1,29 @@
-"""Transport: move multipart frames between nodes over ZeroMQ. The only module that touches zmq.
+"""Transport: move multipart frames between nodes over ZeroMQ. The only module that imports zmq
+(net.outbox sends on the sockets made here).
 
 Each node binds one PULL socket (its inbox); every peer, and the coordinator, reaches it
 through PUSH sockets. Requests and replies are both plain messages to a rank's inbox, as in
-ps-lite's van: the receiving thread tells them apart by the header.
+ps-lite's van: the receiving thread tells them apart by the header. A thread that blocks on its
+own requests may also bind a `ReplyBox` (a PULL socket of its own on the node's host): requests
+that name its port get their replies there, and the waiting thread receives them itself, with
+no hand-off through the pskv-server thread.
 
 Threads and ownership: the inbox socket belongs to the one thread that calls `recv()` (the
 node's pskv-server thread). Outgoing PUSH sockets are thread-local: every thread that calls
-`send()` gets its own socket to each destination the first time it sends there, so no socket
-is ever shared and no lock is held while sending (a worker's request goes straight onto the
-wire, saving the queue hop to an io thread). Messages from one thread to one destination
-arrive in order. `close()` runs after all sending threads have stopped; it closes every socket
-with LINGER 0 (sockets to the coordinator linger briefly so a final BYE is delivered).
+`send()` gets its own socket to each destination (a rank's inbox, or a port of a rank's host)
+the first time it sends there (an `Outbox`), so no socket is ever shared and no lock is held
+while sending (a worker's request goes straight onto the wire, saving the queue hop to an io
+thread). Small messages travel packed, one frame each; the pskv-server thread holds its small
+messages back during a burst and sends them packed together (see net.outbox). Messages from one
+thread to one destination arrive in order. `close()` runs after all sending threads have stopped;
+it closes every socket with LINGER 0 (sockets to the coordinator linger briefly so a final BYE is
+delivered).
 Assumes: dict operations are atomic under the GIL.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 import threading
@@ -23,10 +31,71 @@ import threading
 import zmq
 
 from ..config import zmq_url
-from ..errors import TransportError
+from ..errors import ProtocolError, TransportError
+from .outbox import Outbox, is_packed, split
 from .wire import COORDINATOR
 
 log = logging.getLogger(__name__)
+_MAX_BOXES = 256  # reply boxes per node at most (one per thread that waits); later threads use the inbox
+HOLD_BYTES = 4096  # a message this small may be held back to leave packed with others (see hold_all)
+_HOLD_MESSAGES = 64  # a packed frame carries at most this many held messages ...
+_HOLD_TOTAL = 256 << 10  # ... and bytes
+
+
+class _Unpacker:
+    """Turns received ZeroMQ messages into pskv messages: a packed frame becomes its messages, in order."""
+
+    __slots__ = ("queue", "dropped")
+
+    def __init__(self) -> None:
+        self.queue: collections.deque = collections.deque()
+        self.dropped = 0  # malformed packed frames
+
+    def take(self, frames: list) -> list | None:
+        if not is_packed(frames):
+            return frames
+        try:
+            self.queue.extend(split(frames))
+        except ProtocolError as exc:
+            self.dropped += 1
+            log.warning("dropped a malformed packed frame: %s", exc)
+        return self.queue.popleft() if self.queue else None
+
+
+class ReplyBox:
+    """One thread's own inbox for the replies to requests it waits on (a PULL socket on a random port).
+
+    Threads and ownership: only the thread that made it receives on it (`thread`); peers' server
+    threads send to it. Closed by Transport.close()."""
+
+    __slots__ = ("port", "thread", "_sock", "_poller", "_in")
+
+    def __init__(self, ctx: zmq.Context, host: str) -> None:
+        self._sock = ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.RCVHWM, 0)
+        if ":" in host:
+            self._sock.setsockopt(zmq.IPV6, 1)
+        self.port = self._sock.bind_to_random_port(zmq_url(host, 0).rsplit(":", 1)[0])
+        self.thread = threading.get_ident()
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._in = _Unpacker()
+
+    def recv(self, timeout: float) -> list | None:
+        """One message (its frames), or None after `timeout` seconds. The owner thread only."""
+        if self._in.queue:
+            return self._in.queue.popleft()
+        if not self._poller.poll(int(timeout * 1000)):
+            return None
+        return self._in.take(self._sock.recv_multipart(copy=False))
+
+    @property
+    def dropped(self) -> int:
+        return self._in.dropped
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
 
 
 class Transport:
@@ -35,16 +104,18 @@ class Transport:
         self._ctx = context or zmq.Context()
         self._own_ctx = context is None
         self._addresses: dict[int, str] = {}  # rank (or COORDINATOR) -> zmq url
-        self._local = threading.local()  # .sockets: dict[rank, zmq.Socket] of this thread
-        self._all: list[zmq.Socket] = []  # every PUSH socket made, for close(); appended under _lock
+        self._local = threading.local()  # .outboxes: dict[rank or (rank, port), Outbox]; .box; .hold_all
+        self._all: list[Outbox] = []  # every outbox made, for close(); appended under _lock
+        self._boxes: list[ReplyBox] = []  # every reply box made, for close(); appended under _lock
         self._lock = threading.Lock()  # guards _all and _closed
         self._closed = False
         self._send_timeout_ms = int(send_timeout * 1000)
         self._linger_ms = int(linger * 1000)  # the coordinator lingers so its last words arrive
         self._drop_rate = drop_rate  # test only (PSKV_TEST_DROP_RATE): drop data messages on send
         self.messages_sent = 0  # to other nodes, not the coordinator; approximate under threads (GIL-atomic +=)
-        self.bytes_sent = 0
-        self.messages_received = 0  # owner thread only
+        self.bytes_sent = 0  # (packed messages count one each, as if sent alone)
+        self.messages_received = 0  # owner thread only: ZeroMQ messages (a packed frame counts once)
+        self._in = _Unpacker()  # the inbox's packed frames, owner thread only
         try:
             self._inbox = self._ctx.socket(zmq.PULL)
             self._inbox.setsockopt(zmq.LINGER, 0)
@@ -74,16 +145,39 @@ class Transport:
         host, _, port = address.rpartition(":")
         self._addresses[rank] = zmq_url(host.strip("[]"), int(port))
 
-    def send(self, rank: int, frames: list, *, copy: bool = False) -> None:
-        """Send `frames` to `rank`'s inbox. Thread-safe; blocks only if the peer's queue is full.
+    def reply_box(self) -> ReplyBox | None:
+        """The calling thread's reply box, made on first use; None once _MAX_BOXES exist (or closed)."""
+        box = getattr(self._local, "box", None)
+        if box is None:
+            with self._lock:
+                if self._closed or len(self._boxes) >= _MAX_BOXES:
+                    return None
+                try:
+                    box = ReplyBox(self._ctx, self.host)
+                except zmq.ZMQError as exc:
+                    log.warning("no reply box for this thread (%s); its replies go through the inbox", exc)
+                    return None
+                self._boxes.append(box)
+            self._local.box = box
+        return box
 
-        With copy=False the caller must not change the frames' buffers afterwards (pyzmq sends
-        them in place); small frames are copied anyway (zmq.COPY_THRESHOLD)."""
+    def send(self, rank: int, frames: list, *, copy: bool = False, port: int = 0) -> None:
+        """Send `frames` to `rank`'s inbox, or with `port`, to that port on `rank`'s host (a reply
+        box). Thread-safe; blocks only if the peer's queue is full.
+
+        A small message (<= outbox.PACK_BYTES) travels packed in one frame. A thread that called
+        hold_all() holds its small data messages until its next flush(), which sends them packed
+        together, one frame per destination. With copy=False the caller must not change the
+        frames' buffers afterwards (pyzmq sends them in place)."""
         if self._drop_rate and rank != COORDINATOR and random.random() < self._drop_rate:
             return
-        sock = self._socket(rank)
+        box = self._outbox(rank, port)
+        nbytes = sum(f.nbytes if hasattr(f, "nbytes") else len(f) for f in frames)
         try:
-            sock.send_multipart(frames, copy=copy)
+            if nbytes <= HOLD_BYTES and rank != COORDINATOR and getattr(self._local, "hold_all", False):
+                box.hold(frames, nbytes, max_messages=_HOLD_MESSAGES, max_bytes=_HOLD_TOTAL)
+            else:
+                box.send(frames, nbytes, copy)
         except zmq.Again as exc:
             raise TransportError(f"sending to node {rank} timed out after {self._send_timeout_ms} ms; "
                                  "its queue is full, it is probably stuck or dead") from exc
@@ -91,7 +185,31 @@ class Transport:
             raise TransportError(f"sending to node {rank} failed: {exc}") from exc
         if rank != COORDINATOR:  # data traffic only: heartbeats would make the counts depend on timing
             self.messages_sent += 1
-            self.bytes_sent += sum(f.nbytes if hasattr(f, "nbytes") else len(f) for f in frames)
+            self.bytes_sent += nbytes
+
+    def hold_all(self) -> None:
+        """From now on the calling thread holds its small data messages until it calls flush()
+        (the pskv-server thread: the replies to one burst of requests leave packed, one frame per node)."""
+        self._local.hold_all = True
+
+    def flush(self) -> None:
+        """Send every message the calling thread holds back."""
+        for box in getattr(self._local, "outboxes", {}).values():
+            if box.held:
+                try:
+                    box.flush()
+                except zmq.ZMQError as exc:
+                    raise TransportError(f"sending held messages to node {box.rank} failed: {exc}") from exc
+
+    @property
+    def dropped(self) -> int:
+        """Malformed packed frames received (inbox and reply boxes); each dropped whole."""
+        return self._in.dropped + sum(box.dropped for box in list(self._boxes))
+
+    @property
+    def batches_sent(self) -> int:
+        """Frames sent that carried more than one message."""
+        return sum(box.batches for box in list(self._all))
 
     def send_once(self, address: str, frames: list) -> None:
         """Send one message to host:port on a socket made for it and closed at once (rare control replies)."""
@@ -108,36 +226,45 @@ class Transport:
 
     def recv(self, timeout: float) -> list | None:
         """One message from the inbox as zmq.Frames, or None after `timeout` seconds. Owner thread only."""
+        if self._in.queue:
+            return self._in.queue.popleft()
         try:
             if not self._poller.poll(int(timeout * 1000)):
                 return None
             frames = self._inbox.recv_multipart(copy=False)
             self.messages_received += 1
-            return frames
+            return self._in.take(frames)
         except zmq.ZMQError as exc:
             raise TransportError(f"receiving on {self.address} failed: {exc}") from exc
 
     def recv_nowait(self) -> list | None:
         """One message from the inbox if one is waiting, else None (no poll). Owner thread only."""
+        if self._in.queue:
+            return self._in.queue.popleft()
         try:
+            if not self._inbox.get(zmq.EVENTS) & zmq.POLLIN:  # (cheaper than the zmq.Again a NOBLOCK raises)
+                return None
             frames = self._inbox.recv_multipart(zmq.NOBLOCK, copy=False)
         except zmq.Again:
             return None
         except zmq.ZMQError as exc:
             raise TransportError(f"receiving on {self.address} failed: {exc}") from exc
         self.messages_received += 1
-        return frames
+        return self._in.take(frames)
 
-    def _socket(self, rank: int) -> zmq.Socket:
-        sockets = getattr(self._local, "sockets", None)
-        if sockets is None:
-            sockets = self._local.sockets = {}
-        sock = sockets.get(rank)
-        if sock is not None:
-            return sock
+    def _outbox(self, rank: int, port: int = 0) -> Outbox:
+        outboxes = getattr(self._local, "outboxes", None)
+        if outboxes is None:
+            outboxes = self._local.outboxes = {}
+        where = (rank, port) if port else rank
+        box = outboxes.get(where)
+        if box is not None:
+            return box
         url = self._addresses.get(rank)
         if url is None:
             raise TransportError(f"no address known for node {rank}; the cluster has not been joined yet")
+        if port:
+            url = f"{url.rsplit(':', 1)[0]}:{port}"
         with self._lock:
             if self._closed:
                 raise TransportError("transport is closed")
@@ -148,9 +275,10 @@ class Transport:
             if "[" in url:
                 sock.setsockopt(zmq.IPV6, 1)
             sock.connect(url)
-            self._all.append(sock)
-        sockets[rank] = sock
-        return sock
+            box = Outbox(sock, rank)
+            self._all.append(box)
+        outboxes[where] = box
+        return box
 
     def close(self) -> None:
         """Close every socket. Idempotent. Call after the sending and receiving threads stopped."""
@@ -158,9 +286,11 @@ class Transport:
             if self._closed:
                 return
             self._closed = True
-            sockets = list(self._all)
-        for sock in sockets:
-            sock.close()
+            sockets, boxes = list(self._all), list(self._boxes)
+        for outbox in sockets:
+            outbox.sock.close()
+        for box in boxes:
+            box.close()
         self._inbox.close(linger=0)
         self._terminate()
 

@@ -2,7 +2,7 @@
 `encode()`, which turns a header and arrays into frames, and `unpack()`, its inverse, which turns
 a message's frames into a `Payload` of numpy views.
 
-A message is a ZeroMQ multipart message: frame 0 is a 40-byte header, the other frames are
+A message is a ZeroMQ multipart message: frame 0 is a 42-byte header, the other frames are
 raw buffers (keys, values) or, for control messages, one UTF-8 JSON object. Arrays travel as
 zero-copy frames and are read back with np.frombuffer; nothing on the data path is pickled.
 
@@ -22,7 +22,9 @@ zero-copy frames and are read back with np.frombuffer; nothing on the data path 
 `positions` (int64, flag POSITIONS) appear when a message covers only some keys of a request
 part: a node that owns some keys of a request serves those and forwards the rest (Lapse), and
 every reply names the positions in the part that it answers. `origin` is the node that made
-the request; replies go to it directly, however often the request was forwarded.
+the request; replies go to it directly, however often the request was forwarded: to its inbox,
+or with `reply_to` set, to the reply box (a port on the origin's host) of the thread that waits
+for them (see net.transport.ReplyBox).
 
 `unpack_header()` and `unpack()` check everything a peer could get wrong (length, magic, version,
 kind, dtype codes, frame sizes) and raise ProtocolError; the server answers with ERROR or drops
@@ -42,7 +44,7 @@ import numpy as np
 from ..errors import ProtocolError
 
 MAGIC = b"PSKV"
-VERSION = 1
+VERSION = 2  # 2: Header.reply_to
 COORDINATOR = -1  # the `sender`/destination rank of the coordinator
 
 
@@ -77,6 +79,7 @@ class Kind(enum.IntEnum):
     STALLED = 34  # coordinator -> nodes: a collective some nodes never joined; the cluster stops
 
 
+_KINDS = {int(k): k for k in Kind}
 REQUESTS = frozenset({Kind.PULL, Kind.PUSH, Kind.SET})
 REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR})
 RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC})
@@ -92,10 +95,11 @@ _WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, K
 _DTYPES = {0: None, 1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int64), 4: np.dtype(np.int32)}
 _CODES = {dt: code for code, dt in _DTYPES.items() if dt is not None}
 
-# magic, version, kind, flags, cluster, sender, table, request_id, part, n_keys, dim, dtype, key dtype, origin
+# magic, version, kind, flags, cluster, sender, table, request_id, part, n_keys, dim, dtype, key dtype, origin,
+# reply_to
 KEY_CODE = 3  # keys travel as int64 (dtype_code(np.int64))
-_STRUCT = struct.Struct("<4sBBHIhHQIIIBBh")
-HEADER_SIZE = _STRUCT.size  # 40 bytes
+_STRUCT = struct.Struct("<4sBBHIhHQIIIBBhH")
+HEADER_SIZE = _STRUCT.size  # 42 bytes
 
 
 def dtype_code(dtype) -> int:
@@ -119,11 +123,12 @@ class Header:
     key_dtype: int = 0  # code of the keys' dtype (0: no keys)
     flags: int = 0
     origin: int = 0  # the node that made the request; replies go there (forwarding keeps it)
+    reply_to: int = 0  # the port of the origin's reply box for this request's replies; 0: its inbox
 
     def pack(self) -> bytes:
         return _STRUCT.pack(MAGIC, VERSION, self.kind, self.flags, self.cluster, self.sender, self.table,
                             self.request_id, self.part, self.n_keys, self.dim, self.dtype, self.key_dtype,
-                            self.origin)
+                            self.origin, self.reply_to)
 
     def __repr__(self) -> str:
         who = "coord" if self.sender == COORDINATOR else f"n{self.sender}"
@@ -136,18 +141,17 @@ def unpack_header(frame: bytes | memoryview) -> Header:
     if len(frame) != HEADER_SIZE:
         raise ProtocolError(f"header is {len(frame)} bytes, expected {HEADER_SIZE}; not a pskv message")
     (magic, version, kind, flags, cluster, sender, table, rid, part,
-     n_keys, dim, dtype, key_dtype, origin) = _STRUCT.unpack(frame)
+     n_keys, dim, dtype, key_dtype, origin, reply_to) = _STRUCT.unpack(frame)
     if magic != MAGIC:
         raise ProtocolError(f"bad magic {magic!r}; not a pskv message")
     if version != VERSION:
         raise ProtocolError(f"protocol version {version}, this node speaks {VERSION}; run one pskv version everywhere")
-    try:
-        kind = Kind(kind)
-    except ValueError:
-        raise ProtocolError(f"unknown message kind {kind}") from None
+    code, kind = kind, _KINDS.get(kind)  # (a dict, not Kind(kind): the enum call costs more than the rest)
+    if kind is None:
+        raise ProtocolError(f"unknown message kind {code}")
     if dtype not in _DTYPES or key_dtype not in _DTYPES:
         raise ProtocolError(f"unknown dtype code {dtype}/{key_dtype} in {kind.name}")
-    return Header(kind, cluster, sender, table, rid, part, n_keys, dim, dtype, key_dtype, flags, origin)
+    return Header(kind, cluster, sender, table, rid, part, n_keys, dim, dtype, key_dtype, flags, origin, reply_to)
 
 
 class Payload(NamedTuple):
@@ -221,7 +225,9 @@ def encode(header: Header, keys=None, positions=None, values=None, state=None, r
 
 def _view(frame, dtype: np.dtype, shape: tuple, header: Header) -> np.ndarray:
     buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
-    expected = int(np.prod(shape)) * dtype.itemsize
+    expected = dtype.itemsize
+    for extent in shape:  # (not np.prod: a measurable share of a small message's cost)
+        expected *= extent
     if buf.nbytes != expected:
         raise ProtocolError(f"{header!r}: frame of {buf.nbytes} bytes, expected {expected} for {shape} {dtype}")
     return np.frombuffer(buf, dtype=dtype).reshape(shape)

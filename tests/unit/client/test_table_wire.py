@@ -87,3 +87,75 @@ def test_small_or_split_default_pulls_are_ordinary_arrays(nodes):
     got = t.pull_async(mixed, callback=seen.append).wait(10)
     assert not isinstance(got.base, Received) and seen[0] is got
     np.testing.assert_array_equal(got, expected(mixed))
+
+
+def _reply_threads(node, monkeypatch):
+    """The names of the threads that deliver replies to node's requests, as they happen."""
+    import threading
+    names: list[str] = []
+    deliver = node.tracker.on_reply
+
+    def recording(*args, **kwargs):
+        names.append(threading.current_thread().name)
+        return deliver(*args, **kwargs)
+
+    monkeypatch.setattr(node.tracker, "on_reply", recording)
+    return names
+
+
+def test_a_blocking_pull_takes_its_reply_in_its_own_thread(nodes, monkeypatch):
+    """pull() names the caller's reply box in its request; the owner answers there and the caller
+    receives the reply itself: no hand-off through pskv-server. pull_async() replies still come
+    through pskv-server (its Future may be waited on anywhere, or only carry a callback)."""
+    import threading
+    pair, t = nodes
+    names = _reply_threads(pair[0], monkeypatch)
+    keys = remote_keys(300, seed=3)
+    np.testing.assert_array_equal(t.pull(keys, timeout=10), expected(keys))
+    assert names == [threading.current_thread().name]
+    names.clear()
+    np.testing.assert_array_equal(t.pull_async(keys).wait(10), expected(keys))
+    assert len(names) == 1 and names[0].startswith("pskv-server")
+
+
+def test_threads_pulling_at_once_each_get_their_own_rows(nodes):
+    """Eight threads, each with its own reply box, pull different rows at once: every row exact."""
+    pair, _ = nodes
+
+    def body(seed):
+        w = pair[0].worker()
+        try:
+            t = w.table("t")
+            for i in range(20):
+                keys = remote_keys(1 + 37 * i, seed=seed * 100 + i)
+                np.testing.assert_array_equal(t.pull(keys, timeout=10), expected(keys))
+            return True
+        finally:
+            w.close()
+
+    assert together(*[lambda s=s: body(s) for s in range(8)]) == [True] * 8
+
+
+def test_a_late_reply_in_the_reply_box_is_delivered_with_the_next_wait(nodes):
+    """A reply that comes after the caller stopped waiting (WaitTimeout) waits in the caller's
+    box and is delivered by its next wait: the old request completes, the next pull is exact."""
+    import time
+
+    from pskv import WaitTimeout, _hooks
+    pair, t = nodes
+    slowed = []
+
+    def slow(node, header):  # node 1 answers the first pull half a second late
+        if node == 1 and not slowed:
+            slowed.append(header)
+            time.sleep(0.5)
+        return False
+
+    keys = remote_keys(5, seed=9)
+    with _hooks.installed("server.handle", slow):
+        with pytest.raises(WaitTimeout):
+            t.pull(keys, timeout=0.05)
+        time.sleep(0.6)  # the late reply is in our box by now
+    assert slowed and len(pair[0].tracker) == 1  # still waiting for its reply
+    np.testing.assert_array_equal(t.pull(keys, timeout=10), expected(keys))
+    assert len(pair[0].tracker) == 0  # the late reply completed the old request

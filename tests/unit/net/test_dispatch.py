@@ -28,6 +28,15 @@ class _Inbox:
     def recv_nowait(self):
         return self.messages.pop(0) if self.messages else None
 
+    holding = False
+    flushes = 0
+
+    def hold_all(self):
+        self.holding = True
+
+    def flush(self):
+        self.flushes += 1
+
 
 def _msg(kind, sender=1):
     return [Header(kind, sender=sender, cluster=5).pack()]
@@ -104,3 +113,5 @@ def test_run_takes_a_burst_with_one_poll_and_still_runs_duties():
     assert seen == list(range(n))
     assert turns[:2] == [dispatch._BURST, n]  # a full burst, then the rest: duties ran in between
     assert inbox.polls == 3
+    # what the handlers send is held back and leaves after each burst and after the duties
+    assert inbox.holding and inbox.flushes == 2 * inbox.polls

@@ -1,4 +1,4 @@
-"""protocol.py: the 40-byte Header, data frames read as zero-copy views, control messages as JSON."""
+"""protocol.py: the 42-byte Header, data frames read as zero-copy views, control messages as JSON."""
 
 from __future__ import annotations
 
@@ -52,10 +52,10 @@ def push_message(n: int = 3, dim: int = 2, key_dtype=np.int64, dtype=np.float32,
 # ---- Header ---------------------------------------------------------------------------------------
 
 
-def test_header_size_is_40_bytes():
-    """A packed header is HEADER_SIZE == 40 bytes and starts with the magic."""
+def test_header_size_is_42_bytes():
+    """A packed header is HEADER_SIZE == 42 bytes and starts with the magic."""
     packed = Header(Kind.ACK).pack()
-    assert HEADER_SIZE == 40 and len(packed) == HEADER_SIZE
+    assert HEADER_SIZE == 42 and len(packed) == HEADER_SIZE
     assert packed[:4] == MAGIC and packed[VERSION_AT] == VERSION
 
 
@@ -63,11 +63,12 @@ def test_header_size_is_40_bytes():
 @given(kind=st.sampled_from(list(Kind)), cluster=st.integers(0, 2**32 - 1), sender=st.integers(-1, 2**15 - 1),
        table=st.integers(0, 2**16 - 1), request_id=st.integers(0, 2**64 - 1), part=st.integers(0, 2**32 - 1),
        n_keys=st.integers(0, 2**32 - 1), dim=st.integers(0, 2**32 - 1), dtype=st.sampled_from([0, 1, 2, 3, 4]),
-       key_dtype=st.sampled_from([0, 1, 2, 3, 4]), flags=st.integers(0, 2**16 - 1))
+       key_dtype=st.sampled_from([0, 1, 2, 3, 4]), flags=st.integers(0, 2**16 - 1),
+       origin=st.integers(-1, 2**15 - 1), reply_to=st.integers(0, 2**16 - 1))
 def test_header_pack_unpack_round_trip(kind, cluster, sender, table, request_id, part, n_keys, dim, dtype,
-                                       key_dtype, flags):
+                                       key_dtype, flags, origin, reply_to):
     """unpack_header(h.pack()) == h for every field value the struct can hold."""
-    h = Header(kind, cluster, sender, table, request_id, part, n_keys, dim, dtype, key_dtype, flags)
+    h = Header(kind, cluster, sender, table, request_id, part, n_keys, dim, dtype, key_dtype, flags, origin, reply_to)
     assert unpack_header(h.pack()) == h
     assert unpack_header(memoryview(h.pack())) == h
 
@@ -81,7 +82,7 @@ def test_header_repr_names_kind_request_sender_and_sizes():
 
 @pytest.mark.parametrize("size", [0, 1, HEADER_SIZE - 1, HEADER_SIZE + 1, 1000])
 def test_unpack_header_wrong_length_raises(size):
-    """A frame 0 that is not exactly 40 bytes is a ProtocolError that states both lengths."""
+    """A frame 0 that is not exactly 42 bytes is a ProtocolError that states both lengths."""
     with pytest.raises(ProtocolError, match=f"header is {size} bytes, expected {HEADER_SIZE}"):
         unpack_header(b"P" * size)
 
