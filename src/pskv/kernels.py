@@ -20,9 +20,19 @@ _jit = numba.njit(nogil=True, cache=True)
 NONE = np.empty(0, np.int64)  # "no positions": an empty int64 array (also "nothing missing")
 
 
-@_jit
+_SMALL = 16  # arrays up to this long: plain Python beats the call into numba (a few µs per call)
+
+
 def key_range(keys):
     """(min, max) of a non-empty int array in one pass."""
+    if keys.shape[0] <= _SMALL:
+        values = keys.tolist()
+        return min(values), max(values)
+    return _key_range(keys)
+
+
+@_jit
+def _key_range(keys):
     lo = keys[0]
     hi = keys[0]
     for i in range(1, keys.shape[0]):  # branch-free min/max: vectorises, ~10x the if/elif form

@@ -41,6 +41,7 @@ class Table:
         self.spec: TableSpec = state.spec
         self.name = self.spec.name
         self.rows, self.dim, self.dtype = self.spec.rows, self.spec.dim, np.dtype(self.spec.dtype)
+        self._descs: dict[Kind, str] = {}
 
     # ---- public ---------------------------------------------------------------------------------
     def pull(self, keys, *, out: np.ndarray | None = None, timeout: float | None = None) -> np.ndarray:
@@ -286,7 +287,7 @@ class Table:
         `direct`: this thread waits for the result at once, so the replies come to its reply box."""
         n = len(keys)
         if n == 0:
-            return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
+            return Future.completed(out, self._desc(kind))
         shard = self._state.shard
         if shard.replicas is not None:  # replicated keys: always local, never routed
             hot = shard.replicas.mask(keys)
@@ -296,7 +297,7 @@ class Table:
                               at if gpos is None else gpos[at])
                 self._state.local_keys += len(at)
                 if len(at) == n:
-                    return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
+                    return Future.completed(out, self._desc(kind))
                 rest = np.flatnonzero(~hot)
                 keys, values, copy = keys[rest], None if values is None else values[rest], False
                 gpos = rest if gpos is None else gpos[rest]
@@ -304,7 +305,7 @@ class Table:
             miss = self._local(kind, keys, values, out, gpos)
             self._state.local_keys += len(keys) - len(miss)
             if not len(miss):
-                return Future.completed(out, f"{kind.name.lower()} {self.name!r}")
+                return Future.completed(out, self._desc(kind))
             keys, values, copy = keys[miss], None if values is None else values[miss], False
             gpos = miss if gpos is None else gpos[miss]
         req = Request(self, kind, out, fresh)
@@ -377,7 +378,10 @@ class Table:
         return fut if self._worker is None else self._worker._update(fut)
 
     def _desc(self, kind: Kind) -> str:
-        return f"{kind.name.lower()} on table {self.name!r} by node {self._ctx.rank}"
+        desc = self._descs.get(kind)  # (one f-string per kind, not per request)
+        if desc is None:
+            desc = self._descs[kind] = f"{kind.name.lower()} on table {self.name!r} by node {self._ctx.rank}"
+        return desc
 
     def __repr__(self) -> str:
         return f"<Table {self.name!r} {self.spec.describe()} on node {self._ctx.rank}>"

@@ -10,6 +10,8 @@ change of membership would change them.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from .. import kernels
@@ -22,6 +24,7 @@ class KeyRanges:
         self.rows = rows
         self.num_nodes = num_nodes
         self.bounds = np.array([i * rows // num_nodes for i in range(num_nodes + 1)], dtype=np.int64)  # (nodes + 1,)
+        self._bounds = self.bounds.tolist()
 
     def manager_range(self, rank: int) -> tuple[int, int]:
         return int(self.bounds[rank]), int(self.bounds[rank + 1])
@@ -33,8 +36,8 @@ class KeyRanges:
     def one_manager(self, keys: np.ndarray) -> int:
         """The manager of every key of `keys` (n >= 1) if one node manages them all, else -1."""
         lo, hi = kernels.key_range(keys)
-        manager = int(np.searchsorted(self.bounds, lo, side="right") - 1)
-        return manager if hi < self.bounds[manager + 1] else -1
+        manager = bisect.bisect_right(self._bounds, lo) - 1  # (a list: np.searchsorted costs more for one key)
+        return manager if hi < self._bounds[manager + 1] else -1
 
     def is_node(self, rank: int) -> bool:
         return 0 <= rank < self.num_nodes
