@@ -12,7 +12,8 @@ pskv's sampling API (uniform over entities, scheme `--sampling`, naive by defaul
 prepared one batch ahead so that preloc and pool localize meanwhile), pulls the rows, runs a numba
 kernel for scores, loss and gradients, and pushes the gradients. `--localize` moves the next
 batch's entities and relations to the worker's node ahead of use (Lapse), `--replicate N` keeps the
-N most frequent entities on every node (NuPS). Evaluation (filtered MRR, Hits@1/3/10, the other
+N hottest rows of both tables on every node (NuPS): the relations first (each triple uses one, and
+there are few), then the most frequent entities. Evaluation (filtered MRR, Hits@1/3/10, the other
 true answers of train+valid+test removed) is split over every worker and summed: valid every
 `--eval-every` epochs, test at the end.
 
@@ -250,21 +251,22 @@ def _setup(s: common.Session, kg: KG) -> _Run:
     """Declare the tables (collective); node 0 prints what runs."""
     args, node = s.args, s.node
     init = pskv.Normal(std=args.init_std, seed=args.seed)
-    extra = {"replicate": pskv.Replicate(keys=_hottest(kg, args.replicate))} if args.replicate else {}
+    hot_ent, hot_rel = _hottest(kg, args.replicate)
+    extra = {"replicate": pskv.Replicate(keys=hot_ent)} if len(hot_ent) else {}
     extra["placement"] = common.placement(args)
     sampling = pskv.Sampling(np.ones(kg.num_entities), scheme=args.sampling or "naive", reuse=args.reuse,
                              seed=args.seed)  # uniform negatives
     node.table("entities", rows=kg.num_entities, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
                sampling=sampling, **extra)
     node.table("relations", rows=kg.num_relations, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
-               placement=extra["placement"])
+               placement=extra["placement"], **({"replicate": pskv.Replicate(keys=hot_rel)} if len(hot_rel) else {}))
     keep_order = args.data == "lapse-toy"  # Lapse's partitioned files are ordered for the workers
     train = kg.train if keep_order else kg.train[np.random.default_rng(args.seed).permutation(len(kg.train))]
     if node.rank == 0:
         print(f"kge: {args.model} on {kg!r}, dim {args.dim}, {args.neg} negatives per side, "
               f"{node.num_nodes} node(s) x {s.threads} thread(s)", flush=True)
         draws = args.batch * 2 * args.neg if args.sampling in ("preloc", "pool") else 0  # uniform negatives
-        movable = np.setdiff1d(np.arange(kg.num_entities), _hottest(kg, args.replicate))
+        movable = np.setdiff1d(np.arange(kg.num_entities), hot_ent)
         note = node.num_nodes > 1 and common.relocation_note("kge", np.full(len(movable), 1 / kg.num_entities),
                                                             draws)
         if note:
@@ -280,10 +282,18 @@ def _lapse(args) -> KG:
     return load_lapse(lapse_toy_dir() / "kge", train_file=args.train_file, name="lapse-toy")
 
 
-def _hottest(kg: KG, n: int) -> np.ndarray:
-    """The n entities that occur most often in train, ascending: the keys to replicate."""
-    counts = np.bincount(kg.train[:, [0, 2]].ravel(), minlength=kg.num_entities)
-    return np.sort(np.argsort(-counts, kind="stable")[:n])
+def _hottest(kg: KG, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The n hottest keys over both tables, as (entities, relations), each ascending: the keys that
+    `--replicate n` replicates (NuPS). A relation row is used once per triple, an entity row twice per
+    triple it occurs in (plus uniform negatives, the same for every entity), so the relations, far
+    fewer than the entities, are usually the hottest rows by far."""
+    if n <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ent = np.bincount(kg.train[:, [0, 2]].ravel(), minlength=kg.num_entities)
+    rel = np.bincount(kg.train[:, 1], minlength=kg.num_relations)
+    counts = np.concatenate([rel, ent])  # relations first: they win ties
+    top = np.sort(np.argsort(-counts, kind="stable")[:n])
+    return top[top >= kg.num_relations] - kg.num_relations, top[top < kg.num_relations]
 
 
 def _train(w: pskv.Worker, run: _Run) -> None:
