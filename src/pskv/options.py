@@ -103,7 +103,9 @@ class Relocate:
     them remotely, where they are. Without it, nodes that want the same keys (a KGE batch's
     relations, uniform negatives) take them from each other on every batch and wait for the
     TRANSFERs: measured 2-4x slower than static placement on 4 nodes (benchmarks/RESULTS.md,
-    issue 11). 0: every localize moves the keys (Lapse). Changes placement, never results."""
+    issue 11). The n-th move of a key holds it for 2**(n-1) leases (at most 1024): keys that nodes
+    keep taking from each other soon stay put. 0: every localize moves the keys (Lapse). Changes
+    placement, never results."""
 
     location_caches: bool = False
     lease: float = 10.0

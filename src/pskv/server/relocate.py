@@ -15,6 +15,9 @@ Without leases, nodes that want the same keys (every batch's relations in KGE, u
 took them from each other on every batch, and every pull waited for a TRANSFER: relocation and
 the sampling schemes got slower than static placement as nodes were added (issue 11). Keys at
 their manager since the start have no lease: the first localize moves them (pre-localization).
+Each move doubles the key's next lease (contention backoff, at most 2**_MAX_DOUBLINGS leases):
+when leases ran out, nodes that all want every key (uniform KGE) took them all again in one wave
+per lease; with backoff the waves thin out as a long run goes on.
 
 Threads and ownership: everything here runs in pskv-server. It writes the manager map
 `Shard.owner` and `_deferred`, which no other thread touches; rows move only through `Shard`
@@ -39,7 +42,7 @@ from ..net.wire import Header, Kind, Payload
 from ..store.shard import INCOMING, Shard
 
 log = logging.getLogger(__name__)
-
+_MAX_DOUBLINGS = 10  # a key's lease grows to at most 1024 leases
 
 class Relocation:
     def __init__(self, endpoint: Endpoint, tracker: RequestTracker, *,
@@ -53,6 +56,7 @@ class Relocation:
         self._on_declined = on_declined  # (table id, keys, owner): the requester learns where declined keys stay
         self._deferred: dict[int, list[_Waiting]] = collections.defaultdict(list)  # table -> ops, in arrival order
         self._leases: dict[int, np.ndarray] = {}  # table -> (stop - start,) float64 monotonic end of each key's lease
+        self._moves: dict[int, np.ndarray] = {}  # table -> (stop - start,) int64 moves of each key so far
         self.relocated_in = 0  # keys received by TRANSFER
         self.declined = 0  # manager: keys whose move it declined (held under another node's lease)
 
@@ -67,6 +71,7 @@ class Relocation:
         lease = self._leases.get(header.table)
         if lease is None:
             lease = self._leases[header.table] = np.full(len(shard.owner), -np.inf)
+            self._moves[header.table] = np.zeros(len(shard.owner), np.int64)
         now = time.monotonic()
         held = (old != header.origin) & (lease[idx] > now)  # moved to another node within its lease: stays
         if held.any():
@@ -74,7 +79,11 @@ class Relocation:
             self._send_decline(header, np.ascontiguousarray(keys[held], np.int64), old[held], shard)
             keys, idx, old = keys[~held], idx[~held], old[~held]
         moving = old != header.origin
-        lease[idx[moving]] = now + header.part / 1000.0
+        moves = self._moves[header.table]
+        moves[idx[moving]] += 1
+        # contention backoff: a key's lease doubles with each move, so keys that nodes keep taking
+        # from each other soon stay put, while keys moved once can move again after one lease
+        lease[idx[moving]] = now + header.part / 1000.0 * np.exp2(np.minimum(moves[idx[moving]] - 1, _MAX_DOUBLINGS))
         shard.owner[idx] = header.origin
         for o in np.unique(old):
             sel = np.ascontiguousarray(keys[old == o], np.int64)

@@ -141,6 +141,23 @@ def test_manager_declines_a_localize_of_keys_under_another_nodes_lease():
     assert shard.owner[4] == 0
 
 
+def test_a_keys_lease_doubles_with_each_move():
+    """Contention backoff: the n-th move of a key holds it for 2**(n-1) leases (keys that nodes keep
+    taking from each other soon stay put); a key that never moved has no lease."""
+    import time
+    server, shard, sent = _server()
+    table, idx = 1, 5  # key 15 of the manager's range [10, 20)
+    for move, origin in enumerate([2, 0, 2, 0], start=1):
+        before = time.monotonic()
+        _localize(server, [15], origin=origin, lease_ms=1000)
+        after = time.monotonic()
+        end = server.relocation._leases[table][idx]
+        assert before + 2 ** (move - 1) <= end <= after + 2 ** (move - 1), (move, end - before)
+        assert shard.owner[idx] == origin
+        server.relocation._leases[table][idx] = -np.inf  # as if the lease ran out
+    assert server.relocation._leases[table][6] == -np.inf  # key 16 never moved
+
+
 def test_declined_localize_completes_and_forwards_what_waited():
     """At the requester: a decline makes the keys absent again, completes the localize and forwards the
     ops that waited for them to the keys' manager (exact: nothing applied here, nothing dropped)."""
