@@ -49,16 +49,16 @@ class TableState:
     def sampling(self):
         return self.options.sampling
 
-    def note_declined(self, keys: np.ndarray, owner: int) -> None:
+    def note_declined(self, keys: np.ndarray, owner: int, seconds: float) -> None:
         """pskv-server: a manager declined our localize of `keys` (another node's lease holds them at
-        `owner`). Remember where they are (location cache) and do not ask for them again for one of
-        our leases: each ask would be declined, a LOCALIZE and a DECLINE for nothing. A hint, never
-        a guarantee: localize skips the keys, pulls and pushes reach them wherever they are."""
+        `owner` for `seconds` more). Remember where they are (location cache) and do not ask for
+        them again until then: each ask would be declined, a LOCALIZE and a DECLINE for nothing. A
+        hint, never a guarantee: localize skips the keys, pulls and pushes reach them wherever they are."""
         if self.loc_cache.size:
             self.loc_cache[keys] = owner
         if self.declined_until is None:
             self.declined_until = np.full(self.spec.rows, -np.inf)
-        self.declined_until[keys] = time.monotonic() + self.options.placement.lease
+        self.declined_until[keys] = time.monotonic() + seconds
 
     def counters(self) -> dict:
         """Calls and keys of this table on this node, and its technique parts' counters."""

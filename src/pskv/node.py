@@ -96,7 +96,8 @@ class Node:
         self.clocks = Clocks(lambda clock, seq: self.client.report_clock(clock, seq), self.catalog.flush_buffers,
                              self.health.check)
         self.server = Server(self.store, self.endpoint, self.tracker, lambda table_id: self.catalog.by_id(table_id).ranges,
-                             on_declined=lambda table_id, keys, owner: self.catalog.by_id(table_id).note_declined(keys, owner))
+                             on_declined=lambda table, keys, owner, seconds: self.catalog.by_id(table).note_declined(
+                                 keys, owner, seconds))
         self.client = CoordinatorClient(lambda frames: self._transport.send(COORDINATOR, frames), self.view,
                                         self.config, self.health.fail, self.clocks.on_global, health=self.health.check,
                                         on_welcome=self._welcomed)

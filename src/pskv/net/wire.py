@@ -11,7 +11,8 @@ zero-copy frames and are read back with np.frombuffer; nothing on the data path 
     data reply     [header, (positions), values] PULL_REPLY, [header, (positions)] ACK,
                    [header, utf-8 message] ERROR
     relocation     [header, keys] LOCALIZE (`part`: the lease asked for, ms), HANDOVER, DECLINE
-                   (`part`: the keys' owner, where they stay);
+                   (`part`: the keys' owner, where they stay; `dim`: ms left of the shortest
+                   lease that holds them there);
                    [header, keys, values, (state)] TRANSFER
     replication    [header, keys, values] REPLICA_SYNC (answered by ACK)
     aggregation    [header, keys, values, (rounds)] AGG_PUSH: one node's level-1 sums (sorted

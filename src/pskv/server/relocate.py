@@ -43,17 +43,18 @@ from ..store.shard import INCOMING, Shard
 
 log = logging.getLogger(__name__)
 _MAX_DOUBLINGS = 10  # a key's lease grows to at most 1024 leases
+_MAX_MS = 2**32 - 1  # a DECLINE's `dim` (ms left) is a uint32
 
 class Relocation:
     def __init__(self, endpoint: Endpoint, tracker: RequestTracker, *,
                  serve: Callable[[Header, Payload, Shard], None], reject: Callable[[Header, Exception], None],
-                 on_declined: Callable[[int, np.ndarray, int], None] | None = None) -> None:
+                 on_declined: Callable[[int, np.ndarray, int, float], None] | None = None) -> None:
         self._endpoint = endpoint
         self.rank = endpoint.rank
         self._tracker = tracker  # completes this node's localize requests when TRANSFERs land
         self._serve = serve  # applies a waiting pull/push/set once its keys landed
         self._reject = reject  # answers a waiting operation that failed with ERROR
-        self._on_declined = on_declined  # (table id, keys, owner): the requester learns where declined keys stay
+        self._on_declined = on_declined  # (table id, keys, owner, seconds): where declined keys stay, how long
         self._deferred: dict[int, list[_Waiting]] = collections.defaultdict(list)  # table -> ops, in arrival order
         self._leases: dict[int, np.ndarray] = {}  # table -> (stop - start,) float64 monotonic end of each key's lease
         self._moves: dict[int, np.ndarray] = {}  # table -> (stop - start,) int64 moves of each key so far
@@ -76,7 +77,8 @@ class Relocation:
         held = (old != header.origin) & (lease[idx] > now)  # moved to another node within its lease: stays
         if held.any():
             self.declined += int(held.sum())
-            self._send_decline(header, np.ascontiguousarray(keys[held], np.int64), old[held], shard)
+            self._send_decline(header, np.ascontiguousarray(keys[held], np.int64), old[held], lease[idx[held]] - now,
+                               shard)
             keys, idx, old = keys[~held], idx[~held], old[~held]
         moving = old != header.origin
         moves = self._moves[header.table]
@@ -100,27 +102,33 @@ class Relocation:
         self._hand_over(header, np.asarray(p.keys, np.int64), shard)
 
     def on_decline(self, header: Header, p: Payload, shard: Shard) -> None:
-        """Requester: the keys' manager declined our localize of them; they stay at node `part` (DECLINE)."""
-        self._declined(header, np.asarray(p.keys, np.int64), header.part, shard)
+        """Requester: the keys' manager declined our localize of them; they stay at node `part` for
+        at least `dim` ms more (DECLINE)."""
+        self._declined(header, np.asarray(p.keys, np.int64), header.part, header.dim / 1000.0, shard)
 
-    def _send_decline(self, header: Header, keys: np.ndarray, owners: np.ndarray, shard: Shard) -> None:
-        """Manager: tell the requester that `keys` stay where they are, one DECLINE per owner."""
+    def _send_decline(self, header: Header, keys: np.ndarray, owners: np.ndarray, left: np.ndarray,
+                      shard: Shard) -> None:
+        """Manager: tell the requester that `keys` stay where they are, one DECLINE per owner, with
+        the seconds `left` of the shortest lease holding them (it need not ask again before)."""
         for owner in np.unique(owners):
-            sel = np.ascontiguousarray(keys[owners == owner])
+            at = owners == owner
+            sel, seconds = np.ascontiguousarray(keys[at]), float(left[at].min())
             if header.origin == self.rank:
-                self._declined(header, sel, int(owner), shard)
+                self._declined(header, sel, int(owner), seconds, shard)
             else:
                 decline = self._endpoint.reply_header(header, Kind.DECLINE, 0)
                 decline.part = int(owner)
+                decline.dim = min(int(seconds * 1000), _MAX_MS)
                 self._endpoint.send(header.origin, decline, keys=sel)
 
-    def _declined(self, header: Header, keys: np.ndarray, owner: int, shard: Shard) -> None:
-        """Requester: the manager keeps `keys` at `owner`. They are absent here again; localizes
-        waiting for them complete; what waited for them here is replayed (and forwarded to the
-        owner); the table learns where they are (on_declined: location cache, no asking again)."""
+    def _declined(self, header: Header, keys: np.ndarray, owner: int, seconds: float, shard: Shard) -> None:
+        """Requester: the manager keeps `keys` at `owner` for `seconds` at least. They are absent
+        here again; localizes waiting for them complete; what waited for them here is replayed
+        (and forwarded to the owner); the table learns where they are and for how long
+        (on_declined: location cache, no asking again meanwhile)."""
         shard.unmark_incoming(keys)
         if self._on_declined is not None:
-            self._on_declined(header.table, keys, owner)
+            self._on_declined(header.table, keys, owner, seconds)
         for rid, count in shard.arrived().items():
             self._tracker.on_reply(rid, count, header.sender)
         self._replay_deferred(header.table, shard)

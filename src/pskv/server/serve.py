@@ -41,7 +41,7 @@ _MAX_HOPS = 32  # a relocation chain moves a key at most once per hop; 32 is far
 class Server:
     def __init__(self, store: Store, endpoint: Endpoint, tracker: RequestTracker,
                  ranges: Callable[[int], KeyRanges],
-                 on_declined: Callable[[int, np.ndarray, int], None] | None = None) -> None:
+                 on_declined: Callable[[int, np.ndarray, int, float], None] | None = None) -> None:
         self._store = store
         self._endpoint = endpoint
         self.rank = endpoint.rank

@@ -129,7 +129,8 @@ def test_manager_declines_a_localize_of_keys_under_another_nodes_lease():
     _localize(server, [11, 12, 13], origin=0, lease_ms=60_000)
     kinds = [(r, unpack_header(f[0])) for r, f in sent]
     assert [(r, h.kind, h.origin) for r, h in kinds] == [(0, Kind.DECLINE, 0), (0, Kind.TRANSFER, 0)]
-    assert kinds[0][1].part == 2  # the DECLINE names where the keys stay
+    assert kinds[0][1].part == 2  # the DECLINE names where the keys stay ...
+    assert 30_000 <= kinds[0][1].dim <= 60_000  # ... and for how long (ms left of the 60 s lease)
     np.testing.assert_array_equal(unpack(kinds[0][1], sent[0][1]).keys, [11, 12])  # declined: they stay at node 2
     np.testing.assert_array_equal(unpack(kinds[1][1], sent[1][1]).keys, [13])  # no lease on it: moved
     np.testing.assert_array_equal(shard.owner[[1, 2, 3]], [2, 2, 0])
@@ -169,11 +170,11 @@ def test_declined_localize_completes_and_forwards_what_waited():
     server.handle(*_msg(Kind.PUSH, keys, origin=2, values=np.ones((2, DIM))))  # waits for the keys here
     assert sent == [] and not fut.done()
     learned = []
-    server.relocation._on_declined = lambda table, k, owner: learned.append((table, k.tolist(), owner))
+    server.relocation._on_declined = lambda table, k, owner, s: learned.append((table, k.tolist(), owner, s))
     h, frames = _msg(Kind.DECLINE, keys, origin=1)  # from the manager: the keys stay where they are
-    h.sender, h.part = 0, 2  # at node 2
+    h.sender, h.part, h.dim = 0, 2, 7_500  # at node 2, for 7.5 s more
     server.handle(h, frames)
-    assert learned == [(1, [3, 4], 2)]
+    assert learned == [(1, [3, 4], 2, 7.5)]
     assert (shard.slot[keys] == -1).all() and fut.done()
     assert [(r, unpack_header(f[0]).kind) for r, f in sent] == [(0, Kind.PUSH)]  # on to the manager
     assert server.relocation._deferred == {}
