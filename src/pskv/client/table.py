@@ -122,11 +122,12 @@ class Table:
         """Move ownership of `keys` (rows and updater state) to this node. Returns a Future.
 
         After `wait()` each key is owned here, unless another node localized it since, or its
-        manager declined to move it: another node's localize moved it less than that node's
-        `Relocate.lease` seconds ago (it stays there and is read remotely; this node then does not ask
-        for it again for one of its own leases, and with location caches goes to it directly). Pulls and pushes of the
-        keys keep working during the move: requests that reach a key in transfer wait at its new
-        owner and apply in arrival order when it lands. Thread-safe."""
+        manager declined to move it: another node's localize moved it within that node's lease
+        (`Relocate.lease` seconds, doubled with each move of the key). It then stays there and is
+        read remotely; this node does not ask for it again until that lease ends, and with
+        location caches goes to it directly. Pulls and pushes of the keys keep working during the
+        move: requests that reach a key in transfer wait at its new owner and apply in arrival
+        order when it lands. Thread-safe."""
         self._ctx.check()
         if self._state.aggregator is not None:
             raise TableError(f"localize on table {self.name!r}: an aggregated table keeps its static placement")
