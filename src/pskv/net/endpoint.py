@@ -8,7 +8,8 @@ dispatcher calls for them, and complete requests in the `RequestTracker`.
 
 Threads and ownership: any thread may send (Transport gives each thread its own sockets); replies
 are taken in by pskv-server, except those to a reply box, which the thread that owns the box takes
-in itself while it waits (`pump`). Endpoint holds no lock and no state of its own.
+in itself while it waits (`pump`). Endpoint holds no lock and no state of its own but a counter
+of garbage that reached a reply box.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class Endpoint:
         else:
             self.dropped += 1
 
-    # ---- replies through the inbox (pskv-server) ----------------------------------------------------
+    # ---- delivering a reply (pskv-server for the inbox, the waiting thread for its reply box) --------
     def on_reply(self, header: Header, frames: list) -> None:
         """A reply to one of this node's requests: complete its part in the tracker."""
         if header.kind == Kind.ERROR:
