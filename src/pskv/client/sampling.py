@@ -14,11 +14,11 @@ Schemes:
   Approximate: draws are reused, but the multiset is exactly each drawn key `reuse` times.
   (Localizing one group ahead of the one handed out made a draw of the whole handle localize
   every group just before pulling it: each pull waited for its TRANSFERs; issue 11.)
+- `onlylocal`: draw only among keys local now (owned or replicated), in proportion to their
+  weights (or by rejection from a draw function). Biased towards what happens to be local.
 
 preloc and pool localize under the table's `Relocate.lease`: keys another node moved to itself
 recently stay there and are pulled remotely.
-- `onlylocal`: draw only among keys local now (owned or replicated), in proportion to their
-  weights (or by rejection from a draw function). Biased towards what happens to be local.
 
 Threads and ownership: a handle belongs to the worker thread that prepared it.
 """

@@ -15,8 +15,9 @@ than the payload of any small request. Packing costs one copy of at most PACK_BY
 would make anyway for frames that small.
 
 Threads and ownership: an Outbox belongs to the thread that made it (Transport keeps them
-thread-local); nothing is shared. Held messages are copies (bytes), so callers may reuse their
-arrays at once.
+thread-local); nothing is shared. Held messages follow send's `copy`: with copy=True they are
+copies (bytes) and callers may reuse their arrays at once; with copy=False the frames are kept as
+given (packing copies them once, when they leave) and must not change meanwhile.
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ class Outbox:
             self._flush()
         self.sock.send_multipart(frames, copy=copy)
 
-    def hold(self, frames: list, nbytes: int, *, max_messages: int, max_bytes: int) -> None:
-        """Keep a copy of a small message to send packed with the next ones; send all that is held
-        once there are `max_messages` or `max_bytes`."""
-        self.held.append([f if isinstance(f, bytes) else _bytes(f) for f in frames])  # callers may reuse arrays
+    def hold(self, frames: list, nbytes: int, copy: bool, *, max_messages: int, max_bytes: int) -> None:
+        """Keep a small message to send packed with the next ones (a copy with `copy`; else the
+        frames themselves, which the caller must not change, as for a zero-copy send); send all
+        that is held once there are `max_messages` or `max_bytes`."""
+        self.held.append([f if isinstance(f, bytes) else _bytes(f) for f in frames] if copy else frames)
         self.held_bytes += nbytes
         if len(self.held) >= max_messages or self.held_bytes >= max_bytes:
             self._flush()

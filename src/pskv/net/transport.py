@@ -168,14 +168,14 @@ class Transport:
         A small message (<= outbox.PACK_BYTES) travels packed in one frame. A thread that called
         hold_all() holds its small data messages until its next flush(), which sends them packed
         together, one frame per destination. With copy=False the caller must not change the
-        frames' buffers afterwards (pyzmq sends them in place)."""
+        frames' buffers afterwards (pyzmq sends them in place, or they wait held as given)."""
         if self._drop_rate and rank != COORDINATOR and random.random() < self._drop_rate:
             return
         box = self._outbox(rank, port)
         nbytes = sum(f.nbytes if hasattr(f, "nbytes") else len(f) for f in frames)
         try:
             if nbytes <= HOLD_BYTES and rank != COORDINATOR and getattr(self._local, "hold_all", False):
-                box.hold(frames, nbytes, max_messages=_HOLD_MESSAGES, max_bytes=_HOLD_TOTAL)
+                box.hold(frames, nbytes, copy, max_messages=_HOLD_MESSAGES, max_bytes=_HOLD_TOTAL)
             else:
                 box.send(frames, nbytes, copy)
         except zmq.Again as exc:

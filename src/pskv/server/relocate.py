@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 _MAX_DOUBLINGS = 10  # a key's lease grows to at most 1024 leases
 _MAX_MS = 2**32 - 1  # a DECLINE's `dim` (ms left) is a uint32
 
+
 class Relocation:
     def __init__(self, endpoint: Endpoint, tracker: RequestTracker, *,
                  serve: Callable[[Header, Payload, Shard], None], reject: Callable[[Header, Exception], None],

@@ -176,8 +176,9 @@ class Shard:
         not incoming any more.
 
         Only insert() (landed) and unmark_incoming() (declined: they stay elsewhere) end INCOMING,
-        in this call or an earlier one that raced with await_keys; each is counted once. Vectorised per request: a per-key loop here
-        and in await_keys held the GIL for up to 0.1 s on 6,700-key localizes."""
+        in this call or an earlier one that raced with await_keys; each is counted once. Vectorised
+        per request: a per-key loop here and in await_keys held the GIL for up to 0.1 s on
+        6,700-key localizes."""
         counts: dict[int, int] = {}
         with self._waiters_lock:
             still = []

@@ -101,11 +101,11 @@ def test_a_holding_thread_sends_its_messages_packed_together_on_flush(pair):
 
 
 def test_held_arrays_may_change_after_send(pair):
-    """A held message is a copy: the caller may reuse its array at once."""
+    """A message held with copy=True is a copy: the caller may reuse its array at once."""
     a, b = pair
     a.hold_all()
     keys = np.arange(4, dtype=np.int64)
-    a.send(1, [b"k", keys])
+    a.send(1, [b"k", keys], copy=True)
     keys[:] = -1
     a.flush()
     assert _recv_all(b, 1) == [[b"k", np.arange(4, dtype=np.int64).tobytes()]]
@@ -140,3 +140,14 @@ def test_pump_delivers_replies_from_the_box_and_drops_everything_else(pair):
     a.send(1, [Header(Kind.ACK, cluster=7, request_id=rid, n_keys=3).pack()], port=port)
     assert fut.wait(10) is None
     assert ep.dropped == 3 and len(tracker) == 0
+
+
+def test_a_message_held_without_copy_keeps_its_arrays_until_it_leaves(pair):
+    """copy=False (pskv-server's replies): the frames wait as given, no copy until they are packed."""
+    a, b = pair
+    a.hold_all()
+    rows = np.arange(6, dtype=np.float32)
+    a.send(1, [b"r", rows])
+    assert a._outbox(1).held[0][1] is rows
+    a.flush()
+    assert _recv_all(b, 1) == [[b"r", rows.tobytes()]]
