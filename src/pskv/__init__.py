@@ -6,6 +6,7 @@ placement, consistency, server, client) and modules are internal. See README.md 
 
 from . import updaters as updaters
 from .errors import AggregationError as AggregationError
+from .errors import Fenced as Fenced
 from .errors import BarrierTimeout as BarrierTimeout
 from .errors import ClosedError as ClosedError
 from .errors import ConfigTypeError as ConfigTypeError
@@ -55,7 +56,7 @@ __version__ = "0.1.0"
 __all__ = sorted([
     "Adagrad", "Adam", "AggregationError", "Async", "BSP", "BarrierTimeout", "Cache", "ClosedError", "ClusterError",
     "CollectiveStalled", "ConfigError", "ConfigTypeError", "Consistency", "ConsistencyError", "Constant",
-    "CoordinatorUnreachable", "DTypeError", "Future", "KeyOutOfRange", "Node", "NodeAggregate", "NodeFailure", "Normal",
+    "CoordinatorUnreachable", "DTypeError", "Fenced", "Future", "KeyOutOfRange", "Node", "NodeAggregate", "NodeFailure", "Normal",
     "ProtocolError", "PskvError", "Relocate", "RemoteError", "Replicate", "RequestStalled", "SGD", "SSP", "Sampling", "ShapeError",
     "Table", "TableError", "TableMismatch", "TransportError", "Uniform", "UnknownTable", "WaitTimeout",
     "Worker", "Zeros", "init", "updaters", "wait",

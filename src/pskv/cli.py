@@ -33,11 +33,14 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
 
     run = sub.add_parser("launch", help="start N nodes that run CMD; non-zero if any node fails",
-                         usage="pskv launch -n N [--threads T] [--hostfile FILE] "
+                         usage="pskv launch -n N [--threads T] [--backups B] [--hostfile FILE] "
                                "[--coordinator-host H] -- CMD ...")
     run.add_argument("-n", "--nodes", type=int, required=True, help="number of node processes")
     run.add_argument("--threads", type=int, default=1,
                      help="worker threads per node (PSKV_THREADS)")
+    run.add_argument("--backups", type=int, default=None,
+                     help="copies of each key range on other nodes (PSKV_BACKUPS, default 0); with B >= 1 the "
+                          "others go on when a node dies, and the launch exits 0 if they finish")
     run.add_argument("--hostfile", type=Path,
                      help="one host per line; node i runs on host i %% len over ssh "
                           "(default: all nodes on this machine)")
@@ -75,7 +78,7 @@ def _launch(args: argparse.Namespace, rest: list[str]) -> int:
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return launch(args.nodes, command, threads=args.threads, hostfile=args.hostfile,
-                  coordinator_host=args.coordinator_host)
+                  coordinator_host=args.coordinator_host, backups=args.backups)
 
 
 def _run_app(args: argparse.Namespace, rest: list[str]) -> int:

@@ -16,6 +16,7 @@ torchrun) may set them instead. Every default below carries its reason.
 | PSKV_CONSISTENCY | default consistency of tables: async, bsp or ssp:S | async |
 | PSKV_REQUEST_TIMEOUT | seconds a request may go without progress before it fails (RequestStalled) | 60 |
 | PSKV_COLLECTIVE_TIMEOUT | seconds a table()/barrier may wait for nodes that never join (CollectiveStalled) | 600 |
+| PSKV_BACKUPS | copies of each key range beyond its head; a node may die without loss (server.chain) | 0 |
 | PSKV_EXTERNAL_COORDINATOR | 1: a launcher runs the coordinator at PSKV_COORDINATOR; node 0 starts none | 0 |
 | PSKV_TEST_DROP_RATE | test only: fraction of outgoing data messages dropped | 0 |
 """
@@ -49,6 +50,7 @@ class NodeConfig:
     request_timeout: float = 60.0  # far beyond any healthy round trip, short enough to notice overnight
     collective_timeout: float = 600.0  # nodes legitimately reach a barrier minutes apart (rank 0 evaluates)
     external_coordinator: bool = False  # set by `pskv launch`, which runs the coordinator itself
+    backups: int = 0  # 0: a dead node stops the cluster (fail fast); B: B nodes may die, one at a time
     test_drop_rate: float = 0.0
 
     @classmethod
@@ -94,6 +96,11 @@ class NodeConfig:
             raise ConfigError(f"PSKV_TEST_DROP_RATE is {self.test_drop_rate}; it must be in [0, 1]")
         if self.threads < 1:
             raise ConfigError(f"PSKV_THREADS is {self.threads}; it must be at least 1")
+        if self.backups < 0:
+            raise ConfigError(f"PSKV_BACKUPS is {self.backups}; it must be 0 (no backups) or more")
+        if self.backups >= self.num_nodes > 1:
+            raise ConfigError(f"PSKV_BACKUPS is {self.backups} on {self.num_nodes} node(s); a key range can have at most "
+                              f"{self.num_nodes - 1} backup(s) (one on each other node)")
 
     def to_env(self) -> dict[str, str]:
         """The PSKV_* variables that describe this config (used by launch.py)."""

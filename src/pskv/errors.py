@@ -80,6 +80,11 @@ class NodeFailure(ClusterError):
         self.address = address
 
 
+class Fenced(NodeFailure):
+    """This node was taken out of the cluster (it was silent past failure_timeout, e.g. stopped, and
+    the others went on without it): it must not serve or change anything any more."""
+
+
 class RequestStalled(NodeFailure):
     """A request made no progress for `request_timeout` seconds. `.request` describes it (table,
     kind, keys), `.destinations` the nodes it was sent to; `.node_id` is the first of those."""

@@ -147,7 +147,7 @@ class Cluster:
     Thread-safe. `pids` lists the node PIDs by rank; `coordinator_address` is "host:port"
     ("" when started with coordinator=False)."""
 
-    def __init__(self, *, echo: bool, log_dir: Path | None, grace: float) -> None:
+    def __init__(self, *, echo: bool, log_dir: Path | None, grace: float, backups: int = 0) -> None:
         self.coordinator_address = ""
         self.pids: list[int] = []
         self._nodes: list[_Node] = []
@@ -155,6 +155,8 @@ class Cluster:
         self._echo, self._log_dir, self._grace = echo, log_dir, grace
         self._echo_lock = threading.Lock()  # guards writes to sys.stdout: one whole line at a time
         self._failure: tuple[int, int] | None = None  # (rank, code) of the first failed node
+        self._backups = backups  # > 0: the others go on when a node dies (its backups take over)
+        self._died: set[int] = set()  # ranks reported failed to the coordinator
         self._stop = threading.Event()  # tells the watcher to return (shutdown() took over)
         self._done = threading.Event()  # set once every node has exited and been reaped
         self._shutdown_lock = threading.Lock()  # held for all of shutdown(); guards _closed
@@ -284,11 +286,15 @@ class Cluster:
         while not self._stop.wait(_POLL_INTERVAL):
             codes = [node.exit_code() for node in self._nodes]
             failed = [(n, c) for n, c in zip(self._nodes, codes) if c not in (None, 0)]
-            if failed and self._failure is None:
-                self._on_failure(*failed[0])
-                now = time.monotonic()
-                escalation.extend([(now + self._grace, signal.SIGTERM),
-                                   (now + self._grace + _KILL_AFTER, signal.SIGKILL)])
+            for node, code in failed:
+                if node.rank in self._died:
+                    continue
+                first = self._failure is None
+                self._on_failure(node, code)
+                if first and not self._backups:
+                    now = time.monotonic()
+                    escalation.extend([(now + self._grace, signal.SIGTERM),
+                                       (now + self._grace + _KILL_AFTER, signal.SIGKILL)])
             if all(code is not None for code in codes):
                 self._reap()
                 self._done.set()
@@ -299,12 +305,18 @@ class Cluster:
                     node.signal_group(sig)
 
     def _on_failure(self, node: _Node, code: int) -> None:
-        self._failure = (node.rank, code)
+        if self._failure is None:
+            self._failure = (node.rank, code)
+        self._died.add(node.rank)
         reason = (f"process exited with status {code}" if code > 0
                   else f"process was killed by {signal.Signals(-code).name}")
         alive = len(self.alive_pids())
-        message = f"node {node.rank} failed: {reason}" + (
-            f"; stopping the other {alive} nodes" if alive else "")
+        if self._backups:
+            message = f"node {node.rank} failed: {reason}" + (
+                f"; the other {alive} nodes go on (backups={self._backups})" if alive else "")
+        else:
+            message = f"node {node.rank} failed: {reason}" + (
+                f"; stopping the other {alive} nodes" if alive else "")
         if self._echo:  # the user reads the echo; a log record too would print it twice
             self._say(f"[launcher] {message}")
         else:
@@ -342,6 +354,12 @@ class Cluster:
             self._coordinator.close()
 
     def _status(self) -> int:
+        if self._backups and self._failure is not None:
+            # nodes that were killed by a signal died; the job succeeded if every other node finished well
+            codes = [n.exit_code() for n in self._nodes]
+            rest = [c for c in codes if c is None or c >= 0]
+            if rest and all(c == 0 for c in rest):
+                return 0
         if self._failure is not None:
             code = self._failure[1]
         else:
@@ -353,7 +371,7 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
                 log_dir: Path | None = None, hostfile: Path | None = None,
                 failure_timeout: float | None = None, echo: bool = False,
                 coordinator: bool | CoordinatorFactory = True,
-                coordinator_host: str | None = None) -> Cluster:
+                coordinator_host: str | None = None, backups: int | None = None) -> Cluster:
     """Start a coordinator and `nodes` processes running `command`; return at once.
 
     `env`: extra variables for the processes, on top of os.environ (with a hostfile they apply to
@@ -370,8 +388,11 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     for name in _PER_NODE_VARS:
         parent_env.pop(name, None)
     base = NodeConfig.from_env({k: v for k, v in parent_env.items() if k.startswith("PSKV_")},
-                               threads=threads, failure_timeout=failure_timeout)
-    cluster = Cluster(echo=echo, log_dir=log_dir, grace=min(_MAX_GRACE, base.failure_timeout))
+                               threads=threads, failure_timeout=failure_timeout, backups=backups)
+    if base.backups and base.backups >= nodes > 1:
+        raise ConfigError(f"backups={base.backups} on {nodes} nodes: a key range can have at most {nodes - 1} "
+                          "backup(s) (one on each other node)")
+    cluster = Cluster(echo=echo, log_dir=log_dir, grace=min(_MAX_GRACE, base.failure_timeout), backups=base.backups)
     cluster._remote = hosts is not None
     try:
         if coordinator is not False:
@@ -395,13 +416,13 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
 
 
 def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path | None = None,
-           coordinator_host: str | None = None) -> int:
+           coordinator_host: str | None = None, backups: int | None = None) -> int:
     """Run `command` on `nodes` nodes to completion, echoing their output; return the exit
     status (0 if every node exited 0). Ctrl-C or SIGTERM stops every node; then 128 + signal."""
     with _interrupt_on_sigterm():
         try:
             with start_local(nodes, command, threads=threads, hostfile=hostfile, echo=True,
-                             coordinator_host=coordinator_host) as cluster, _dump_on_sigusr1(cluster):
+                             coordinator_host=coordinator_host, backups=backups) as cluster, _dump_on_sigusr1(cluster):
                 while True:
                     # bounded waits: a signal the OS delivers to another of our threads runs its
                     # Python handler only when the main thread wakes up, so it must wake up

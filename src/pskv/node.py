@@ -51,7 +51,7 @@ from .consistency.buffer import PushBuffer
 from .consistency.cache import RowCache
 from .consistency.clocks import Clocks
 from .options import as_consistency
-from .errors import ClosedError, NodeFailure, PskvError, RequestStalled, TransportError
+from .errors import ClosedError, ConfigError, NodeFailure, PskvError, RequestStalled, TransportError
 from .membership import client as coordinator_client
 from .membership.barrier import LocalBarrier
 from .membership.client import CoordinatorClient
@@ -68,6 +68,7 @@ from .options import TableOptions
 from .placement.hot import hot_keys
 from .server import serve
 from .server.aggregate import Owner
+from .server.chain import Chain
 from .server.serve import Server
 from .store.replicas import Replicas
 from .store.spec import TableSpec, as_init
@@ -84,12 +85,13 @@ class Node:
         self.rank = config.rank
         self.num_nodes = config.num_nodes
         self.health = Health(self.rank)
-        self.view = View(self.rank, self.num_nodes)
+        self.view = View(self.rank, self.num_nodes, config.backups)
         self._transport = Transport(config.host, send_timeout=config.failure_timeout, drop_rate=config.test_drop_rate)
         self._coordinator = self._start_coordinator()
         self._transport.set_address(COORDINATOR, self.config.coordinator)
         self.tracker = RequestTracker(health=self.health.check)
-        self.endpoint = Endpoint(self.rank, self._transport, self.tracker, lambda: self.view.cluster)
+        self.endpoint = Endpoint(self.rank, self._transport, self.tracker, lambda: self.view.cluster,
+                                 epoch=lambda: self.view.epoch, admit=lambda h: h.sender in self.view.alive)
         self.store = Store()
         self.catalog = Catalog(self.rank)
         self.consistency = as_consistency(config.consistency)  # the default of this node's tables
@@ -98,15 +100,24 @@ class Node:
         self.server = Server(self.store, self.endpoint, self.tracker, lambda table_id: self.catalog.by_id(table_id).ranges,
                              on_declined=lambda table, keys, owner, seconds: self.catalog.by_id(table).note_declined(
                                  keys, owner, seconds))
+        chain = None
+        if config.backups:
+            chain = self.server.chain = Chain(self.endpoint, self.store, lambda: self.view.chains,
+                                              lambda: self.view.epoch, self.server.forward,
+                                              lambda epoch: self.client.synced(epoch))
+        self._on_membership: list[Callable[[list[int]], None]] = []
         self.client = CoordinatorClient(lambda frames: self._transport.send(COORDINATOR, frames), self.view,
                                         self.config, self.health.fail, self.clocks.on_global, health=self.health.check,
-                                        on_welcome=self._welcomed)
+                                        on_welcome=self._welcomed, on_membership=self._membership_changed,
+                                        low_watermark=self.tracker.low_watermark if chain else None,
+                                        on_low=chain.prune if chain else None)
         self._barrier = LocalBarrier(self.client.barrier, self.catalog.clear_caches)
         self._stop = threading.Event()
         self._replica_sync = ReplicaSync(self.endpoint, self.num_nodes, self.catalog, self._stop,
                                          lambda: self.health.failure is not None)
         self._ctx = Context(self.rank, self.num_nodes, self.endpoint, self.tracker, self.catalog, self.health.check,
-                            self.clocks, self._barrier, self._replica_sync, config.collective_timeout)
+                            self.clocks, self._barrier, self._replica_sync, config.collective_timeout,
+                            lambda: self.view.chains)
         self.health.on_failure(self.tracker.fail_all)
         self.health.on_failure(self._barrier.break_)
         self._main_worker = Worker(self._ctx, -1)  # the main thread's handle; takes no part in barriers
@@ -135,6 +146,33 @@ class Node:
     @property
     def cluster(self) -> int:
         return self.view.cluster
+
+    @property
+    def members(self) -> list[int]:
+        """The ranks of the live nodes (all of them until a node dies in a cluster with backups)."""
+        return sorted(self.view.alive)
+
+    def on_membership_change(self, fn: Callable[[list[int]], None]) -> None:
+        """Call fn(members) after each membership change (a node died and backups took over its
+        key ranges). It runs in the node's pskv-server thread: keep it short, do not call pskv in it."""
+        self._on_membership.append(fn)
+
+    def _membership_changed(self, payload: dict) -> None:
+        """pskv-server, at MEMBERSHIP: new chains, promoted ranges and snapshots, held messages,
+        requests sent again to the new heads, then the user's callbacks."""
+        epoch, dead = int(payload["epoch"]), int(payload["dead"])
+        previous = self.view.change(epoch, [int(r) for r in payload["alive"]])
+        if previous is not None and self.server.chain is not None:
+            self.server.chain.on_membership(previous, self.store.get)
+        self._dispatcher.release_held()
+        resent = self.tracker.retry_all()
+        log.warning("node %d: node %d failed (%s); membership epoch %d, members %s; %d request(s) sent again",
+                    self.rank, dead, payload.get("reason"), epoch, self.members, resent)
+        for fn in self._on_membership:
+            try:
+                fn(self.members)
+            except Exception:  # noqa: BLE001 - a user's callback must not stop pskv-server
+                log.exception("node %d: on_membership_change callback %r raised", self.rank, fn)
 
     @property
     def dropped(self) -> int:
@@ -183,6 +221,9 @@ class Node:
         per round, mshadow-ps). The keywords of earlier releases still work, with a DeprecationWarning."""
         self.health.check()
         options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
+        if self.config.backups and (options.replicate is not None or options.aggregate is not None):
+            raise ConfigError(f"table {name!r}: replicate= and aggregate= do not work with backups yet; declare it "
+                              "without them, or start the cluster with backups=0")
         consistency = self.consistency if consistency is None else as_consistency(consistency)
         spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
                          table_id=self.catalog.next_id(name))
@@ -201,6 +242,8 @@ class Node:
         """The table's parts on this node, and what every node must agree on."""
         ranges = self.view.key_ranges(spec.rows)
         shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank)
+        if self.server.chain is not None:
+            self.server.chain.add_table(spec, shard, ranges)
         loc_cache = np.full(spec.rows if options.placement.location_caches else 0, -1, np.int64)
         state = TableState(spec, ranges, shard, options, consistency, loc_cache)
         config = {**spec.config(), "consistency": consistency.spec}
@@ -275,7 +318,8 @@ class Node:
         tables = {s.spec.name: {**s.counters(), "forwards": s.shard.forwards, "relocated_in": s.shard.relocated_in,
                                 "replica_syncs": s.shard.replicas.syncs if s.shard.replicas else 0}
                   for s in self.catalog.tables()}
-        return {"rank": self.rank, "tables": tables, "messages_sent": self._transport.messages_sent,
+        return {"rank": self.rank, "epoch": self.view.epoch, "members": self.members, "tables": tables,
+                "messages_sent": self._transport.messages_sent,
                 "bytes_sent": self._transport.bytes_sent, "requests_served": self.server.requests,
                 "request_errors": self.server.errors, "dropped": self.dropped, "forwards": self.server.forwards,
                 "relocated_in": self.server.relocation.relocated_in,

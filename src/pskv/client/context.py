@@ -8,6 +8,7 @@ from typing import Callable
 from ..catalog import Catalog
 from ..consistency.clocks import Clocks
 from ..membership.barrier import LocalBarrier
+from ..placement.chains import Chains
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
 from .replica_sync import ReplicaSync
@@ -25,3 +26,4 @@ class Context:
     barrier: LocalBarrier  # the node's open workers
     replica_sync: ReplicaSync  # sends changes of replicated keys
     collective_timeout: float  # seconds a clock wait or an aggregation round may take
+    chains: Callable[[], Chains | None] = lambda: None  # with backups: who holds each key range now (the view's)

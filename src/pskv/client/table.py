@@ -26,7 +26,7 @@ from ..net.requests import Future
 from ..net.wire import Kind
 from ..placement import route
 from ..store.spec import TableSpec, check_keys, check_values
-from . import sampling
+from . import backed, sampling
 from .context import Context
 from .request import Request
 
@@ -131,6 +131,9 @@ class Table:
         self._ctx.check()
         if self._state.aggregator is not None:
             raise TableError(f"localize on table {self.name!r}: an aggregated table keeps its static placement")
+        if self._ctx.chains() is not None:
+            raise TableError(f"localize on table {self.name!r}: a cluster with backups keeps key ranges on their "
+                             "chains and does not relocate yet; start it with backups=0 to use localize")
         keys = np.unique(check_keys(self.spec, keys, "localize"))  # (m,) sorted, distinct
         shard = self._state.shard
         declined = self._state.declined_until
@@ -249,11 +252,12 @@ class Table:
                 keys, updates = keys[~hot], updates[~hot]
         if not len(keys):
             return Future.completed(None, self._desc(Kind.PUSH))
-        miss = st.shard.push(keys, updates)
-        self._state.local_keys += len(keys) - len(miss)
-        if not len(miss):
-            return Future.completed(None, self._desc(Kind.PUSH))
-        keys, updates = keys[miss], updates[miss]
+        if self._ctx.chains() is None:  # (with backups every write goes through its range's head)
+            miss = st.shard.push(keys, updates)
+            self._state.local_keys += len(keys) - len(miss)
+            if not len(miss):
+                return Future.completed(None, self._desc(Kind.PUSH))
+            keys, updates = keys[miss], updates[miss]
         if st.cache is None:
             fut = st.buffer.add(keys, updates)
         else:
@@ -289,6 +293,10 @@ class Table:
         n = len(keys)
         if n == 0:
             return Future.completed(out, self._desc(kind))
+        if self._ctx.chains() is not None:  # a cluster with backups (client.backed)
+            fut = backed.request(self, kind, keys, values, out, gpos, direct)
+            self._track(fut)
+            return fut
         shard = self._state.shard
         if shard.replicas is not None:  # replicated keys: always local, never routed
             hot = shard.replicas.mask(keys)

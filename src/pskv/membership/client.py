@@ -8,7 +8,7 @@ import time
 from typing import Callable
 
 from ..config import NodeConfig
-from ..errors import BarrierTimeout, CollectiveStalled, CoordinatorUnreachable, NodeFailure, TableMismatch
+from ..errors import BarrierTimeout, CollectiveStalled, CoordinatorUnreachable, Fenced, NodeFailure, TableMismatch
 from ..net.wire import FROM_COORDINATOR, Header, Kind, control, control_payload
 from .view import View
 
@@ -20,7 +20,10 @@ class CoordinatorClient:
 
     def __init__(self, send: Callable[[list], None], view: View, config: NodeConfig,
                  on_failure: Callable[[NodeFailure], None], on_clock: Callable[[int], None] | None = None,
-                 health: Callable[[], None] | None = None, on_welcome: Callable[[], None] | None = None) -> None:
+                 health: Callable[[], None] | None = None, on_welcome: Callable[[], None] | None = None,
+                 on_membership: Callable[[dict], None] | None = None,
+                 low_watermark: Callable[[], int] | None = None,
+                 on_low: Callable[[dict[int, int]], None] | None = None) -> None:
         self._send_frames = send
         self.view = view  # written here on WELCOME
         self.rank = view.rank
@@ -29,6 +32,9 @@ class CoordinatorClient:
         self._on_failure = on_failure  # the node records the failure before any waiter here sees it
         self._health = health  # raises the node's own failure (so every call raises the same error)
         self._on_clock = on_clock  # receives the global clock (pskv-server thread)
+        self._on_membership = on_membership  # a new epoch (backups): pskv-server, after the view changed
+        self._low_watermark = low_watermark  # this node's oldest pending request id, sent with heartbeats
+        self._on_low = on_low  # every node's low watermark, from TICKs (pskv-server)
         self._cond = threading.Condition()  # guards everything below; never held while sending
         self.failure: Exception | None = None
         self._abort: str | None = None
@@ -41,6 +47,7 @@ class CoordinatorClient:
         self._failing = False
         self._last_heard = time.monotonic()
         self._last_beat = 0.0
+        self._last_check = time.monotonic()
 
     def _send(self, kind: Kind, payload: dict | None = None) -> None:
         self._send_frames(control(kind, self.view.cluster, self.rank, payload))
@@ -100,6 +107,10 @@ class CoordinatorClient:
         order between them."""
         self._send(Kind.CLOCK, {"clock": int(clock), "seq": int(seq)})
 
+    def synced(self, epoch: int) -> None:
+        """Every key range this node backs up in `epoch` is whole again (server.chain)."""
+        self._send(Kind.SYNCED, {"epoch": int(epoch)})
+
     def _wait(self, ready: Callable[[], bool], timeout: float | None, on_timeout) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
@@ -141,10 +152,23 @@ class CoordinatorClient:
             self._cond.notify_all()
         if kind == Kind.GLOBAL_CLOCK and self._on_clock is not None:
             self._on_clock(int(payload["clock"]))
+        if kind == Kind.TICK and "low" in payload and self._on_low is not None:
+            self._on_low({int(r): int(w) for r, w in payload["low"].items()})
+        if kind == Kind.MEMBERSHIP:
+            alive = [int(r) for r in payload["alive"]]
+            if self.rank not in alive:
+                self._fail(Fenced(f"node {self.rank} was taken out of the cluster in membership epoch "
+                                  f"{payload['epoch']} ({payload.get('reason')}); the others went on without it, "
+                                  "so it must not serve or change anything any more", self.rank))
+            elif self._on_membership is not None and self.failure is None:
+                self._on_membership(payload)
         if kind == Kind.STALLED:
             missing = [int(r) for r in payload.get("missing", [])]
             self._fail(CollectiveStalled(f"node {self.rank}: {payload.get('reason')}", missing))
-        if kind == Kind.NODE_FAILED:
+        if kind == Kind.NODE_FAILED and int(payload["rank"]) == self.rank:
+            self._fail(Fenced(f"node {self.rank} was declared failed ({payload.get('reason')}) and is out of the "
+                              "cluster; it must not serve or change anything any more", self.rank))
+        elif kind == Kind.NODE_FAILED:
             self._fail(NodeFailure(f"node {payload['rank']} ({payload.get('address', '?')}) failed: "
                                    f"{payload.get('reason')}; this cluster cannot continue without it",
                                    int(payload["rank"]), str(payload.get("address", ""))))
@@ -153,9 +177,14 @@ class CoordinatorClient:
         """Send a heartbeat when due; declare the coordinator dead after failure_timeout of silence."""
         if not self.view.welcomed or self.failure is not None or self._shutdown_ok:
             return
+        if now - self._last_check > self.config.failure_timeout / 2:
+            # this process itself did not run (SIGSTOP, a swap storm): the silence is ours, not the
+            # coordinator's; what it sent meanwhile (e.g. that we were taken out) is still to be read
+            self._last_heard = now
+        self._last_check = now
         if now - self._last_beat >= self.config.heartbeat_interval:
             self._last_beat = now
-            self._send(Kind.HEARTBEAT)
+            self._send(Kind.HEARTBEAT, None if self._low_watermark is None else {"low": self._low_watermark()})
         silent = now - self._last_heard
         if silent > self.config.failure_timeout:
             self._fail(NodeFailure(

@@ -9,6 +9,8 @@
     node  -- CLOCK{clock,seq} ---->   coordinator    min over alive nodes changed: GLOBAL_CLOCK{clock}
     node  -- BYE ----------------->   coordinator    all said BYE: SHUTDOWN_OK
     node  -- HEARTBEAT / ABORT --->   coordinator    silence > failure_timeout or ABORT: NODE_FAILED{rank}
+                                                     with backups: MEMBERSHIP{epoch, alive, dead}
+    node  -- SYNCED{epoch} ------->   coordinator    every range it backs up is filled again
     coordinator -- TICK (every heartbeat_interval) -> nodes: a silent coordinator is a failure too
     coordinator -- STALLED{reason, missing} -> nodes: a table declaration or barrier that some
                    nodes did not join within collective_timeout, or left (BYE) without joining
@@ -62,6 +64,9 @@ class Coordinator:
         self._clock_seq: dict[int, int] = {}  # rank -> sequence number of its last report
         self._welcomed = False
         self._finished = False
+        self._epoch = 1  # the membership epoch (backups); WELCOME starts epoch 1
+        self._synced: set[int] = set()  # ranks whose copies are whole in this epoch (all of them in epoch 1)
+        self._low: dict[int, int] = {}  # rank -> its low watermark of request ids (from heartbeats)
         self.failures: list[tuple[int, str]] = []  # (rank, reason), for the launcher's report
 
     def start(self) -> "Coordinator":
@@ -128,7 +133,7 @@ class Coordinator:
             return
         self._last_seen[rank] = time.monotonic()
         handler = {Kind.TABLE_DECL: self._decl, Kind.BARRIER: self._barrier, Kind.BYE: self._bye,
-                   Kind.CLOCK: self._clock,
+                   Kind.CLOCK: self._clock, Kind.HEARTBEAT: self._heartbeat, Kind.SYNCED: self._synced_in,
                    Kind.ABORT: lambda r, p: self._fail(r, p.get("reason", "aborted"))}.get(header.kind)
         if self._state[rank] == "failed":  # it stalled and came back: tell it, not only the others
             self._send(rank, Kind.NODE_FAILED, self._failure_payload(rank))
@@ -175,7 +180,16 @@ class Coordinator:
         log.info("node %d joined from %s (%d/%d)", rank, address, len(self._addresses), self.num_nodes)
         if len(self._addresses) == self.num_nodes:
             self._welcomed = True
+            self._synced = set(self._addresses)
             self._broadcast(Kind.WELCOME, {"addresses": {str(r): a for r, a in self._addresses.items()}})
+
+    def _heartbeat(self, rank: int, p: dict) -> None:
+        if "low" in p:
+            self._low[rank] = int(p["low"])
+
+    def _synced_in(self, rank: int, p: dict) -> None:
+        if int(p["epoch"]) == self._epoch:
+            self._synced.add(rank)
 
     def _decl(self, rank: int, p: dict) -> None:
         seq = int(p["seq"])
@@ -188,6 +202,10 @@ class Coordinator:
             self._stall(f"table declaration #{seq} ({p['spec'].get('name', '?')!r} by node {rank}): node(s) {left} "
                         "called shutdown() without declaring it", left)
             return
+        self._complete_decl(seq)
+
+    def _complete_decl(self, seq: int) -> None:
+        got = self._decls[seq]
         if all(r in got for r, s in self._state.items() if s == "alive"):
             del self._decls[seq]
             self._since.pop(("table", seq), None)
@@ -253,9 +271,39 @@ class Coordinator:
         if not self._welcomed:  # the cluster cannot form: let the nodes that joined stop now
             self._broadcast(Kind.ABORT, {"reason": f"node {rank} failed before the cluster formed: {reason}"})
             return
+        if self._survivable(rank, reason):
+            return
         self._broadcast(Kind.NODE_FAILED, self._failure_payload(rank), states=("alive", "bye"))
         if rank in self._addresses:
             self._send(rank, Kind.NODE_FAILED, self._failure_payload(rank))  # if it only stalled, it learns why
+
+    def _survivable(self, rank: int, reason: str) -> bool:
+        """With backups: go on without `rank` in a new epoch (MEMBERSHIP) if every key range still
+        has a whole copy on a live node; False: the cluster must stop (NODE_FAILED)."""
+        if not self.config.backups or self._stalled:
+            return False
+        live = {r for r, s in self._state.items() if s in ("alive", "bye")}
+        unsynced = sorted(live - self._synced)
+        if not live or unsynced:  # a copy still filling from a range's last member: that member was `rank`
+            if unsynced:
+                self.failures[-1] = (rank, f"{reason}; node(s) {unsynced} had not finished copying the key ranges "
+                                           f"of the previous failure, so some rows may be lost")
+            return False
+        self._epoch += 1
+        self._synced = set()
+        payload = {"epoch": self._epoch, "alive": sorted(live), "dead": rank, "reason": reason}
+        log.warning("coordinator: node %d failed (%s); membership epoch %d goes on with nodes %s", rank, reason,
+                    self._epoch, sorted(live))
+        self._broadcast(Kind.MEMBERSHIP, payload, states=("alive", "bye"))
+        self._send(rank, Kind.MEMBERSHIP, payload)  # if it only stalled, it learns it is out
+        for seq in sorted(self._decls):
+            self._complete_decl(seq)
+        self._release_barriers()  # its workers leave barriers and clocks
+        self._release_clock()
+        if all(s != "alive" for s in self._state.values()):
+            self._broadcast(Kind.SHUTDOWN_OK, states=("bye",))
+            self._finished = True
+        return True
 
     def _stall(self, reason: str, missing: list[int]) -> None:
         """A collective cannot complete: tell every node, which all stop with CollectiveStalled."""
@@ -303,8 +351,10 @@ class Coordinator:
             return
         self._stalled_collectives(now)
         # nodes that said bye still serve their rows until everyone has: tick them and watch them too
-        self._broadcast(Kind.TICK, {"barriers": {str(g): sorted(r) for g, r in self._barriers.items()}},
-                        states=("alive", "bye"))
+        tick = {"barriers": {str(g): sorted(r) for g, r in self._barriers.items()}}
+        if self.config.backups:
+            tick["low"] = {str(r): w for r, w in self._low.items()}
+        self._broadcast(Kind.TICK, tick, states=("alive", "bye"))
         for rank, state in list(self._state.items()):
             silent = now - self._last_seen[rank]
             if state in ("alive", "bye") and silent > self.config.failure_timeout:

@@ -2,30 +2,38 @@
 
 The view is the one place that says which ranks are members and which messages come from this
 cluster (`admit`, the dispatcher's gate); key ranges are derived from it (`key_ranges`) and
-handed to routing. Epoch 0 is "not welcomed yet"; WELCOME makes epoch 1 with every node alive.
-Failover and elastic membership will change the members here, with a new epoch.
+handed to routing, and with backups the chain of live nodes that holds each range (`chains`).
+Epoch 0 is "not welcomed yet"; WELCOME makes epoch 1 with every node alive; each MEMBERSHIP from
+the coordinator (a node died and backups take over its ranges) makes the next one.
 
-Threads and ownership: pskv-server writes it (WELCOME); every thread reads it. Fields are
-replaced whole (never mutated in place), so readers need no lock.
+Fencing: a message from a node that is not alive in this view is dropped, whatever it is (a
+node that was stopped past failure_timeout and woke up must not change or answer anything); a
+message stamped with a newer epoch than ours waits (HOLD) until our view catches up.
+
+Threads and ownership: pskv-server writes it (WELCOME, MEMBERSHIP); every thread reads it.
+Fields are replaced whole (never mutated in place), so readers need no lock.
 """
 
 from __future__ import annotations
 
 from ..net.dispatch import Verdict
 from ..net.wire import COORDINATOR, FROM_COORDINATOR, Header, Kind
+from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
 
 _FIRST_WORDS = frozenset({Kind.WELCOME, Kind.ABORT})  # all a node accepts from the coordinator before WELCOME
 
 
 class View:
-    def __init__(self, rank: int, num_nodes: int) -> None:
+    def __init__(self, rank: int, num_nodes: int, backups: int = 0) -> None:
         self.rank = rank
         self.num_nodes = num_nodes
+        self.backups = backups
         self.cluster = 0  # the cluster id the coordinator gave out; 0 until welcomed
         self.epoch = 0
         self.addresses: dict[int, str] | None = None  # rank -> address; None until welcomed
         self.alive: frozenset[int] = frozenset()
+        self.chains: Chains | None = None  # with backups: who holds each key range now
 
     @property
     def welcomed(self) -> bool:
@@ -35,8 +43,19 @@ class View:
         """pskv-server: the coordinator's WELCOME: every node is up."""
         self.cluster = cluster
         self.alive = frozenset(addresses)
+        if self.backups:
+            self.chains = Chains(self.num_nodes, self.backups, self.alive)
         self.epoch = 1
         self.addresses = dict(addresses)
+
+    def change(self, epoch: int, alive) -> Chains | None:
+        """pskv-server: membership epoch `epoch` with the live nodes `alive`; returns the previous chains."""
+        previous = self.chains
+        self.alive = frozenset(alive)
+        if self.backups:
+            self.chains = Chains(self.num_nodes, self.backups, self.alive)
+        self.epoch = epoch
+        return previous
 
     def address(self, rank: int) -> str:
         return (self.addresses or {}).get(rank, "")
@@ -59,7 +78,12 @@ class View:
             return Verdict.HOLD if header.cluster else Verdict.DROP
         if header.cluster != self.cluster or not 0 <= header.sender < self.num_nodes:
             return Verdict.DROP
+        if header.sender not in self.alive:
+            return Verdict.FENCED  # a node that died or was fenced off (see above)
+        if header.epoch > self.epoch:
+            return Verdict.HOLD  # its sender saw a membership change we have not seen yet
         return Verdict.ACCEPT
 
     def __repr__(self) -> str:
-        return f"<View node={self.rank}/{self.num_nodes} cluster={self.cluster} epoch={self.epoch} alive={sorted(self.alive)}>"
+        return (f"<View node={self.rank}/{self.num_nodes} cluster={self.cluster} epoch={self.epoch} "
+                f"alive={sorted(self.alive)} backups={self.backups}>")

@@ -34,6 +34,7 @@ class Verdict(enum.Enum):
     ACCEPT = 1
     HOLD = 2
     DROP = 3
+    FENCED = 4  # from a node that is no member any more (it died or was fenced off): dropped, counted, not logged
 
 
 class Dispatcher:
@@ -45,6 +46,7 @@ class Dispatcher:
         self._duties: list[Callable[[float], None]] = []
         self._held: list[list] = []  # frames of messages that came before our WELCOME
         self.dropped = 0  # messages dropped as garbage or from another cluster
+        self.fenced = 0  # messages dropped because their sender is no member any more
 
     def register(self, kinds: Iterable[Kind], handler: Callable[[Header, list], None]) -> None:
         for kind in kinds:
@@ -91,6 +93,9 @@ class Dispatcher:
             self._held.append(frames)
             return
         handler = self._handlers.get(header.kind)
+        if verdict is Verdict.FENCED:
+            self.fenced += 1
+            return
         if verdict is not Verdict.ACCEPT or handler is None:
             self._drop(f"{header!r}: not from this cluster" if handler else f"{header!r}: no handler for its kind")
             return

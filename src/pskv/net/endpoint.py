@@ -25,11 +25,14 @@ HANDLES = REPLIES  # the kinds `on_reply` takes
 
 
 class Endpoint:
-    def __init__(self, rank: int, transport: Transport, tracker: RequestTracker, cluster: Callable[[], int]) -> None:
+    def __init__(self, rank: int, transport: Transport, tracker: RequestTracker, cluster: Callable[[], int],
+                 epoch: Callable[[], int] = lambda: 0, admit: Callable[[Header], bool] | None = None) -> None:
         self.rank = rank
         self.tracker = tracker
         self._transport = transport
         self._cluster = cluster  # the cluster id, known once the node joined
+        self._epoch = epoch  # this node's membership epoch, stamped on every message
+        self._admit = admit  # whether a reply in a reply box comes from a live member (the dispatcher's gate)
         self.dropped = 0  # garbage that reached a reply box
 
     # ---- sending ------------------------------------------------------------------------------------
@@ -69,7 +72,7 @@ class Endpoint:
         return Header(kind, table=to.table, request_id=to.request_id, part=to.part, n_keys=n_keys, origin=to.origin)
 
     def _stamp(self, header: Header) -> Header:
-        header.cluster, header.sender = self._cluster(), self.rank
+        header.cluster, header.sender, header.epoch = self._cluster(), self.rank, self._epoch()
         return header
 
     # ---- replies ------------------------------------------------------------------------------------
@@ -90,7 +93,8 @@ class Endpoint:
             header = unpack_header(frame_bytes(frames[0]))
         except ProtocolError:
             header = None
-        if header is not None and header.kind in REPLIES and header.cluster == self._cluster():
+        if header is not None and header.kind in REPLIES and header.cluster == self._cluster() and (
+                self._admit is None or self._admit(header)):
             self.on_reply(header, frames)
         else:
             self.dropped += 1

@@ -171,15 +171,21 @@ def wait(*futures: Future, timeout: float | None = None) -> list:
     return [f.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futures]
 
 
-class _Pending:
-    __slots__ = ("future", "total", "remaining", "on_part", "result", "ranks", "born", "progress", "seen")
+class Credit(int):
+    """What `on_part` may return instead of a result: how many keys the reply answered that no
+    earlier reply did (a request sent again after a membership change may be answered twice)."""
 
-    def __init__(self, future, total, on_part, result):
+
+class _Pending:
+    __slots__ = ("future", "total", "remaining", "on_part", "result", "ranks", "born", "progress", "seen", "retry")
+
+    def __init__(self, future, total, on_part, result, retry=None):
         self.future = future
         self.total = total
         self.remaining = total  # keys (or other units) still to be answered
         self.on_part = on_part  # fn(sender, payload) writes a reply into the result
         self.result = result
+        self.retry = retry  # fn() sends the unanswered keys again (after a membership change), or None
         self.ranks: set[int] = set()  # nodes some of it was sent to, for stall reports
         self.born = self.progress = time.monotonic()  # progress: the last send or reply
         self.seen: tuple = ()  # the last thing that happened to it: (rank,) sent, (rank, keys, error) reply
@@ -208,26 +214,46 @@ class RequestTracker:
     def __init__(self, health: Callable[[], None] | None = None) -> None:
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()  # guards _pending; never held while writing parts or resolving
+        self._next = 1  # the next request id (for low_watermark)
+        self._lock = threading.Lock()  # guards _pending and _next; never held while writing parts or resolving
         self._health = health
 
     def new_request(self, total: int, *, on_part: Callable | None = None, result: Any = None,
-                    desc: str = "") -> tuple[int, Future]:
+                    desc: str = "", retry: Callable[[], None] | None = None) -> tuple[int, Future]:
         """Register a request that completes when `total` keys have been answered.
 
-        `on_part(sender, payload)` writes each reply part into the result; if it returns
-        something other than None, that becomes the request's result instead of `result`.
+        `on_part(sender, payload)` writes each reply part into the result; if it returns a
+        `Credit`, that many keys count as answered (not the reply's key count); anything else
+        but None becomes the request's result instead of `result`. `retry()` sends the
+        unanswered keys again (`retry_all`).
 
         A request with nothing outstanding (total <= 0) is complete at once and never registered:
         no reply will ever come for it, so waiting for one would wait forever."""
         fut = Future(desc, self._health)
-        rid = next(self._ids)
         if total <= 0:
             fut._resolve(result)
-            return rid, fut
-        with self._lock:
-            self._pending[rid] = _Pending(fut, total, on_part, result)
+            return next(self._ids), fut
+        with self._lock:  # (id and registration together: see low_watermark)
+            rid = next(self._ids)
+            self._next = rid + 1
+            self._pending[rid] = _Pending(fut, total, on_part, result, retry)
         return rid, fut
+
+    def low_watermark(self) -> int:
+        """No request with a smaller id is pending or will be made: its replies or resends never come."""
+        with self._lock:
+            return min(self._pending, default=self._next)
+
+    def retry_all(self) -> int:
+        """Send every pending request that can be sent again (after a membership change); returns how many."""
+        with self._lock:
+            hit = [p for p in self._pending.values() if p.retry is not None]
+        for p in hit:
+            try:
+                p.retry()
+            except Exception as exc:  # noqa: BLE001 - fail that request, not the caller
+                self._fail(p, exc)
+        return len(hit)
 
     def sent_to(self, rid: int, rank: int) -> None:
         p = self._pending.get(rid)
@@ -245,7 +271,9 @@ class RequestTracker:
         if error is None and p.on_part is not None:
             try:
                 result = p.on_part(sender, payload)
-                if result is not None:  # the part is the whole result (e.g. a pull answered by one reply)
+                if type(result) is Credit:
+                    count = int(result)
+                elif result is not None:  # the part is the whole result (e.g. a pull answered by one reply)
                     p.result = result
             except PskvError as exc:
                 error = exc
@@ -288,6 +316,13 @@ class RequestTracker:
         if len(pending) > limit:
             lines.append(f"  ... and {len(pending) - limit} more")
         return lines
+
+    def _fail(self, p: _Pending, exc: BaseException) -> None:
+        with self._lock:
+            for rid, q in list(self._pending.items()):
+                if q is p:
+                    del self._pending[rid]
+        p.future._resolve(None, exc)
 
     def fail_all(self, error_for: Callable[[], BaseException]) -> None:
         with self._lock:

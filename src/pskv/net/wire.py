@@ -2,7 +2,7 @@
 `encode()`, which turns a header and arrays into frames, and `unpack()`, its inverse, which turns
 a message's frames into a `Payload` of numpy views.
 
-A message is a ZeroMQ multipart message: frame 0 is a 42-byte header, the other frames are
+A message is a ZeroMQ multipart message: frame 0 is a 44-byte header, the other frames are
 raw buffers (keys, values) or, for control messages, one UTF-8 JSON object. Arrays travel as
 zero-copy frames and are read back with np.frombuffer; nothing on the data path is pickled.
 
@@ -15,6 +15,12 @@ zero-copy frames and are read back with np.frombuffer; nothing on the data path 
                    lease that holds them there);
                    [header, keys, values, (state)] TRANSFER
     replication    [header, keys, values] REPLICA_SYNC (answered by ACK)
+    backups        [header, keys, (positions), values] CHAIN: a write (flag SET: a set, else a push)
+                   passed down a key range's chain of backups, keeping origin, id and part; the
+                   chain's tail answers the origin with ACK.
+                   [header, keys, values, (state), applied] SNAPSHOT: a range's whole state (flag
+                   STATE: updater state follows; `part`: the range), `applied` the int64 (m, 3)
+                   (origin, request id, part) writes it holds (at-most-once)
     aggregation    [header, keys, values, (rounds)] AGG_PUSH: one node's level-1 sums (sorted
                    distinct keys) of round `part`, or with flag ROUNDS of an int64 round per
                    key; answered by PULL_REPLY with the rows after the rounds were applied
@@ -45,7 +51,7 @@ import numpy as np
 from ..errors import ProtocolError
 
 MAGIC = b"PSKV"
-VERSION = 2  # 2: Header.reply_to
+VERSION = 3  # 2: Header.reply_to; 3: Header.epoch
 COORDINATOR = -1  # the `sender`/destination rank of the coordinator
 
 
@@ -62,6 +68,8 @@ class Kind(enum.IntEnum):
     DECLINE = 12  # manager -> requester: these keys stay where they are (another node's lease)
     REPLICA_SYNC = 10  # deltas of replicated keys, to every other node
     AGG_PUSH = 11  # node -> owner: a node's summed pushes of round `part` (NodeAggregate tables)
+    CHAIN = 13  # a write passed down its key range's chain of backups (server.chain)
+    SNAPSHOT = 14  # a key range's rows, updater state and applied writes, for a new backup
     # control traffic between nodes and the coordinator; payload is one JSON frame
     HELLO = 20
     WELCOME = 21
@@ -78,6 +86,8 @@ class Kind(enum.IntEnum):
     CLOCK = 32  # node -> coordinator: every update stamped < clock is applied (SSP/BSP)
     GLOBAL_CLOCK = 33  # coordinator -> nodes: the minimum of the nodes' clocks
     STALLED = 34  # coordinator -> nodes: a collective some nodes never joined; the cluster stops
+    MEMBERSHIP = 35  # coordinator -> nodes: a new membership epoch (a node died; backups take over)
+    SYNCED = 36  # node -> coordinator: every range this node backs up in `epoch` is filled again
 
 
 _KINDS = {int(k): k for k in Kind}
@@ -87,20 +97,23 @@ RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLIN
 POSITIONS = 1  # flag: a positions frame follows the keys (requests) or the header (replies)
 STATE = 2  # flag: a TRANSFER carries updater state after the values
 ROUNDS = 4  # flag: an AGG_PUSH carries an int64 round per key after the values (else all are `part`)
+SET = 8  # flag: a CHAIN message carries a set (else a push)
 AGGREGATION = frozenset({Kind.AGG_PUSH})  # handled by Server, served by server.aggregate.Owner
 FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRIER_RELEASE, Kind.SHUTDOWN_OK,
-                              Kind.NODE_FAILED, Kind.ABORT, Kind.GLOBAL_CLOCK, Kind.STALLED})
-_WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION
-_WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH})
+                              Kind.NODE_FAILED, Kind.ABORT, Kind.GLOBAL_CLOCK, Kind.STALLED, Kind.MEMBERSHIP})
+BACKUPS = frozenset({Kind.CHAIN, Kind.SNAPSHOT})
+_WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS
+_WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH,
+                          Kind.CHAIN, Kind.SNAPSHOT})
 
 _DTYPES = {0: None, 1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int64), 4: np.dtype(np.int32)}
 _CODES = {dt: code for code, dt in _DTYPES.items() if dt is not None}
 
 # magic, version, kind, flags, cluster, sender, table, request_id, part, n_keys, dim, dtype, key dtype, origin,
-# reply_to
+# reply_to, epoch
 KEY_CODE = 3  # keys travel as int64 (dtype_code(np.int64))
-_STRUCT = struct.Struct("<4sBBHIhHQIIIBBhH")
-HEADER_SIZE = _STRUCT.size  # 42 bytes
+_STRUCT = struct.Struct("<4sBBHIhHQIIIBBhHH")
+HEADER_SIZE = _STRUCT.size  # 44 bytes
 
 
 def dtype_code(dtype) -> int:
@@ -125,11 +138,12 @@ class Header:
     flags: int = 0
     origin: int = 0  # the node that made the request; replies go there (forwarding keeps it)
     reply_to: int = 0  # the port of the origin's reply box for this request's replies; 0: its inbox
+    epoch: int = 0  # the sender's membership epoch (stamped by the endpoint; membership.view admits by it)
 
     def pack(self) -> bytes:
         return _STRUCT.pack(MAGIC, VERSION, self.kind, self.flags, self.cluster, self.sender, self.table,
                             self.request_id, self.part, self.n_keys, self.dim, self.dtype, self.key_dtype,
-                            self.origin, self.reply_to)
+                            self.origin, self.reply_to, self.epoch & 0xFFFF)
 
     def __repr__(self) -> str:
         who = "coord" if self.sender == COORDINATOR else f"n{self.sender}"
@@ -142,7 +156,7 @@ def unpack_header(frame: bytes | memoryview) -> Header:
     if len(frame) != HEADER_SIZE:
         raise ProtocolError(f"header is {len(frame)} bytes, expected {HEADER_SIZE}; not a pskv message")
     (magic, version, kind, flags, cluster, sender, table, rid, part,
-     n_keys, dim, dtype, key_dtype, origin, reply_to) = _STRUCT.unpack(frame)
+     n_keys, dim, dtype, key_dtype, origin, reply_to, epoch) = _STRUCT.unpack(frame)
     if magic != MAGIC:
         raise ProtocolError(f"bad magic {magic!r}; not a pskv message")
     if version != VERSION:
@@ -152,7 +166,8 @@ def unpack_header(frame: bytes | memoryview) -> Header:
         raise ProtocolError(f"unknown message kind {code}")
     if dtype not in _DTYPES or key_dtype not in _DTYPES:
         raise ProtocolError(f"unknown dtype code {dtype}/{key_dtype} in {kind.name}")
-    return Header(kind, cluster, sender, table, rid, part, n_keys, dim, dtype, key_dtype, flags, origin, reply_to)
+    return Header(kind, cluster, sender, table, rid, part, n_keys, dim, dtype, key_dtype, flags, origin, reply_to,
+                  epoch)
 
 
 class Payload(NamedTuple):
@@ -161,6 +176,7 @@ class Payload(NamedTuple):
     values: np.ndarray | None  # (n, dim), read-only view
     state: np.ndarray | None  # (n, width) updater state of a TRANSFER
     rounds: np.ndarray | None = None  # (n,) int64 round of each key of an AGG_PUSH with flag ROUNDS
+    applied: np.ndarray | None = None  # (m, 3) int64 (origin, request id, part) of a SNAPSHOT
 
 
 def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
@@ -171,9 +187,10 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     has_keys = kind in _WITH_KEYS
     has_pos = bool(header.flags & POSITIONS) and kind not in RELOCATION
     has_values = kind in _WITH_VALUES
-    has_state = bool(header.flags & STATE) and kind == Kind.TRANSFER
+    has_state = bool(header.flags & STATE) and kind in (Kind.TRANSFER, Kind.SNAPSHOT)
     has_rounds = bool(header.flags & ROUNDS) and kind == Kind.AGG_PUSH
-    expected = 1 + has_keys + has_pos + has_values + has_state + has_rounds
+    has_applied = kind == Kind.SNAPSHOT
+    expected = 1 + has_keys + has_pos + has_values + has_state + has_rounds + has_applied
     if len(frames) != expected:
         raise ProtocolError(f"{header!r} has {len(frames)} frames, expected {expected}")
     keys = positions = values = state = None
@@ -195,12 +212,17 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
         i += 1
     if has_state:
         state = _view(frames[i], values.dtype, (header.n_keys, state_width), header)
+        i += 1
+    if has_applied:
+        buf = frames[i].buffer if hasattr(frames[i], "buffer") else memoryview(frames[i])
+        rows = buf.nbytes // 24
+        return Payload(keys, positions, values, state, None, _view(frames[i], np.dtype(np.int64), (rows, 3), header))
     if has_rounds:
         return Payload(keys, positions, values, state, _view(frames[i], np.dtype(np.int64), (header.n_keys,), header))
     return Payload(keys, positions, values, state)
 
 
-def encode(header: Header, keys=None, positions=None, values=None, state=None, rounds=None) -> list:
+def encode(header: Header, keys=None, positions=None, values=None, state=None, rounds=None, applied=None) -> list:
     """The frames of a data message (the inverse of `unpack`): the header, packed last, gets its
     key count, dtypes and flags from the arrays it carries. Arrays travel as they are (contiguous)."""
     frames: list = [None]
@@ -220,6 +242,8 @@ def encode(header: Header, keys=None, positions=None, values=None, state=None, r
     if rounds is not None:
         header.flags |= ROUNDS
         frames.append(np.ascontiguousarray(rounds, np.int64))
+    if applied is not None:
+        frames.append(np.ascontiguousarray(applied, np.int64).reshape(-1, 3))
     frames[0] = header.pack()
     return frames
 

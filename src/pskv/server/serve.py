@@ -26,14 +26,16 @@ from .. import _hooks, kernels
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
-from ..net.wire import POSITIONS, REQUESTS, Header, Kind, Payload, unpack
+from ..net.wire import BACKUPS, POSITIONS, REQUESTS, Header, Kind, Payload, unpack
 from ..placement import route
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard, Store
+from .chain import Chain
 from .relocate import Relocation
 
 log = logging.getLogger(__name__)
-HANDLES = REQUESTS | {Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC, Kind.AGG_PUSH}
+HANDLES = REQUESTS | BACKUPS | {Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC,
+                                Kind.AGG_PUSH}
 _HOP_SHIFT = 8  # flags bits 8..15 count forwards: a routing bug becomes an error, never an endless loop
 _MAX_HOPS = 32  # a relocation chain moves a key at most once per hop; 32 is far beyond any real chain
 
@@ -48,7 +50,8 @@ class Server:
         self._ranges = ranges  # table id -> the table's key ranges
         self.relocation = Relocation(endpoint, tracker, serve=self._serve, reject=self.reject, on_declined=on_declined)
         self.aggregators: dict[int, Callable[[Header, Payload], None]] = {}  # table id -> AGG_PUSH handler
-        self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve,
+        self.chain: Chain | None = None  # with backups: chain replication and failover (set by the node)
+        self._handlers = {Kind.CHAIN: self._chain, Kind.SNAPSHOT: self._chain,Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve,
                           Kind.LOCALIZE: self.relocation.localize, Kind.HANDOVER: self.relocation.handover,
                           Kind.TRANSFER: self.relocation.transfer, Kind.DECLINE: self.relocation.on_decline,
                           Kind.REPLICA_SYNC: self._replica_sync,
@@ -107,6 +110,9 @@ class Server:
     # ---- pull / push / set ------------------------------------------------------------------------
     def _serve(self, header: Header, p: Payload, shard: Shard) -> None:
         keys = p.keys if p.keys.dtype == np.int64 else p.keys.astype(np.int64)
+        if self.chain is not None and header.kind != Kind.PULL:
+            self.chain.write(header, p, keys, shard)
+            return
         out = None
         if header.kind == Kind.PULL:
             out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)  # (n, dim), sent zero-copy
@@ -139,24 +145,44 @@ class Server:
         mkeys = keys[miss]
         positions = miss if p.positions is None else p.positions[miss]
         values = None if p.values is None else p.values[miss]
-        targets = route.forward_hops(mkeys, shard, self._ranges(header.table), self.rank)
+        if self.chain is not None:  # with backups: each key's range head holds it
+            targets = self.chain.heads(header.table, mkeys)
+        else:
+            targets = route.forward_hops(mkeys, shard, self._ranges(header.table), self.rank)
         for target in np.unique(targets):
             sel = targets == target
             tv = None if values is None else values[sel]
             if target == -1:  # incoming here: wait for the TRANSFER (copies: the message's buffers go)
                 self.relocation.defer(header, mkeys[sel], np.asarray(positions[sel], np.int64), tv)
                 continue
-            hops = (header.flags >> _HOP_SHIFT) + 1
-            if hops > _MAX_HOPS:
-                raise ProtocolError(f"keys {mkeys[sel][:5].tolist()} of table {shard.spec.name!r} were forwarded "
-                                    f"{_MAX_HOPS} times without reaching their owner")
-            n = int(sel.sum())
-            self.forwards += n
-            shard.forwards += n
-            self._endpoint.forward(int(target), header, POSITIONS | hops << _HOP_SHIFT, keys=mkeys[sel],
-                                   positions=positions[sel], values=tv)
+            if target == self.rank:
+                raise ProtocolError(f"node {self.rank} heads the key range of keys {mkeys[sel][:5].tolist()} of "
+                                    f"table {shard.spec.name!r} but does not hold them")
+            self.forward(int(target), header, mkeys[sel], positions[sel], tv)
 
-    # ---- replication and aggregation --------------------------------------------------------------
+    def forward(self, target: int, header: Header, keys: np.ndarray, positions: np.ndarray, values) -> None:
+        """Pass keys of a request part on to `target`, counting the hop (a routing bug becomes an error)."""
+        hops = (header.flags >> _HOP_SHIFT) + 1
+        if hops > _MAX_HOPS:
+            raise ProtocolError(f"keys {keys[:5].tolist()} of table {header.table} were forwarded "
+                                f"{_MAX_HOPS} times without reaching their owner")
+        self.forwards += len(keys)
+        shard = self._store.get(header.table)
+        if shard is not None:
+            shard.forwards += len(keys)
+        self._endpoint.forward(target, header, POSITIONS | hops << _HOP_SHIFT, keys=keys, positions=positions,
+                               values=values)
+
+    # ---- backups, replication and aggregation ------------------------------------------------------
+    def _chain(self, header: Header, p: Payload, shard: Shard) -> None:
+        """CHAIN and SNAPSHOT: a range's backups (server.chain)."""
+        if self.chain is None:
+            raise ProtocolError(f"{header!r}: node {self.rank} runs without backups")
+        if header.kind == Kind.CHAIN:
+            self.chain.on_chain(header, p, shard)
+        else:
+            self.chain.on_snapshot(header, p, shard)
+
     def _replica_sync(self, header: Header, p: Payload, shard: Shard) -> None:
         """Another node's accumulated changes of replicated keys: add them here, acknowledge."""
         keys = np.asarray(p.keys, np.int64)
@@ -173,8 +199,8 @@ class Server:
         handler(header, p)
 
     def describe(self, limit: int = 10) -> list[str]:
-        """Deferred operations per table, for debug dumps."""
-        return self.relocation.describe(limit)
+        """Deferred operations per table, and backups, for debug dumps."""
+        return self.relocation.describe(limit) + (self.chain.describe() if self.chain is not None else [])
 
     def __repr__(self) -> str:
         return (f"<Server node={self.rank} handled={self.requests} errors={self.errors} forwards={self.forwards} "

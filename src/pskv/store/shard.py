@@ -24,6 +24,7 @@ import threading
 import numpy as np
 
 from .. import kernels
+from ..errors import ProtocolError
 from .replicas import Replicas
 from .spec import TableSpec
 
@@ -144,6 +145,25 @@ class Shard:
                     self.spec.updater.init_state(state)
                 self.state[slots] = state
             self.slot[keys] = slots
+
+    def read(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Copies of the rows and updater state of owned `keys` (all must be owned), under every stripe:
+        a consistent snapshot of them (server.chain)."""
+        with self._locked(None):
+            slots = self.slot[keys]
+            if (slots < 0).any():
+                raise ProtocolError(f"keys {keys[slots < 0][:5].tolist()} of {self.spec.name!r} are not held here")
+            return self.data[slots], None if self.state is None else self.state[slots]
+
+    def overwrite(self, keys: np.ndarray, rows: np.ndarray, state: np.ndarray | None) -> None:
+        """Replace the rows and updater state of owned `keys` (a backup installing a snapshot)."""
+        with self._locked(None):
+            slots = self.slot[keys]
+            if (slots < 0).any():
+                raise ProtocolError(f"keys {keys[slots < 0][:5].tolist()} of {self.spec.name!r} are not held here")
+            self.data[slots] = rows
+            if self.state is not None and state is not None:
+                self.state[slots] = state
 
     def mark_incoming(self, keys: np.ndarray) -> np.ndarray:
         """Mark absent keys as on their way here; returns the keys that were absent (now incoming)."""

@@ -1,4 +1,4 @@
-"""protocol.py: the 42-byte Header, data frames read as zero-copy views, control messages as JSON."""
+"""protocol.py: the 44-byte Header, data frames read as zero-copy views, control messages as JSON."""
 
 from __future__ import annotations
 
@@ -52,10 +52,10 @@ def push_message(n: int = 3, dim: int = 2, key_dtype=np.int64, dtype=np.float32,
 # ---- Header ---------------------------------------------------------------------------------------
 
 
-def test_header_size_is_42_bytes():
-    """A packed header is HEADER_SIZE == 42 bytes and starts with the magic."""
+def test_header_size_is_44_bytes():
+    """A packed header is HEADER_SIZE == 44 bytes and starts with the magic."""
     packed = Header(Kind.ACK).pack()
-    assert HEADER_SIZE == 42 and len(packed) == HEADER_SIZE
+    assert HEADER_SIZE == 44 and len(packed) == HEADER_SIZE
     assert packed[:4] == MAGIC and packed[VERSION_AT] == VERSION
 
 
@@ -82,7 +82,7 @@ def test_header_repr_names_kind_request_sender_and_sizes():
 
 @pytest.mark.parametrize("size", [0, 1, HEADER_SIZE - 1, HEADER_SIZE + 1, 1000])
 def test_unpack_header_wrong_length_raises(size):
-    """A frame 0 that is not exactly 42 bytes is a ProtocolError that states both lengths."""
+    """A frame 0 that is not exactly 44 bytes is a ProtocolError that states both lengths."""
     with pytest.raises(ProtocolError, match=f"header is {size} bytes, expected {HEADER_SIZE}"):
         unpack_header(b"P" * size)
 

@@ -1,0 +1,116 @@
+"""Requests of a cluster with backups (`pskv.init(backups=B)`): sent to the heads of the keys'
+ranges, kept until every key is answered, and sent again after a membership change.
+
+Every write goes through its range's head, also when this node is the head (a message to its own
+pskv-server): the head applies the writes of a range in one order and passes them down the chain
+in that order (server.chain), which is what keeps backups equal to it. Pulls of rows this node
+holds are served from memory, as without backups.
+
+A request keeps its parts (keys, values, and which keys were answered) until it completes. When a
+node dies, `retry` (pskv-server, at the membership change) sends every unanswered key again, with
+the same request id and part, to the range's new head: a write that reached the chain before is
+not applied twice (server.chain.Applied), and a key answered twice counts once (`Credit`).
+
+Threads and ownership: made by the calling thread; `on_part` runs where its replies arrive
+(pskv-server, or the caller's own reply box for a blocking pull), `retry` in pskv-server. Both
+touch `answered`; an update lost between them only sends a key once more.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels
+from ..errors import ProtocolError
+from ..net.requests import Credit, Future
+from ..net.wire import Kind
+from ..placement import route
+
+
+class BackedRequest:
+    """One pull/push/set of a cluster with backups: its parts and which keys were answered."""
+
+    __slots__ = ("table", "kind", "out", "rid", "parts", "reply_to")
+
+    def __init__(self, table, kind: Kind, out) -> None:
+        self.table = table  # the client.table.Table that sent it
+        self.kind = kind
+        self.out = out  # (n, dim) the caller's result for pulls
+        self.rid = 0
+        self.parts: list[tuple] = []  # part -> (keys, values or None, positions in out or None, answered (m,) bool)
+        self.reply_to = 0
+
+    def send(self, dest: int, keys: np.ndarray, values, gpos) -> None:
+        """A new part: keep copies of its arrays (the caller may reuse its own), and send it."""
+        part = len(self.parts)
+        self.parts.append((keys, values, gpos, np.zeros(len(keys), bool)))
+        t = self.table
+        t._ctx.endpoint.request(dest, self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
+                                reply_to=self.reply_to, keys=keys, values=values)
+
+    def on_part(self, sender: int, payload) -> Credit | None:
+        """Write a reply's rows (pulls); count only the keys no earlier reply answered."""
+        if payload is None:  # served locally
+            return None
+        header, p = payload
+        if header.part >= len(self.parts):
+            raise ProtocolError(f"node {sender} answered part {header.part} of a request with {len(self.parts)} parts")
+        keys, _, gpos, answered = self.parts[header.part]
+        pos = np.arange(len(keys)) if p.positions is None else np.asarray(p.positions, np.int64)
+        if len(pos) and (pos.min() < 0 or pos.max() >= len(keys)):
+            raise ProtocolError(f"node {sender} answered positions outside part {header.part}")
+        new = ~answered[pos]
+        answered[pos] = True
+        if self.kind == Kind.PULL and new.any():
+            t = self.table
+            if p.values is None or p.values.shape != (len(pos), t.dim) or p.values.dtype != t.dtype:
+                raise ProtocolError(f"node {sender} answered a pull on table {t.name!r} with rows that do not fit")
+            fresh = pos[new]
+            kernels.put_rows(self.out, fresh if gpos is None else gpos[fresh], np.ascontiguousarray(p.values[new]))
+        return Credit(int(new.sum()))
+
+    def retry(self) -> None:
+        """pskv-server, after a membership change: send the unanswered keys of every part again, to
+        their range's head now, keeping the request id and part (positions name the keys)."""
+        t = self.table
+        heads = t._ctx.chains().heads
+        for part, (keys, values, _, answered) in enumerate(self.parts):
+            left = np.flatnonzero(~answered)
+            if not len(left):
+                continue
+            dest = heads[t._state.ranges.manager_of(keys[left])]
+            for d in np.unique(dest):
+                sel = left[dest == d]
+                t._ctx.endpoint.request(int(d), self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
+                                        reply_to=self.reply_to, keys=keys[sel], positions=sel,
+                                        values=None if values is None else values[sel])
+
+
+def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool) -> Future:
+    """Serve or send `keys` of `table` on a cluster with backups (see the module docstring)."""
+    st = table._state
+    ctx = table._ctx
+    n = len(keys)
+    if kind == Kind.PULL:  # rows held here: from memory, no message
+        miss = st.shard.pull(keys, out, gpos)
+        st.local_keys += n - len(miss)
+        if not len(miss):
+            return Future.completed(out, table._desc(kind))
+        keys = keys[miss]
+        gpos = miss if gpos is None else gpos[miss]
+    req = BackedRequest(table, kind, out)
+    req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=table._desc(kind),
+                                           retry=req.retry)
+    if direct:
+        req.reply_to = ctx.endpoint.reply_box()
+    dest = ctx.chains().heads[st.ranges.manager_of(keys)]
+    st.remote_keys += len(keys)
+    for d, idx, pk, pv in route.parts(keys, values, dest, ctx.num_nodes):
+        if idx is None:  # the caller's arrays: keep copies for a resend
+            pk, pv = np.array(pk, np.int64), None if pv is None else np.array(pv)
+            req.send(d, pk, pv, gpos)
+        else:
+            req.send(d, pk, pv, idx if gpos is None else gpos[idx])
+    if req.reply_to:
+        fut.pumped_by(ctx.endpoint.pump)
+    return fut

@@ -1,0 +1,269 @@
+"""Chain replication of key ranges (`pskv.init(backups=B)`, B >= 1), and failover to the backups.
+
+Each key range lives on a chain of B + 1 live nodes (placement.chains): its head serves pulls and
+applies writes first; each member passes a write on to the next (CHAIN) after applying it, and the
+chain's tail answers the writer (ACK). A push's Future therefore completes only after every live
+member applied it, and every member applies the same writes in the same order (one sender per
+link, ZeroMQ keeps its order; all writes of a range go through its head's pskv-server thread), so a
+backup's rows and updater state equal the head's bit for bit. Chain, not primary-backup: one
+message per member and no waiting state at the head, and it fits pskv's replies, which always go
+straight to the origin (the tail answers, as any owner does).
+
+At-most-once: a write is identified by (origin, request id, part); each range keeps the ids it
+applied (`Applied`, replicated with the range), and a write that comes again is passed on, not
+applied. Origins send again every unanswered write after a membership change (client.backed), so
+a write is never lost and never doubled. Ids below an origin's low watermark (its oldest pending
+request, sent with heartbeats) can never come again and are pruned.
+
+A membership change (`on_membership`): a node that becomes head of a range promotes its backup
+copy into its store; the head of every range whose chain changed sends a SNAPSHOT (rows, state,
+applied ids) down the new chain, each member installing it and passing it on, so a new tail is
+filled (re-replication) and every copy equals the head's. A member that still waits for a snapshot
+is not yet a safe copy; when none is missing the node tells the coordinator (SYNCED).
+
+Threads and ownership: everything runs in pskv-server but `add_table` (the main thread, at a
+table's declaration); `_lock` orders the two.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+import numpy as np
+
+from .. import kernels
+from ..errors import ProtocolError
+from ..net.endpoint import Endpoint
+from ..net.wire import SET, Header, Kind, Payload
+from ..placement.chains import Chains
+from ..placement.ranges import KeyRanges
+from ..store.shard import Shard, Store
+from ..store.spec import TableSpec
+
+log = logging.getLogger(__name__)
+
+
+class Applied:
+    """The writes (origin, request id, part) applied to one key range."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self) -> None:
+        self._ids: dict[int, set[tuple[int, int]]] = {}  # origin -> {(request id, part)}
+
+    def __contains__(self, write: tuple[int, int, int]) -> bool:
+        ids = self._ids.get(write[0])
+        return ids is not None and (write[1], write[2]) in ids
+
+    def add(self, write: tuple[int, int, int]) -> None:
+        self._ids.setdefault(write[0], set()).add((write[1], write[2]))
+
+    def prune(self, low: dict[int, int]) -> None:
+        """Forget the writes of origins below their low watermark: they are complete, never sent again."""
+        for origin, mark in low.items():
+            ids = self._ids.get(origin)
+            if ids:
+                self._ids[origin] = {w for w in ids if w[0] >= mark}
+
+    def array(self) -> np.ndarray:
+        """(m, 3) int64 (origin, request id, part), for a SNAPSHOT."""
+        rows = [(o, rid, part) for o, ids in self._ids.items() for rid, part in ids]
+        return np.array(rows, np.int64).reshape(-1, 3)
+
+    @classmethod
+    def of(cls, rows: np.ndarray) -> "Applied":
+        applied = cls()
+        for origin, rid, part in rows.tolist():
+            applied.add((origin, rid, part))
+        return applied
+
+    def __len__(self) -> int:
+        return sum(len(ids) for ids in self._ids.values())
+
+
+class Chain:
+    def __init__(self, endpoint: Endpoint, store: Store, chains: Callable[[], Chains], epoch: Callable[[], int],
+                 forward: Callable[..., None], on_synced: Callable[[int], None]) -> None:
+        self._endpoint = endpoint
+        self.rank = endpoint.rank
+        self._store = store
+        self._chains = chains  # the view's current chains
+        self._epoch = epoch
+        self._key_ranges: dict[int, KeyRanges] = {}  # table id -> its key ranges
+        self._forward = forward  # forward(dest, header, keys, positions, values): a hop on (server.serve)
+        self._on_synced = on_synced  # tell the coordinator every range we back up is filled
+        self._lock = threading.Lock()  # orders add_table (main thread) and on_membership (pskv-server)
+        self._specs: dict[int, TableSpec] = {}
+        self._backup: dict[tuple[int, int], Shard] = {}  # (table, range) -> its copy here (not headed here)
+        self._applied: dict[tuple[int, int], Applied] = {}  # (table, range) -> writes applied, here
+        self._filling: set[tuple[int, int]] = set()  # (table, range) whose snapshot has not come yet
+        self.snapshots_sent = 0
+        self.duplicates = 0  # writes that came again and were not applied again
+
+    # ---- tables (main thread) -------------------------------------------------------------------
+    def add_table(self, spec: TableSpec, main: Shard, ranges: KeyRanges) -> None:
+        """A table is being declared: hold the ranges this node heads (beyond its own) and backs up."""
+        with self._lock:
+            self._specs[spec.table_id] = spec
+            self._key_ranges[spec.table_id] = ranges
+            chains = self._chains()
+            for r in range(chains.num_nodes):
+                self._applied[(spec.table_id, r)] = Applied()
+                if r == self.rank:
+                    continue
+                if r in chains.headed_by(self.rank):
+                    self._promote(spec.table_id, r, _fresh(spec, ranges, r, self.rank), main)
+                elif self.rank in chains.chain(r):
+                    self._backup[(spec.table_id, r)] = _fresh(spec, ranges, r, self.rank)
+
+    # ---- writes (pskv-server) -------------------------------------------------------------------
+    def write(self, header: Header, p: Payload, keys: np.ndarray, shard: Shard) -> None:
+        """A PUSH or SET reaching this node: apply the keys of ranges it heads, pass each on down
+        its chain, forward the others to their head."""
+        chains = self._chains()
+        ranges = self._ranges(header.table)
+        owners = ranges.manager_of(keys)
+        lo, hi = int(owners.min()), int(owners.max())
+        for r in range(lo, hi + 1):
+            sel = None if lo == hi else np.flatnonzero(owners == r)
+            if sel is not None and not len(sel):
+                continue
+            k = keys if sel is None else keys[sel]
+            v = p.values if sel is None else p.values[sel]
+            pos = _positions(p.positions, sel, len(keys))
+            head = int(chains.heads[r])
+            if head != self.rank:
+                self._forward(head, header, k, pos, v)
+                continue
+            self._apply(header, header.kind == Kind.SET, r, k, v, shard)
+            self._pass(header, chains, r, k, pos, v, header.kind == Kind.SET)
+
+    def _ranges(self, table: int) -> KeyRanges:
+        ranges = self._key_ranges.get(table)
+        if ranges is None:
+            raise ProtocolError(f"node {self.rank} has no table with id {table}")
+        return ranges
+
+    def heads(self, table: int, keys: np.ndarray) -> np.ndarray:
+        """(n,) int64 the node that heads each key's range now."""
+        return self._chains().heads[self._ranges(table).manager_of(keys)]
+
+    def on_chain(self, header: Header, p: Payload, _shard: Shard) -> None:
+        """CHAIN: a write our predecessor in a range's chain applied; apply it to our copy, pass it on."""
+        keys = np.asarray(p.keys, np.int64)
+        ranges = self._ranges(header.table)
+        r = int(ranges.manager_of(keys[:1])[0])
+        lo, hi = kernels.key_range(keys)
+        if hi >= ranges.bounds[r + 1]:
+            raise ProtocolError(f"{header!r}: keys {lo}..{hi} span more than key range {r}")
+        copy = self._backup.get((header.table, r))
+        if copy is None:
+            raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r} (epoch {self._epoch()})")
+        self._apply(header, bool(header.flags & SET), r, keys, p.values, copy)
+        self._pass(header, self._chains(), r, keys, p.positions, p.values, bool(header.flags & SET))
+
+    def _apply(self, header: Header, is_set: bool, r: int, keys, values, shard: Shard) -> None:
+        applied = self._applied[(header.table, r)]
+        write = (header.origin, header.request_id, header.part)
+        if write in applied:
+            self.duplicates += 1
+            return
+        miss = shard.set(keys, values) if is_set else shard.push(keys, values)
+        if len(miss):
+            raise ProtocolError(f"node {self.rank} should hold keys {keys[miss][:5].tolist()} of key range {r} "
+                                f"of {shard.spec.name!r} but does not (epoch {self._epoch()})")
+        applied.add(write)
+
+    def _pass(self, header: Header, chains: Chains, r: int, keys, positions, values, is_set: bool) -> None:
+        nxt = chains.successor(r, self.rank)
+        if nxt < 0:  # the tail: the write is everywhere, the writer may go on
+            self._endpoint.reply(header, Kind.ACK, n_keys=len(keys), positions=positions)
+            return
+        h = Header(Kind.CHAIN, table=header.table, request_id=header.request_id, part=header.part, dim=header.dim,
+                   flags=SET if is_set else 0, origin=header.origin)
+        self._endpoint.send(nxt, h, keys=keys, positions=positions, values=values)
+
+    # ---- membership (pskv-server) ---------------------------------------------------------------
+    def on_membership(self, previous: Chains, main: Callable[[int], Shard]) -> None:
+        """A new epoch: promote the ranges we now head, send snapshots down every changed chain,
+        expect one for every changed chain we back up."""
+        chains = self._chains()
+        with self._lock:
+            for table, spec in self._specs.items():
+                for r in range(chains.num_nodes):
+                    old, new = previous.chain(r), chains.chain(r)
+                    if old == new or self.rank not in new:
+                        continue
+                    if new[0] == self.rank:
+                        if old[0] != self.rank:
+                            copy = self._backup.pop((table, r), None)
+                            if copy is None:  # cannot happen: a new head was the first backup
+                                raise ProtocolError(f"node {self.rank} heads key range {r} of table {table} "
+                                                    "without a copy of it")
+                            self._promote(table, r, copy, main(table))
+                        if len(new) > 1:
+                            self._snapshot(table, r, main(table), new[1])
+                        continue
+                    if (table, r) not in self._backup:
+                        self._backup[(table, r)] = _fresh(spec, self._ranges(table), r, self.rank)
+                    self._filling.add((table, r))
+            self._maybe_synced()
+
+    def _promote(self, table: int, r: int, copy: Shard, main: Shard) -> None:
+        keys = np.arange(copy.start, copy.stop, dtype=np.int64)
+        rows, state = copy.read(keys)
+        main.insert(keys, rows, state)
+        log.info("node %d now serves key range %d of table %r (%d rows)", self.rank, r, main.spec.name, len(keys))
+
+    def _snapshot(self, table: int, r: int, main: Shard, dest: int) -> None:
+        lo, hi = self._ranges(table).manager_range(r)
+        keys = np.arange(lo, hi, dtype=np.int64)
+        rows, state = main.read(keys)
+        self._send_snapshot(table, r, dest, keys, rows, state, self._applied[(table, r)].array())
+
+    def _send_snapshot(self, table, r, dest, keys, rows, state, applied) -> None:
+        h = Header(Kind.SNAPSHOT, table=table, part=r, origin=self.rank)
+        self._endpoint.send(dest, h, keys=keys, values=rows, state=state, applied=applied)
+        self.snapshots_sent += 1
+
+    def on_snapshot(self, header: Header, p: Payload, _shard: Shard) -> None:
+        """SNAPSHOT: our predecessor's whole copy of a range; install it and pass it down the chain."""
+        table, r = header.table, header.part
+        copy = self._backup.get((table, r))
+        if copy is None:
+            raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r}")
+        keys = np.asarray(p.keys, np.int64)
+        copy.overwrite(keys, p.values, p.state)
+        self._applied[(table, r)] = Applied.of(p.applied)
+        nxt = self._chains().successor(r, self.rank)
+        if nxt >= 0:
+            self._send_snapshot(table, r, nxt, keys, p.values, p.state, p.applied)
+        self._filling.discard((table, r))
+        self._maybe_synced()
+
+    def _maybe_synced(self) -> None:
+        if not self._filling:
+            self._on_synced(self._epoch())
+
+    def prune(self, low: dict[int, int]) -> None:
+        """pskv-server: origins' low watermarks (from the coordinator's TICK)."""
+        for applied in list(self._applied.values()):
+            applied.prune(low)
+
+    def describe(self) -> list[str]:
+        return [f"backups: copies of {sorted(self._backup)}, waiting for snapshots of {sorted(self._filling)}, "
+                f"{self.snapshots_sent} snapshot(s) sent, {self.duplicates} duplicate write(s) not applied again"]
+
+
+def _fresh(spec: TableSpec, ranges: KeyRanges, r: int, rank: int) -> Shard:
+    """Range r's rows as they start (a row's initial value depends only on table and row)."""
+    return Shard(spec, *ranges.manager_range(r), rank)
+
+
+def _positions(positions: np.ndarray | None, sel: np.ndarray | None, n: int) -> np.ndarray:
+    """The positions in the request part of the keys `sel` of a message with `positions`."""
+    if sel is None:
+        return np.arange(n, dtype=np.int64) if positions is None else positions
+    return sel if positions is None else positions[sel]

@@ -1,0 +1,82 @@
+"""Node programs for tests/fault/test_backups.py: each runs as one node of a cluster with backups.
+
+    python ft_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES   # every node pushes; nodes die meanwhile
+
+Every node pushes ones into its own column of a (ROWS, num_nodes) table, to 16 distinct random
+keys of every key range at a time (so a row's column is a function of how many pushes reached
+it, also under Adagrad), with up to 8 pushes in flight, and appends the keys of each push to OUT_DIR/sent-R
+before sending it and to OUT_DIR/acked-R once its Future completed (raw int64, flushed at once:
+a node killed by SIGKILL leaves both files exact up to its last push). A node goes on until it
+saw CHANGES membership changes and made 300 more pushes (bounded: at most 200,000 in all). Then the
+survivors meet in a barrier, and the lowest live rank writes the whole table to OUT_DIR/final.npy
+and each survivor its rows' copies held as a backup (OUT_DIR/backup-R-RANGE.npy).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import pskv
+
+_MAX_PUSHES = 200_000
+_AFTER_CHANGE = 300
+
+
+def storm(out: Path, rows: int, updater: str, expected: int) -> None:
+    with pskv.init() as node:
+        n = node.num_nodes
+        node.table("w", rows, n, updater=updater)
+        worker = node.worker()
+        table = worker.table("w")
+        worker.barrier()
+        changes = []
+        node.on_membership_change(changes.append)
+        rng = np.random.default_rng(node.rank)
+        sent = os.open(out / f"sent-{node.rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        acked = os.open(out / f"acked-{node.rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        values = np.zeros((16, n), np.float32)
+        values[:, node.rank] = 1.0
+        pending: collections.deque = collections.deque()
+        print("storm started", flush=True)
+        after = 0
+        for i in range(_MAX_PUSHES):
+            if len(changes) >= expected:
+                after += 1
+                if after > _AFTER_CHANGE:
+                    break
+            keys = rng.choice(rows, 16, replace=False)
+            os.write(sent, keys.astype(np.int64).tobytes())
+            pending.append((table.push(keys, values), keys))
+            if i == 200:
+                print("storm running", flush=True)
+            while len(pending) > 8 or (pending and pending[0][0].done()):
+                fut, k = pending.popleft()
+                fut.wait()
+                os.write(acked, k.astype(np.int64).tobytes())
+        while pending:
+            fut, k = pending.popleft()
+            fut.wait()
+            os.write(acked, k.astype(np.int64).tobytes())
+        print(f"storm done after {i + 1} pushes, members {node.members}", flush=True)
+        worker.barrier()
+        if node.rank == min(node.members):
+            np.save(out / "final.npy", table.pull(np.arange(rows)))
+        chain = node.server.chain
+        for (t, r), copy in chain._backup.items():
+            keys = np.arange(copy.start, copy.stop)
+            np.save(out / f"backup-{node.rank}-{r}.npy", copy.read(keys)[0])
+        worker.barrier()
+        worker.close()
+        print("storm finished", flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "storm":
+        storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
+    else:
+        raise SystemExit(f"unknown scenario {sys.argv[1]!r}")

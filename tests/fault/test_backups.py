@@ -1,0 +1,142 @@
+"""Backups (pskv.init(backups=B)): nodes really die (SIGKILL) or stop (SIGSTOP) in the middle of a
+push storm from every node; the survivors finish, no acknowledged push is lost and none is
+applied twice, and every backup copy equals its head bit for bit (tests/fault/ft_scenarios.py)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pskv
+from helpers import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+
+SCENARIOS = str(Path(__file__).parent / "ft_scenarios.py")
+ROWS = 600
+FAILURE_TIMEOUT = 3.0
+
+
+def _storm(cluster_factory, tmp_path, nodes, updater="add", changes=1):
+    out = tmp_path / "out"
+    out.mkdir()
+    cluster = cluster_factory(nodes, [sys.executable, SCENARIOS, "storm", str(out), str(ROWS), updater, str(changes)],
+                              backups=1, failure_timeout=FAILURE_TIMEOUT)
+    return cluster, out
+
+
+def _running(cluster, rank):
+    wait_until(lambda: "storm running" in cluster.output(rank), 60,
+               lambda: f"node {rank} to be in its storm\n{cluster.logs_tail()}")
+
+
+def _counts(out: Path, name: str, rank: int) -> np.ndarray:
+    return np.bincount(np.fromfile(out / f"{name}-{rank}", np.int64), minlength=ROWS)
+
+
+def _replay(updater: str, nodes: int, most: int) -> np.ndarray:
+    """(most + 1,) the value of a row's column after m pushes of 1 (m = 0..most), applied one by one."""
+    up = pskv.updaters.get(updater)
+    row = np.zeros((1, nodes), np.float32)
+    state = np.zeros((1, up.state_width(nodes)), np.float32)
+    up.init_state(state)
+    g = np.zeros((1, nodes), np.float32)
+    g[0, 0] = 1.0
+    values = [row[0, 0]]
+    for _ in range(most):
+        up.apply(row, state, np.zeros(1, np.int64), g)
+        values.append(row[0, 0])
+    return np.array(values, np.float32)
+
+
+def _check(out: Path, nodes: int, dead: list[int], updater: str = "add") -> None:
+    """Survivors' columns: exactly their acknowledged pushes. The dead's: at least their acknowledged
+    ones, at most what they sent (in flight when they died). Backups: equal to the head's rows."""
+    final = np.load(out / "final.npy")
+    sent = {r: _counts(out, "sent", r) for r in range(nodes)}
+    acked = {r: _counts(out, "acked", r) for r in range(nodes)}
+    replay = _replay(updater, nodes, int(max(s.max() for s in sent.values())))
+    for r in range(nodes):
+        col = final[:, r]
+        if r not in dead:
+            assert (sent[r] == acked[r]).all(), f"survivor {r} did not see all its pushes complete"
+            assert (col == replay[acked[r]]).all(), (
+                f"node {r}: {int((col != replay[acked[r]]).sum())} rows differ from its acknowledged pushes")
+        else:
+            assert acked[r].sum() > 0
+            possible = [(col == replay[m]) for m in range(int(sent[r].max()) + 1)]
+            ok = np.zeros(ROWS, bool)
+            for m, hit in enumerate(possible):
+                ok |= hit & (acked[r] <= m) & (m <= sent[r])
+            assert ok.all(), f"dead node {r}: {int((~ok).sum())} rows lost an acknowledged push or got one twice"
+    bounds = [i * ROWS // nodes for i in range(nodes + 1)]
+    copies = sorted(out.glob("backup-*.npy"))
+    assert copies, "no backup copies were written"
+    for path in copies:
+        r = int(path.stem.split("-")[2])
+        assert (np.load(path) == final[bounds[r]:bounds[r + 1]]).all(), f"{path.name} differs from its head"
+
+
+def test_kill_during_push_storm_three_nodes(cluster_factory, tmp_path):
+    """SIGKILL of node 2 while all three push: nodes 0 and 1 finish; exact sums; launch status 0."""
+    cluster, out = _storm(cluster_factory, tmp_path, 3)
+    _running(cluster, 2)
+    cluster.kill(2)
+    assert cluster.wait(timeout=90) == 0, cluster.logs_tail()
+    for rank in (0, 1):
+        assert "membership epoch 2, members [0, 1]" in cluster.output(rank), cluster.logs_tail()
+    _check(out, 3, dead=[2])
+
+
+def test_kill_middle_node_adagrad_four_nodes(cluster_factory, tmp_path):
+    """SIGKILL of node 1 of 4 on an Adagrad table: its range moves to node 2, node 3 becomes a backup;
+    every row equals a replay of the acknowledged pushes, and every copy its head."""
+    cluster, out = _storm(cluster_factory, tmp_path, 4, updater="adagrad")
+    _running(cluster, 1)
+    cluster.kill(1)
+    assert cluster.wait(timeout=90) == 0, cluster.logs_tail()
+    _check(out, 4, dead=[1], updater="adagrad")
+
+
+def test_two_kills_in_a_row(cluster_factory, tmp_path):
+    """Node 3 dies, the ranges are copied again (re-replication), then node 1 dies: the two left
+    still hold every acknowledged push."""
+    cluster, out = _storm(cluster_factory, tmp_path, 4, changes=2)
+    _running(cluster, 3)
+    cluster.kill(3)
+    wait_until(lambda: all("membership epoch 2" in cluster.output(r) for r in (0, 1, 2)), 60,
+               lambda: f"epoch 2 everywhere\n{cluster.logs_tail()}")
+    cluster.kill(1)
+    assert cluster.wait(timeout=90) == 0, cluster.logs_tail()
+    for rank in (0, 2):
+        assert "membership epoch 3, members [0, 2]" in cluster.output(rank), cluster.logs_tail()
+    _check(out, 4, dead=[1, 3])
+
+
+def test_kill_node_zero(cluster_factory, tmp_path):
+    """Node 0 is no special node under the launcher (the coordinator runs there): killing it is survived."""
+    cluster, out = _storm(cluster_factory, tmp_path, 3)
+    _running(cluster, 0)
+    cluster.kill(0)
+    assert cluster.wait(timeout=90) == 0, cluster.logs_tail()
+    _check(out, 3, dead=[0])
+
+
+def test_stopped_node_is_fenced(cluster_factory, tmp_path):
+    """SIGSTOP of node 1 past failure_timeout: the others go on without it (heartbeat silence); after
+    SIGCONT it learns it is out (Fenced) and changes nothing: the survivors' sums stay exact."""
+    cluster, out = _storm(cluster_factory, tmp_path, 3)
+    _running(cluster, 1)
+    cluster.kill(1, signal.SIGSTOP)
+    try:
+        wait_until(lambda: all("membership epoch 2" in cluster.output(r) for r in (0, 2)), 60,
+                   lambda: f"epoch 2 on nodes 0 and 2\n{cluster.logs_tail()}")
+    finally:
+        cluster.kill(1, signal.SIGCONT)
+    cluster.wait(timeout=90)
+    assert "Fenced" in cluster.output(1), cluster.logs_tail()
+    _check(out, 3, dead=[1])
