@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ROWS, DIM = 100, 4
-WIRE = struct.Struct("<4sBBHIhHQIIIBBhH")  # the header layout, spelled out: a change to it must be deliberate
+WIRE = struct.Struct("<4sBBHIhHQIIIBBhHH")  # the header layout, spelled out: a change to it must be deliberate
 F32, F64, I64, I32 = (dtype_code(np.float32), dtype_code(np.float64), dtype_code(np.int64), dtype_code(np.int32))
 RID = 1 << 40  # request ids of our messages: far above anything node 0's tracker hands out
 
