@@ -21,11 +21,11 @@ ROWS = 600
 FAILURE_TIMEOUT = 3.0
 
 
-def _storm(cluster_factory, tmp_path, nodes, updater="add", changes=1):
+def _storm(cluster_factory, tmp_path, nodes, updater="add", changes=1, backups=1):
     out = tmp_path / "out"
     out.mkdir()
     cluster = cluster_factory(nodes, [sys.executable, SCENARIOS, "storm", str(out), str(ROWS), updater, str(changes)],
-                              backups=1, failure_timeout=FAILURE_TIMEOUT)
+                              backups=backups, failure_timeout=FAILURE_TIMEOUT)
     return cluster, out
 
 
@@ -115,6 +115,19 @@ def test_two_kills_in_a_row(cluster_factory, tmp_path):
     for rank in (0, 2):
         assert "membership epoch 3, members [0, 2]" in cluster.output(rank), cluster.logs_tail()
     _check(out, 4, dead=[1, 3])
+
+
+def test_two_backups_two_kills_at_once(cluster_factory, tmp_path):
+    """backups=2 on 4 nodes: nodes 1 and 2 are killed together; every range keeps a whole copy on
+    node 0 or 3, which finish with every acknowledged push."""
+    cluster, out = _storm(cluster_factory, tmp_path, 4, changes=2, backups=2)
+    _running(cluster, 1)
+    cluster.kill(1)
+    cluster.kill(2)
+    assert cluster.wait(timeout=90) == 0, cluster.logs_tail()
+    for rank in (0, 3):
+        assert "membership epoch 3, members [0, 3]" in cluster.output(rank), cluster.logs_tail()
+    _check(out, 4, dead=[1, 2])
 
 
 def test_kill_node_zero(cluster_factory, tmp_path):

@@ -32,6 +32,7 @@ import time
 
 from ..config import ConfigError, NodeConfig, split_address
 from ..net.transport import Transport
+from ..placement.chains import Chains
 from ..errors import ProtocolError
 from ..net.wire import COORDINATOR, Kind, control, control_payload, frame_bytes, unpack_header
 
@@ -65,7 +66,8 @@ class Coordinator:
         self._welcomed = False
         self._finished = False
         self._epoch = 1  # the membership epoch (backups); WELCOME starts epoch 1
-        self._synced: set[int] = set()  # ranks whose copies are whole in this epoch (all of them in epoch 1)
+        self._chains: Chains | None = None  # backups: the chains of this epoch
+        self._whole: list[set[int]] = []  # backups: range -> the nodes whose copy of it is whole
         self._low: dict[int, int] = {}  # rank -> its low watermark of request ids (from heartbeats)
         self.failures: list[tuple[int, str]] = []  # (rank, reason), for the launcher's report
 
@@ -180,7 +182,9 @@ class Coordinator:
         log.info("node %d joined from %s (%d/%d)", rank, address, len(self._addresses), self.num_nodes)
         if len(self._addresses) == self.num_nodes:
             self._welcomed = True
-            self._synced = set(self._addresses)
+            if self.config.backups:
+                self._chains = Chains(self.num_nodes, self.config.backups, self._addresses)
+                self._whole = [set(self._chains.chain(r)) for r in range(self.num_nodes)]
             self._broadcast(Kind.WELCOME, {"addresses": {str(r): a for r, a in self._addresses.items()}})
 
     def _heartbeat(self, rank: int, p: dict) -> None:
@@ -188,8 +192,11 @@ class Coordinator:
             self._low[rank] = int(p["low"])
 
     def _synced_in(self, rank: int, p: dict) -> None:
-        if int(p["epoch"]) == self._epoch:
-            self._synced.add(rank)
+        """Every copy `rank` holds in this epoch is filled (its snapshots came)."""
+        if int(p["epoch"]) == self._epoch and self._chains is not None:
+            for r, whole in enumerate(self._whole):
+                if rank in self._chains.chain(r):
+                    whole.add(rank)
 
     def _decl(self, rank: int, p: dict) -> None:
         seq = int(p["seq"])
@@ -280,17 +287,19 @@ class Coordinator:
     def _survivable(self, rank: int, reason: str) -> bool:
         """With backups: go on without `rank` in a new epoch (MEMBERSHIP) if every key range still
         has a whole copy on a live node; False: the cluster must stop (NODE_FAILED)."""
-        if not self.config.backups or self._stalled:
+        if not self.config.backups or self._stalled or self._chains is None:
             return False
         live = {r for r, s in self._state.items() if s in ("alive", "bye")}
-        unsynced = sorted(live - self._synced)
-        if not live or unsynced:  # a copy still filling from a range's last member: that member was `rank`
-            if unsynced:
-                self.failures[-1] = (rank, f"{reason}; node(s) {unsynced} had not finished copying the key ranges "
-                                           f"of the previous failure, so some rows may be lost")
+        for whole in self._whole:
+            whole.discard(rank)
+        lost = [r for r, whole in enumerate(self._whole) if not whole]
+        if not live or lost:  # every whole copy of a range was on dead nodes (the rest still filling)
+            filling = sorted({n for r in lost for n in self._chains.chain(r) if n in live})
+            self.failures[-1] = (rank, f"{reason}; key range(s) {lost} had no whole copy left"
+                                       + (f" (node(s) {filling} had not finished copying them)" if filling else ""))
             return False
         self._epoch += 1
-        self._synced = set()
+        self._chains = Chains(self.num_nodes, self.config.backups, live)
         payload = {"epoch": self._epoch, "alive": sorted(live), "dead": rank, "reason": reason}
         log.warning("coordinator: node %d failed (%s); membership epoch %d goes on with nodes %s", rank, reason,
                     self._epoch, sorted(live))

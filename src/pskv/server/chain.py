@@ -203,6 +203,7 @@ class Chain:
                                 raise ProtocolError(f"node {self.rank} heads key range {r} of table {table} "
                                                     "without a copy of it")
                             self._promote(table, r, copy, main(table))
+                            self._filling.discard((table, r))  # whole: the coordinator makes only those heads
                         if len(new) > 1:
                             self._snapshot(table, r, main(table), new[1])
                         continue

@@ -69,7 +69,7 @@ def test_coordinator_goes_on_without_a_dead_node_once_copies_are_whole(make_coor
     for f in fakes[:3]:
         f.client.synced(2)
     together(*[lambda f=f: f.client.barrier(timeout=10) for f in fakes[:3]])  # node 3 is not waited for
-    wait_until(lambda: coord._synced == {0, 1, 2}, what="SYNCED from every survivor")
+    wait_until(lambda: all(len(w) == 2 for w in coord._whole), what="SYNCED from every survivor")
     coord.report_failure(1, "process was killed by SIGKILL")
     wait_until(lambda: len(seen[0]) == 2 and len(seen[2]) == 2, what="MEMBERSHIP epoch 3")
     assert seen[2][1]["epoch"] == 3 and seen[2][1]["alive"] == [0, 2]
@@ -99,3 +99,16 @@ def test_coordinator_without_backups_fails_fast(make_coordinator, make_fake):
     coord.report_failure(1, "gone")
     wait_until(lambda: fakes[0].failures, what="NodeFailure")
     assert not seen[0]
+
+
+def test_two_backups_survive_two_deaths_at_once(make_coordinator, make_fake):
+    """backups=2 on 4 nodes: nodes 1 and 2 die together, before any copy was filled again; every
+    range still has a whole copy on 0 or 3, so the cluster goes on (epochs 2 and 3)."""
+    coord = make_coordinator(4, backups=2)
+    fakes = [make_fake(coord.address, r, 4, backups=2) for r in range(4)]
+    seen = [_membership(f) for f in fakes]
+    together(*[f.join for f in fakes])
+    coord.report_failure(1, "gone")
+    coord.report_failure(2, "gone")
+    wait_until(lambda: len(seen[0]) == 2 and len(seen[3]) == 2, what="MEMBERSHIP epochs 2 and 3")
+    assert seen[3][1]["alive"] == [0, 3] and not fakes[0].failures and not fakes[3].failures
