@@ -102,7 +102,7 @@ class Node:
                                  keys, owner, seconds))
         chain = None
         if config.backups:
-            chain = self.server.chain = Chain(self.endpoint, self.store, lambda: self.view.chains,
+            chain = self.server.chain = Chain(self.endpoint, lambda: self.view.chains,
                                               lambda: self.view.epoch, self.server.forward,
                                               lambda epoch: self.client.synced(epoch))
         self._on_membership: list[Callable[[list[int]], None]] = []
@@ -321,7 +321,8 @@ class Node:
         return {"rank": self.rank, "epoch": self.view.epoch, "members": self.members, "tables": tables,
                 "messages_sent": self._transport.messages_sent,
                 "bytes_sent": self._transport.bytes_sent, "requests_served": self.server.requests,
-                "request_errors": self.server.errors, "dropped": self.dropped, "forwards": self.server.forwards,
+                "request_errors": self.server.errors, "dropped": self.dropped, "fenced": self._dispatcher.fenced,
+                "forwards": self.server.forwards,
                 "relocated_in": self.server.relocation.relocated_in,
                 "declined": self.server.relocation.declined, "clock": self.clocks.global_clock,
                 "clock_waits": self.clocks.waits, "clock_wait_seconds": round(self.clocks.wait_seconds, 6)}

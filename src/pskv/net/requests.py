@@ -247,12 +247,15 @@ class RequestTracker:
     def retry_all(self) -> int:
         """Send every pending request that can be sent again (after a membership change); returns how many."""
         with self._lock:
-            hit = [p for p in self._pending.values() if p.retry is not None]
-        for p in hit:
+            hit = [(rid, p) for rid, p in self._pending.items() if p.retry is not None]
+        for rid, p in hit:
             try:
                 p.retry()
             except Exception as exc:  # noqa: BLE001 - fail that request, not the caller
-                self._fail(p, exc)
+                with self._lock:
+                    if self._pending.get(rid) is p:
+                        del self._pending[rid]
+                p.future._resolve(None, exc)
         return len(hit)
 
     def sent_to(self, rid: int, rank: int) -> None:
@@ -316,13 +319,6 @@ class RequestTracker:
         if len(pending) > limit:
             lines.append(f"  ... and {len(pending) - limit} more")
         return lines
-
-    def _fail(self, p: _Pending, exc: BaseException) -> None:
-        with self._lock:
-            for rid, q in list(self._pending.items()):
-                if q is p:
-                    del self._pending[rid]
-        p.future._resolve(None, exc)
 
     def fail_all(self, error_for: Callable[[], BaseException]) -> None:
         with self._lock:

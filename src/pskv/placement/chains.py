@@ -10,9 +10,9 @@ their order on the ring, so a chain only ever loses members and gains them at it
     N = 4, B = 1, all alive      range 0: [0, 1]  1: [1, 2]  2: [2, 3]  3: [3, 0]
     node 1 dead                  range 0: [0, 2]  1: [2, 3]  2: [2, 3]  3: [3, 0]
 
-A range loses its rows only when every member of its chain dies before a new tail is filled:
-more than B nodes at once, or a second death before re-replication finished (the coordinator
-then stops the cluster, membership.coordinator).
+A range loses its rows only when every member of its chain that holds a whole copy dies: more
+than B nodes at once, or further deaths before a new tail is filled (the coordinator tracks whole
+copies and then stops the cluster, membership.coordinator).
 """
 
 from __future__ import annotations
@@ -50,22 +50,9 @@ class Chains:
         i = chain.index(rank)
         return chain[i + 1] if i + 1 < len(chain) else -1
 
-    def predecessor(self, r: int, rank: int) -> int:
-        """The node before `rank` in range r's chain; -1 for its head (or a node not in it)."""
-        chain = self._chains[r]
-        return chain[chain.index(rank) - 1] if rank in chain and chain[0] != rank else -1
-
     def headed_by(self, rank: int) -> list[int]:
         """The ranges whose head is `rank`."""
         return [r for r, c in enumerate(self._chains) if c and c[0] == rank]
-
-    def backed_by(self, rank: int) -> list[int]:
-        """The ranges of which `rank` is a backup (in the chain, not its head)."""
-        return [r for r, c in enumerate(self._chains) if rank in c[1:]]
-
-    def lost(self, previous: "Chains") -> list[int]:
-        """Ranges of `previous` none of whose members is alive here: their rows are gone."""
-        return [r for r in range(self.num_nodes) if previous.chain(r) and not set(previous.chain(r)) & self.alive]
 
     def __repr__(self) -> str:
         return f"<Chains backups={self.backups} alive={sorted(self.alive)} {self._chains}>"

@@ -39,7 +39,7 @@ from ..net.endpoint import Endpoint
 from ..net.wire import SET, Header, Kind, Payload
 from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
-from ..store.shard import Shard, Store
+from ..store.shard import Shard
 from ..store.spec import TableSpec
 
 log = logging.getLogger(__name__)
@@ -84,11 +84,10 @@ class Applied:
 
 
 class Chain:
-    def __init__(self, endpoint: Endpoint, store: Store, chains: Callable[[], Chains], epoch: Callable[[], int],
+    def __init__(self, endpoint: Endpoint, chains: Callable[[], Chains], epoch: Callable[[], int],
                  forward: Callable[..., None], on_synced: Callable[[int], None]) -> None:
         self._endpoint = endpoint
         self.rank = endpoint.rank
-        self._store = store
         self._chains = chains  # the view's current chains
         self._epoch = epoch
         self._key_ranges: dict[int, KeyRanges] = {}  # table id -> its key ranges

@@ -51,7 +51,8 @@ class Server:
         self.relocation = Relocation(endpoint, tracker, serve=self._serve, reject=self.reject, on_declined=on_declined)
         self.aggregators: dict[int, Callable[[Header, Payload], None]] = {}  # table id -> AGG_PUSH handler
         self.chain: Chain | None = None  # with backups: chain replication and failover (set by the node)
-        self._handlers = {Kind.CHAIN: self._chain, Kind.SNAPSHOT: self._chain,Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve,
+        self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve,
+                          Kind.CHAIN: self._chain, Kind.SNAPSHOT: self._chain,
                           Kind.LOCALIZE: self.relocation.localize, Kind.HANDOVER: self.relocation.handover,
                           Kind.TRANSFER: self.relocation.transfer, Kind.DECLINE: self.relocation.on_decline,
                           Kind.REPLICA_SYNC: self._replica_sync,
