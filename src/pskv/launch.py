@@ -370,7 +370,7 @@ class Cluster:
 def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict | None = None,
                 log_dir: Path | None = None, hostfile: Path | None = None,
                 failure_timeout: float | None = None, echo: bool = False,
-                coordinator: bool | CoordinatorFactory = True,
+                coordinator: bool | str | CoordinatorFactory = True,
                 coordinator_host: str | None = None, backups: int | None = None) -> Cluster:
     """Start a coordinator and `nodes` processes running `command`; return at once.
 
@@ -378,7 +378,7 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     the local ssh client; the remote command gets only PSKV_* and PYTHONUNBUFFERED). `log_dir`:
     also write node i's output to log_dir/node-i.log. `echo`: print every line as `[node i] ...`.
     `coordinator`: True starts pskv.membership.coordinator.Coordinator, False none (PSKV_COORDINATOR unset),
-    or a factory called like Coordinator. Raises ConfigError for bad arguments or hostfile."""
+    "node0" lets node 0's process run it (at a free port of its host), or a factory called like Coordinator. Raises ConfigError for bad arguments or hostfile."""
     if not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"nodes is {nodes!r}; launch at least 1 node")
     if not command:
@@ -395,16 +395,21 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     cluster = Cluster(echo=echo, log_dir=log_dir, grace=min(_MAX_GRACE, base.failure_timeout), backups=base.backups)
     cluster._remote = hosts is not None
     try:
-        if coordinator is not False:
+        in_node = coordinator == "node0"
+        if in_node:  # node 0's process runs it, as under a launcher that runs none (e.g. slurm)
+            host = coordinator_host or (hosts[0] if hosts else "127.0.0.1")
+            address = f"{host}:{_free_port(host)}"
+        elif coordinator is not False:
             host = coordinator_host or _coordinator_host(hosts)
             coord_config = dataclasses.replace(base, num_nodes=nodes, host=host)
             cluster._coordinator = _start_coordinator(coordinator, coord_config)
-        address = cluster._coordinator.address if cluster._coordinator is not None else None
+        if not in_node:
+            address = cluster._coordinator.address if cluster._coordinator is not None else None
         cluster.coordinator_address = address or ""
         for rank in range(nodes):
             host = hosts[rank % len(hosts)] if hosts else "127.0.0.1"
             config = dataclasses.replace(base, coordinator=address, num_nodes=nodes, rank=rank,
-                                         host=host, external_coordinator=address is not None)
+                                         host=host, external_coordinator=address is not None and not in_node)
             child_env = {**parent_env, **node_env(config)}
             argv = _ssh_argv(host, command, child_env) if hosts else list(command)
             cluster._start_node(rank, host, argv, child_env)
@@ -468,6 +473,14 @@ def _dump_on_sigusr1(cluster: Cluster):
         yield
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+def _free_port(host: str) -> int:
+    """A port that is free on `host` now (for node 0's coordinator; a race with other programs is unlikely)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def _start_coordinator(coordinator: bool | CoordinatorFactory, config: NodeConfig) -> Any:

@@ -57,6 +57,7 @@ from .membership.barrier import LocalBarrier
 from .membership.client import CoordinatorClient
 from .membership.coordinator import Coordinator
 from .membership.health import Health
+from .membership.takeover import Succession
 from .membership.view import View
 from .net import endpoint as endpoint_
 from .net.dispatch import Dispatcher
@@ -106,11 +107,16 @@ class Node:
                                               lambda: self.view.epoch, self.server.forward,
                                               lambda epoch: self.client.synced(epoch))
         self._on_membership: list[Callable[[list[int]], None]] = []
+        self._dispatcher = Dispatcher(self._transport, self.rank, self.view.admit)
+        self.succession = None
+        if chain is not None:
+            self.succession = Succession(self.view, self.config, self._transport, self._dispatcher.release_held,
+                                         lambda: {"low": self.tracker.low_watermark(), "filling": chain.filling()})
         self.client = CoordinatorClient(lambda frames: self._transport.send(COORDINATOR, frames), self.view,
                                         self.config, self.health.fail, self.clocks.on_global, health=self.health.check,
                                         on_welcome=self._welcomed, on_membership=self._membership_changed,
                                         low_watermark=self.tracker.low_watermark if chain else None,
-                                        on_low=chain.prune if chain else None)
+                                        on_low=chain.prune if chain else None, succession=self.succession)
         self._barrier = LocalBarrier(self.client.barrier, self.catalog.clear_caches)
         self._stop = threading.Event()
         self._replica_sync = ReplicaSync(self.endpoint, self.num_nodes, self.catalog, self._stop,
@@ -123,7 +129,6 @@ class Node:
         self._main_worker = Worker(self._ctx, -1)  # the main thread's handle; takes no part in barriers
         self._next_thread = 0
         self._lock = threading.Lock()  # guards _next_thread
-        self._dispatcher = Dispatcher(self._transport, self.rank, self.view.admit)
         self._dispatcher.register(coordinator_client.HANDLES, self.client.on_message)
         self._dispatcher.register(endpoint_.HANDLES, self.endpoint.on_reply)
         self._dispatcher.register(serve.HANDLES, self.server.handle)
@@ -196,7 +201,7 @@ class Node:
             return None  # `pskv launch` (PSKV_EXTERNAL_COORDINATOR=1) runs it
         host, port = split_address(cfg.coordinator)
         try:
-            coord = Coordinator(cfg.num_nodes, host, port, cfg)
+            coord = Coordinator(cfg.num_nodes, host, port, cfg, host_rank=0)
         except TransportError as exc:
             raise TransportError(f"node 0 cannot start the coordinator at {cfg.coordinator}: "
                                  f"{_bind_problem(exc, host, port)}") from exc
@@ -383,6 +388,8 @@ class Node:
         self._transport.close()
         if self._coordinator is not None:
             self._coordinator.close()
+        if self.succession is not None:
+            self.succession.close()
 
     # ---- liveness ------------------------------------------------------------------------------
     def _expire(self, now: float) -> None:

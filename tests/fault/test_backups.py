@@ -21,11 +21,11 @@ ROWS = 600
 FAILURE_TIMEOUT = 3.0
 
 
-def _storm(cluster_factory, tmp_path, nodes, updater="add", changes=1, backups=1):
+def _storm(cluster_factory, tmp_path, nodes, updater="add", changes=1, backups=1, coordinator=True):
     out = tmp_path / "out"
     out.mkdir()
     cluster = cluster_factory(nodes, [sys.executable, SCENARIOS, "storm", str(out), str(ROWS), updater, str(changes)],
-                              backups=backups, failure_timeout=FAILURE_TIMEOUT)
+                              backups=backups, failure_timeout=FAILURE_TIMEOUT, coordinator=coordinator)
     return cluster, out
 
 
@@ -140,6 +140,18 @@ def test_kill_node_zero(cluster_factory, tmp_path):
     _check(out, 3, dead=[0])
 
 
+def test_kill_node_running_the_coordinator(cluster_factory, tmp_path):
+    """No launcher: node 0's process runs the coordinator. SIGKILL of node 0: after failure_timeout
+    node 1 takes the coordinator over, the others rejoin it, node 0's ranges move; the barriers
+    after the storm work under the new coordinator and the sums are exact."""
+    cluster, out = _storm(cluster_factory, tmp_path, 3, coordinator="node0")
+    _running(cluster, 0)
+    cluster.kill(0)
+    _survivors_finish(cluster, 2, [1, 2])
+    assert "node 1 takes it over" in cluster.output(1), cluster.logs_tail()
+    _check(out, 3, dead=[0])
+
+
 def test_stopped_node_is_fenced(cluster_factory, tmp_path):
     """SIGSTOP of node 1 past failure_timeout: the others go on without it (heartbeat silence); after
     SIGCONT it learns it is out (Fenced) and changes nothing: the survivors' sums stay exact."""
@@ -154,3 +166,21 @@ def test_stopped_node_is_fenced(cluster_factory, tmp_path):
     cluster.wait(timeout=90)
     assert "Fenced" in cluster.output(1), cluster.logs_tail()
     _check(out, 3, dead=[1])
+
+
+def test_stopped_coordinator_node_is_fenced(cluster_factory, tmp_path):
+    """SIGSTOP of node 0, which runs the coordinator: node 1 takes the coordinator over; after
+    SIGCONT node 0 learns it is out (the new coordinator's term outranks its own) and changes nothing."""
+    cluster, out = _storm(cluster_factory, tmp_path, 3, coordinator="node0")
+    _running(cluster, 0)
+    cluster.kill(0, signal.SIGSTOP)
+    try:
+        wait_until(lambda: all("membership epoch 2" in cluster.output(r) for r in (1, 2)), 60,
+                   lambda: f"epoch 2 on nodes 1 and 2\n{cluster.logs_tail()}")
+    finally:
+        cluster.kill(0, signal.SIGCONT)
+    cluster.wait(timeout=90)
+    assert "Fenced" in cluster.output(0), cluster.logs_tail()
+    for rank in (1, 2):
+        assert "storm finished" in cluster.output(rank), cluster.logs_tail()
+    _check(out, 3, dead=[0])

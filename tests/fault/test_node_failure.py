@@ -43,6 +43,20 @@ def test_killed_node_fails_the_others_fast(cluster_factory):
         assert seconds < 30, f"node {rank} took {seconds} s"  # a hang, not a slow machine
 
 
+def test_dead_coordinator_node_without_backups_fails_the_others(cluster_factory):
+    """No launcher, backups=0: node 0 runs the coordinator and is SIGKILLed; nodes 1 and 2 raise
+    NodeFailure for the coordinator's silence (no takeover without backups), never hang."""
+    cluster = cluster_factory(3, [sys.executable, SCENARIOS, "failure", "0", "kill"], threads=1,
+                              failure_timeout=FAILURE_TIMEOUT, coordinator="node0")
+    cluster._grace = 30.0  # the launcher would SIGTERM them after failure_timeout: the nodes' own verdict is tested
+    assert cluster.wait(timeout=60) != 0
+    for rank in (1, 2):  # in the pulls, or still in the barrier if node 0 died before releasing it to them
+        m = re.search(r"NodeFailure node_id=(-?\d+) .*msg=(.*)", cluster.output(rank))
+        assert m, f"node {rank} saw no NodeFailure:\n{cluster.logs_tail()}"
+        assert m.group(1) == "-1" and "coordinator" in m.group(2) and "silent" in m.group(2), (rank, m.group(0))
+        assert "takes it over" not in cluster.output(rank)
+
+
 def test_hung_node_detected_by_heartbeats(cluster_factory):
     """SIGSTOP of node 1 (process alive, silent): node 0 raises NodeFailure(node_id=1) for missed
     heartbeats, not before the heartbeat timeout."""

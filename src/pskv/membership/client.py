@@ -12,7 +12,7 @@ from ..errors import BarrierTimeout, CollectiveStalled, CoordinatorUnreachable, 
 from ..net.wire import FROM_COORDINATOR, Header, Kind, control, control_payload
 from .view import View
 
-HANDLES = FROM_COORDINATOR  # the kinds `on_message` takes
+HANDLES = FROM_COORDINATOR | {Kind.MOVED}  # the kinds `on_message` takes (MOVED comes from a peer)
 
 
 class CoordinatorClient:
@@ -23,7 +23,7 @@ class CoordinatorClient:
                  health: Callable[[], None] | None = None, on_welcome: Callable[[], None] | None = None,
                  on_membership: Callable[[dict], None] | None = None,
                  low_watermark: Callable[[], int] | None = None,
-                 on_low: Callable[[dict[int, int]], None] | None = None) -> None:
+                 on_low: Callable[[dict[int, int]], None] | None = None, succession=None) -> None:
         self._send_frames = send
         self.view = view  # written here on WELCOME
         self.rank = view.rank
@@ -35,11 +35,16 @@ class CoordinatorClient:
         self._on_membership = on_membership  # a new epoch (backups): pskv-server, after the view changed
         self._low_watermark = low_watermark  # this node's oldest pending request id, sent with heartbeats
         self._on_low = on_low  # every node's low watermark, from TICKs (pskv-server)
+        self._succession = succession  # membership.takeover.Succession: backups and the coordinator in a node
         self._cond = threading.Condition()  # guards everything below; never held while sending
         self.failure: Exception | None = None
         self._abort: str | None = None
         self._decl_seq = 0
         self._decl_results: dict[int, str | None] = {}
+        self._specs: dict[int, dict] = {}  # seq -> what this node declared (told to a coordinator that took over)
+        self._answered: set[int] = set()  # seqs whose TABLE_OK came (a new coordinator may send it again)
+        self._clock_report = (0, 0)  # the last (clock, seq) reported
+        self._bye_sent = False
         self._barrier_gen = 0
         self._released: set[int] = set()
         self._arrivals: dict[str, list[int]] = {}  # barrier generation -> ranks arrived (from TICKs)
@@ -67,10 +72,12 @@ class CoordinatorClient:
         with self._cond:
             seq = self._decl_seq
             self._decl_seq += 1
+            self._specs[seq] = spec
         self._send(Kind.TABLE_DECL, {"seq": seq, "spec": spec})
         self._wait(lambda: seq in self._decl_results, None, None)
         with self._cond:
             error = self._decl_results.pop(seq)
+            self._answered.add(seq)
         if error:
             raise TableMismatch(error)
 
@@ -90,6 +97,8 @@ class CoordinatorClient:
 
     def bye(self, timeout: float | None = None) -> bool:
         """Orderly leave: wait until every node said bye. False if that did not happen."""
+        with self._cond:
+            self._bye_sent = True
         self._send(Kind.BYE)
         try:
             self._wait(lambda: self._shutdown_ok, timeout, lambda: TimeoutError("bye"))
@@ -105,6 +114,9 @@ class CoordinatorClient:
 
         `seq` orders the reports: they are sent from several threads, whose sockets do not keep
         order between them."""
+        with self._cond:
+            if seq > self._clock_report[1]:
+                self._clock_report = (int(clock), int(seq))
         self._send(Kind.CLOCK, {"clock": int(clock), "seq": int(seq)})
 
     def synced(self, epoch: int) -> None:
@@ -128,7 +140,11 @@ class CoordinatorClient:
 
     # ---- pskv-server thread ---------------------------------------------------------------------
     def on_message(self, header: Header, frames: list) -> None:
-        """A message from the coordinator (the dispatcher admitted it: this cluster's, or WELCOME)."""
+        """A message from the coordinator (the dispatcher admitted it: this cluster's, or WELCOME),
+        or a peer's MOVED."""
+        if header.kind == Kind.MOVED:
+            self._moved(control_payload(header, frames))
+            return
         self.handle(header, control_payload(header, frames))
         if header.kind == Kind.WELCOME and self._on_welcome is not None:
             self._on_welcome()
@@ -138,8 +154,10 @@ class CoordinatorClient:
         with self._cond:
             self._last_heard = time.monotonic()
             if kind == Kind.WELCOME:
-                self.view.welcome(header.cluster, {int(r): a for r, a in payload["addresses"].items()})
-            elif kind == Kind.TABLE_OK:
+                host = payload.get("host")
+                self.view.welcome(header.cluster, {int(r): a for r, a in payload["addresses"].items()},
+                                  None if host is None else int(host))
+            elif kind == Kind.TABLE_OK and int(payload["seq"]) not in self._answered:
                 self._decl_results[int(payload["seq"])] = payload.get("error")
             elif kind == Kind.BARRIER_RELEASE:
                 self._released.add(int(payload["gen"]))
@@ -186,10 +204,41 @@ class CoordinatorClient:
             self._last_beat = now
             self._send(Kind.HEARTBEAT, None if self._low_watermark is None else {"low": self._low_watermark()})
         silent = now - self._last_heard
-        if silent > self.config.failure_timeout:
+        if silent <= self.config.failure_timeout:
+            return
+        succession = self._succession
+        if succession is not None and succession.possible():
+            if succession.successor() == self.rank:  # this node runs the coordinator from now on
+                address, term = succession.take_over(silent)
+                self._moved({"address": address, "term": term, "host": self.rank})
+                return
+            if silent <= 2 * self.config.failure_timeout:
+                return  # the successor takes over; its MOVED comes
             self._fail(NodeFailure(
-                f"the coordinator ({self.config.coordinator or 'in-process'}) has been silent for {silent:.1f} s; "
-                "node 0 or the launcher probably died", -1, self.config.coordinator or ""))
+                f"the coordinator on node {self.view.coordinator_host} has been silent for {silent:.1f} s and node "
+                f"{succession.successor()} did not take it over; this cluster cannot continue", -1,
+                self.config.coordinator or ""))
+            return
+        self._fail(NodeFailure(
+            f"the coordinator ({self.config.coordinator or 'in-process'}) has been silent for {silent:.1f} s; "
+            "node 0 or the launcher probably died", -1, self.config.coordinator or ""))
+
+    def _moved(self, p: dict) -> None:
+        """pskv-server: node p["host"] runs the coordinator now (it took over after the old one went
+        silent): send there from now on, and tell it what this node knows and waits for."""
+        term = int(p["term"])
+        if term <= self.view.coordinator_term or self.failure is not None:
+            return  # old news
+        self._succession.redirect(str(p["address"]), term, int(p["host"]))
+        with self._cond:  # after the redirect: what went to the old address before is in here
+            self._last_heard = time.monotonic()
+            pending_barriers = sorted(set(range(self._barrier_gen)) - self._released)
+            state = {"epoch": self.view.epoch, "alive": sorted(self.view.alive),
+                     "decls": {str(seq): spec for seq, spec in self._specs.items()},
+                     "barriers": pending_barriers, "released": max(self._released, default=-1),
+                     "clock": list(self._clock_report), "bye": self._bye_sent}
+        self._send(Kind.REJOIN, {**state, **self._succession.rejoin_state()})
+        self._succession.release_held()
 
     def _fail(self, exc: NodeFailure) -> None:
         with self._cond:

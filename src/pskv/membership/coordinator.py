@@ -43,9 +43,11 @@ class Coordinator:
     """The cluster's coordinator service. `start()` it, give nodes `address`, `close()` it."""
 
     def __init__(self, num_nodes: int, host: str = "127.0.0.1", port: int = 0,
-                 config: NodeConfig | None = None) -> None:
+                 config: NodeConfig | None = None, *, host_rank: int | None = None, term: int = 0) -> None:
         self.num_nodes = num_nodes
         self.config = config or NodeConfig()
+        self.host_rank = host_rank  # the node whose process runs this coordinator (None: a launcher)
+        self.term = term  # stamped on every message: 0, or the epoch in which it took over (membership.takeover)
         self._transport = Transport(host, port=port, linger=2.0, send_timeout=self.config.failure_timeout)
         self.address = self._transport.address
         self.cluster = random.randrange(1, 1 << 32)
@@ -56,6 +58,7 @@ class Coordinator:
         self._state: dict[int, str] = {}  # rank -> "alive" | "bye" | "failed"
         self._last_seen: dict[int, float] = {}
         self._decls: dict[int, dict[int, dict]] = {}  # seq -> rank -> table config
+        self._decls_done: set[int] = set()  # seqs answered with TABLE_OK
         self._barriers: dict[int, set[int]] = {}  # generation -> ranks arrived
         self._since: dict[tuple[str, int], float] = {}  # ("table"|"barrier", seq) -> first arrival
         self._declared: dict[int, int] = {}  # rank -> how many tables it declared
@@ -73,6 +76,7 @@ class Coordinator:
 
     def start(self) -> "Coordinator":
         self._started = time.monotonic()
+        self._handler_map = self._handlers()
         self._thread.start()
         return self
 
@@ -134,9 +138,7 @@ class Coordinator:
             log.warning("coordinator dropped %r: not from this cluster", header)
             return
         self._last_seen[rank] = time.monotonic()
-        handler = {Kind.TABLE_DECL: self._decl, Kind.BARRIER: self._barrier, Kind.BYE: self._bye,
-                   Kind.CLOCK: self._clock, Kind.HEARTBEAT: self._heartbeat, Kind.SYNCED: self._synced_in,
-                   Kind.ABORT: lambda r, p: self._fail(r, p.get("reason", "aborted"))}.get(header.kind)
+        handler = self._handler_map.get(header.kind)
         if self._state[rank] == "failed":  # it stalled and came back: tell it, not only the others
             self._send(rank, Kind.NODE_FAILED, self._failure_payload(rank))
             return
@@ -146,9 +148,14 @@ class Coordinator:
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("coordinator dropped %r with a malformed payload: %r", header, exc)
 
+    def _handlers(self) -> dict:
+        return {Kind.TABLE_DECL: self._decl, Kind.BARRIER: self._barrier, Kind.BYE: self._bye,
+                Kind.CLOCK: self._clock, Kind.HEARTBEAT: self._heartbeat, Kind.SYNCED: self._synced_in,
+                Kind.ABORT: lambda r, p: self._fail(r, p.get("reason", "aborted"))}
+
     def _send(self, rank: int, kind: Kind, payload: dict | None = None) -> None:
         try:
-            self._transport.send(rank, control(kind, self.cluster, COORDINATOR, payload))
+            self._transport.send(rank, control(kind, self.cluster, COORDINATOR, payload, self.term))
         except Exception as exc:  # a dead node's full queue must not stop the coordinator
             log.warning("coordinator could not send %s to node %d: %s", kind.name, rank, exc)
 
@@ -185,7 +192,8 @@ class Coordinator:
             if self.config.backups:
                 self._chains = Chains(self.num_nodes, self.config.backups, self._addresses)
                 self._whole = [set(self._chains.chain(r)) for r in range(self.num_nodes)]
-            self._broadcast(Kind.WELCOME, {"addresses": {str(r): a for r, a in self._addresses.items()}})
+            self._broadcast(Kind.WELCOME, {"addresses": {str(r): a for r, a in self._addresses.items()},
+                                           "host": self.host_rank})
 
     def _heartbeat(self, rank: int, p: dict) -> None:
         if "low" in p:
@@ -215,6 +223,7 @@ class Coordinator:
         got = self._decls[seq]
         if all(r in got for r, s in self._state.items() if s == "alive"):
             del self._decls[seq]
+            self._decls_done.add(seq)
             self._since.pop(("table", seq), None)
             first = got[min(got)]
             bad = [r for r in sorted(got) if got[r] != first]

@@ -8,7 +8,9 @@ the coordinator (a node died and backups take over its ranges) makes the next on
 
 Fencing: a message from a node that is not alive in this view is dropped, whatever it is (a
 node that was stopped past failure_timeout and woke up must not change or answer anything); a
-message stamped with a newer epoch than ours waits (HOLD) until our view catches up.
+message stamped with a newer epoch than ours waits (HOLD) until our view catches up. The
+coordinator stamps its term instead: a coordinator that another node took over (membership.
+takeover) is not heard any more, and its successor waits until its MOVED came.
 
 Threads and ownership: pskv-server writes it (WELCOME, MEMBERSHIP); every thread reads it.
 Fields are replaced whole (never mutated in place), so readers need no lock.
@@ -34,14 +36,17 @@ class View:
         self.addresses: dict[int, str] | None = None  # rank -> address; None until welcomed
         self.alive: frozenset[int] = frozenset()
         self.chains: Chains | None = None  # with backups: who holds each key range now
+        self.coordinator_host: int | None = None  # the node whose process runs the coordinator (None: a launcher)
+        self.coordinator_term = 0  # which coordinator speaks: 0 the first, then the epoch it took over in
 
     @property
     def welcomed(self) -> bool:
         return self.addresses is not None
 
-    def welcome(self, cluster: int, addresses: dict[int, str]) -> None:
-        """pskv-server: the coordinator's WELCOME: every node is up."""
+    def welcome(self, cluster: int, addresses: dict[int, str], host: int | None = None) -> None:
+        """pskv-server: the coordinator's WELCOME: every node is up; `host` runs the coordinator."""
         self.cluster = cluster
+        self.coordinator_host = host
         self.alive = frozenset(addresses)
         if self.backups:
             self.chains = Chains(self.num_nodes, self.backups, self.alive)
@@ -70,7 +75,11 @@ class View:
             if header.kind not in FROM_COORDINATOR:
                 return Verdict.DROP
             if self.welcomed:
-                return Verdict.ACCEPT if header.cluster == self.cluster else Verdict.DROP
+                if header.cluster != self.cluster:
+                    return Verdict.DROP
+                if header.epoch != self.coordinator_term:  # a coordinator that was taken over, or its successor
+                    return Verdict.FENCED if header.epoch < self.coordinator_term else Verdict.HOLD
+                return Verdict.ACCEPT
             return Verdict.ACCEPT if header.kind in _FIRST_WORDS else Verdict.DROP
         if header.kind in FROM_COORDINATOR:
             return Verdict.DROP

@@ -37,11 +37,12 @@ _COUNT = struct.Struct("<4sI")
 class Outbox:
     """One thread's PUSH socket to one destination, with the messages held back for it."""
 
-    __slots__ = ("sock", "rank", "held", "held_bytes", "batches")
+    __slots__ = ("sock", "rank", "url", "held", "held_bytes", "batches")
 
-    def __init__(self, sock, rank: int) -> None:  # sock: a zmq PUSH socket
+    def __init__(self, sock, rank: int, url: str = "") -> None:  # sock: a zmq PUSH socket
         self.sock = sock
         self.rank = rank  # the destination node
+        self.url = url  # where sock is connected
         self.held: list[list[bytes]] = []  # messages not sent yet, in order
         self.held_bytes = 0
         self.batches = 0  # packed frames sent that carried more than one message

@@ -258,9 +258,11 @@ class Transport:
             outboxes = self._local.outboxes = {}
         where = (rank, port) if port else rank
         box = outboxes.get(where)
-        if box is not None:
-            return box
         url = self._addresses.get(rank)
+        if box is not None:
+            if rank != COORDINATOR or box.url == url:  # only the coordinator moves (membership.takeover)
+                return box
+            box.flush()
         if url is None:
             raise TransportError(f"no address known for node {rank}; the cluster has not been joined yet")
         if port:
@@ -275,7 +277,7 @@ class Transport:
             if "[" in url:
                 sock.setsockopt(zmq.IPV6, 1)
             sock.connect(url)
-            box = Outbox(sock, rank)
+            box = Outbox(sock, rank, url)
             self._all.append(box)
         outboxes[where] = box
         return box

@@ -88,6 +88,8 @@ class Kind(enum.IntEnum):
     STALLED = 34  # coordinator -> nodes: a collective some nodes never joined; the cluster stops
     MEMBERSHIP = 35  # coordinator -> nodes: a new membership epoch (a node died; backups take over)
     SYNCED = 36  # node -> coordinator: every range this node backs up in `epoch` is filled again
+    MOVED = 37  # node -> nodes: the coordinator's node went silent; this node runs it now (membership.takeover)
+    REJOIN = 38  # node -> a coordinator that took over: what this node knows and waits for
 
 
 _KINDS = {int(k): k for k in Kind}
@@ -262,10 +264,10 @@ def frame_bytes(frame) -> bytes:
     return frame.bytes if hasattr(frame, "bytes") else bytes(frame)
 
 
-def control(kind: Kind, cluster: int, sender: int, payload: dict | None = None) -> list[bytes]:
-    """Frames of a control message with a JSON payload."""
+def control(kind: Kind, cluster: int, sender: int, payload: dict | None = None, epoch: int = 0) -> list[bytes]:
+    """Frames of a control message with a JSON payload (a coordinator stamps its term in `epoch`)."""
     body = json.dumps(payload or {}, separators=(",", ":")).encode()
-    return [Header(kind, cluster=cluster, sender=sender).pack(), body]
+    return [Header(kind, cluster=cluster, sender=sender, epoch=epoch).pack(), body]
 
 
 def control_payload(header: Header, frames: list) -> dict:

@@ -110,3 +110,17 @@ def test_two_backups_survive_two_deaths_at_once(make_coordinator, make_fake):
     coord.report_failure(2, "gone")
     wait_until(lambda: len(seen[0]) == 2 and len(seen[3]) == 2, what="MEMBERSHIP epochs 2 and 3")
     assert seen[3][1]["alive"] == [0, 3] and not fakes[0].failures and not fakes[3].failures
+
+
+def test_view_hears_only_the_coordinator_of_its_term():
+    """After a takeover (membership.takeover) the old coordinator's messages are fenced off and the
+    new one's wait until its MOVED set the term."""
+    view = View(1, 3, backups=1)
+    view.welcome(9, {0: "a", 1: "b", 2: "c"}, host=0)
+    assert view.coordinator_host == 0 and view.coordinator_term == 0
+    assert view.admit(_h(Kind.TICK, -1, 0)) is Verdict.ACCEPT
+    assert view.admit(_h(Kind.MEMBERSHIP, -1, 2)) is Verdict.HOLD  # the successor's, before its MOVED
+    view.coordinator_host, view.coordinator_term = 1, 2
+    assert view.admit(_h(Kind.MEMBERSHIP, -1, 2)) is Verdict.ACCEPT
+    assert view.admit(_h(Kind.TICK, -1, 0)) is Verdict.FENCED  # the old coordinator woke up
+    assert view.admit(_h(Kind.TICK, -1, 2, cluster=5)) is Verdict.DROP

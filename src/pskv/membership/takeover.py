@@ -1,0 +1,184 @@
+"""Takeover: when the node that runs the coordinator dies, the next live node runs it (backups >= 1).
+
+Without a launcher, node 0's process runs the coordinator, so node 0 would be a single point of
+failure. With backups every node keeps what the coordinator knows about it (the membership view,
+its table declarations, the barriers and clock it waits for, the copies it is still filling), so
+a new coordinator can be rebuilt from the survivors; nothing needs to be replicated while all is
+well (docs/design.md §3c):
+
+    every node   the coordinator's TICKs stop for failure_timeout
+    successor    (the lowest live rank but the coordinator's host) starts a ResumedCoordinator
+                 with a new term (> every earlier one) and sends MOVED{address, term} to every node
+    every node   sends from now on to the new address, and REJOIN{what it knows and waits for}
+    coordinator  once every live node rejoined (or failure_timeout passed: those are failed too):
+                 rebuilds declarations, barriers, clocks and whole copies, then fails the old
+                 host as for any dead node: MEMBERSHIP with the next epoch; its ranges move
+
+A coordinator stamps its term on every message; nodes drop a lower term (the old coordinator,
+if it was only stopped, is not heard any more) and hold a higher one until its MOVED came
+(membership.view). A node that waits for a MOVED longer than another failure_timeout fails with
+NodeFailure, as without backups.
+
+Threads and ownership: `Succession` is called by the node's pskv-server thread (from
+CoordinatorClient.check and MOVED); `ResumedCoordinator` runs in its own pskv-coord thread like
+every Coordinator.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from ..config import NodeConfig
+from ..errors import TransportError
+from ..net.transport import Transport
+from ..net.wire import COORDINATOR, Kind, control
+from ..placement.chains import Chains
+from .coordinator import Coordinator
+from .view import View
+
+log = logging.getLogger(__name__)
+
+
+class Succession:
+    """A node's part in moving the coordinator to a survivor."""
+
+    def __init__(self, view: View, config: NodeConfig, transport: Transport, release_held: Callable[[], None],
+                 rejoin_state: Callable[[], dict]) -> None:
+        self.view = view
+        self.config = config
+        self._transport = transport
+        self.release_held = release_held  # the dispatcher's: the new coordinator's messages held until MOVED
+        self.rejoin_state = rejoin_state  # what else this node tells the new coordinator (copies it fills)
+        self.coordinator: Coordinator | None = None  # the one this node took over, if any; the node closes it
+
+    def possible(self) -> bool:
+        """Whether the coordinator runs in a node (not a launcher) and backups can cover its death."""
+        host = self.view.coordinator_host
+        return bool(self.view.backups) and host is not None and host != self.view.rank and self.successor() is not None
+
+    def successor(self) -> int | None:
+        """The node that takes the coordinator over: the lowest live rank but its host."""
+        return min((r for r in self.view.alive if r != self.view.coordinator_host), default=None)
+
+    def take_over(self, silent: float) -> tuple[str, int]:
+        """Start a coordinator in this process and tell every node; returns its address and term."""
+        view = self.view
+        term = max(view.epoch, view.coordinator_term) + 1
+        dead = view.coordinator_host
+        log.warning("node %d: the coordinator on node %d has been silent for %.1f s; node %d takes it over (term %d)",
+                    view.rank, dead, silent, view.rank, term)
+        self.coordinator = ResumedCoordinator(self.config, view, term, dead).start()
+        payload = {"address": self.coordinator.address, "term": term, "host": view.rank}
+        for rank in sorted(view.addresses):
+            if rank != view.rank:
+                try:
+                    self._transport.send(rank, control(Kind.MOVED, view.cluster, view.rank, payload))
+                except TransportError as exc:
+                    log.warning("node %d could not tell node %d that the coordinator moved: %s", view.rank, rank, exc)
+        return self.coordinator.address, term
+
+    def redirect(self, address: str, term: int, host: int) -> None:
+        """From now on the coordinator is at `address` in node `host`'s process, speaking with `term`."""
+        self.view.coordinator_host = host
+        self.view.coordinator_term = term
+        self._transport.set_address(COORDINATOR, address)
+
+    def close(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.close()
+
+
+class ResumedCoordinator(Coordinator):
+    """A coordinator that takes over a running cluster: it learns the state from REJOINs, then
+    goes on without the old host (`dead`)."""
+
+    def __init__(self, config: NodeConfig, view: View, term: int, dead: int) -> None:
+        super().__init__(view.num_nodes, config.host, 0, config, host_rank=view.rank, term=term)
+        self.cluster = view.cluster
+        now = time.monotonic()
+        for rank, address in view.addresses.items():
+            self._transport.set_address(rank, address)
+            self._addresses[rank] = address
+            self._state[rank] = "alive" if rank in view.alive else "failed"
+            self._last_seen[rank] = now
+        self._welcomed = True
+        self._epoch = view.epoch
+        self._chains = Chains(self.num_nodes, self.config.backups, view.alive)
+        self._dead = dead
+        self._waiting = set(view.alive) - {dead}  # ranks whose REJOIN did not come yet
+        self._filling: dict[int, set[int]] = {}  # rank -> the ranges it still fills (from REJOIN)
+        self._released_upto = -1  # every barrier generation up to it was released by the old coordinator
+        self._deadline = now + self.config.failure_timeout
+        self._early: dict[int, list] = {}  # rank -> (handler, payload) that came before its REJOIN
+
+    def _handlers(self) -> dict:
+        """Messages from a node that has not rejoined yet wait for its REJOIN (it sent them after
+        it learned the new address, but on other threads' sockets, which may overtake it)."""
+        def after_rejoin(handler):
+            def handle(rank: int, p: dict) -> None:
+                if rank in self._waiting:
+                    self._early.setdefault(rank, []).append((handler, p))
+                else:
+                    handler(rank, p)
+            return handle
+        return {**{kind: after_rejoin(h) for kind, h in super()._handlers().items()}, Kind.REJOIN: self._rejoin}
+
+    def _rejoin(self, rank: int, p: dict) -> None:
+        if rank not in self._waiting:
+            return
+        self._waiting.discard(rank)
+        if int(p["epoch"]) > self._epoch:  # the old coordinator's last MEMBERSHIP reached it, not us
+            self._epoch = int(p["epoch"])
+            alive = {int(r) for r in p["alive"]}
+            for r in self._state:
+                if r not in alive:
+                    self._state[r] = "failed"
+            self._chains = Chains(self.num_nodes, self.config.backups, alive)
+        for seq, spec in p["decls"].items():
+            seq = int(seq)
+            if seq not in self._decls_done:
+                self._decls.setdefault(seq, {})[rank] = spec
+                self._since.setdefault(("table", seq), time.monotonic())
+            self._declared[rank] = max(self._declared.get(rank, 0), seq + 1)
+        self._released_upto = max(self._released_upto, int(p["released"]))
+        for gen in p["barriers"]:
+            self._barriers.setdefault(int(gen), set()).add(rank)
+            self._since.setdefault(("barrier", int(gen)), time.monotonic())
+        clock, seq = (int(x) for x in p["clock"])
+        if seq > self._clock_seq.get(rank, 0):
+            self._clocks[rank], self._clock_seq[rank] = clock, seq
+        if "low" in p:
+            self._low[rank] = int(p["low"])
+        self._filling[rank] = {int(r) for r in p.get("filling", ())}
+        if p.get("bye"):
+            self._state[rank] = "bye"
+        for handler, payload in self._early.pop(rank, []):
+            handler(rank, payload)
+        if not self._waiting:
+            self._resume("every live node rejoined")
+
+    def _resume(self, why: str) -> None:
+        """Every live node rejoined (or the rest stayed silent): go on without the old host."""
+        missing = sorted(self._waiting)
+        self._waiting = set()
+        log.info("coordinator (term %d) on node %d: %s; epoch %d", self.term, self.host_rank, why, self._epoch)
+        live = [r for r, s in self._state.items() if s in ("alive", "bye") and r != self._dead]
+        self._whole = [{n for n in self._chains.chain(r) if n in live and r not in self._filling.get(n, ())}
+                       for r in range(self.num_nodes)]
+        for gen in sorted(g for g in self._barriers if g <= self._released_upto):
+            del self._barriers[gen]  # the old coordinator released it to some nodes already
+            self._since.pop(("barrier", gen), None)
+            self._broadcast(Kind.BARRIER_RELEASE, {"gen": gen})
+        self._fail(self._dead, f"node {self._dead}, which ran the coordinator, went silent; node "
+                               f"{self.host_rank} took the coordinator over")
+        for rank in missing:
+            self._fail(rank, "it did not rejoin the coordinator that took over")
+
+    def _tick(self, now: float) -> None:
+        if self._waiting:
+            if now > self._deadline:
+                self._resume(f"node(s) {sorted(self._waiting)} did not rejoin within {self.config.failure_timeout:g} s")
+            return
+        super()._tick(now)
