@@ -123,7 +123,7 @@ class Node:
                                          lambda: self.health.failure is not None)
         self._ctx = Context(self.rank, self.num_nodes, self.endpoint, self.tracker, self.catalog, self.health.check,
                             self.clocks, self._barrier, self._replica_sync, config.collective_timeout,
-                            lambda: self.view.chains)
+                            lambda: self.view.chains, lambda: sorted(self.view.alive))
         self.health.on_failure(self.tracker.fail_all)
         self.health.on_failure(self._barrier.break_)
         self._main_worker = Worker(self._ctx, -1)  # the main thread's handle; takes no part in barriers

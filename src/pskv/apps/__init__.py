@@ -9,6 +9,7 @@ cluster (or, alone, as a 1-node cluster). Their shared flags and helpers are in 
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
@@ -34,4 +35,7 @@ def run(app: str, argv: list[str], *, nodes: int | None = None, threads: int | N
         return importlib.import_module(APPS[app]).main(argv)
     from ..launch import launch
 
-    return launch(nodes or 1, [sys.executable, "-m", APPS[app], *argv], threads=threads or 1)
+    backups = argparse.ArgumentParser(add_help=False)
+    backups.add_argument("--backups", type=int, default=None)  # the launcher must know too: the others go on
+    return launch(nodes or 1, [sys.executable, "-m", APPS[app], *argv], threads=threads or 1,
+                  backups=backups.parse_known_args(argv)[0].backups)

@@ -81,6 +81,9 @@ def parser(app: str, description: str, *, epochs: int = 10) -> argparse.Argument
                    help="sampling scheme for negative samples (default: naive, drawn by the app)")
     t.add_argument("--consistency", type=_consistency, default="async", metavar="{async,bsp,ssp:S}",
                    help="consistency model")
+    g.add_argument("--backups", type=int, default=None, metavar="B",
+                   help="keep B backups of every key range (pskv.init(backups=B)); when a node dies, the others "
+                        "go on and take over its share of the data (default: PSKV_BACKUPS, else 0)")
     return p
 
 
@@ -147,8 +150,8 @@ def _consistency(text: str) -> str:
 
 
 def is_leader(w: pskv.Worker) -> bool:
-    """True on node 0's thread 0, the one worker that prints."""
-    return w.rank == 0 and w.thread == 0
+    """True on thread 0 of the lowest live node (node 0 unless it died), the one worker that prints."""
+    return w.thread == 0 and w.rank == min(w.members, default=0)
 
 
 def say(**msg) -> None:
@@ -311,12 +314,17 @@ class Report:
         self.watchdog = Watchdog(getattr(args, "stall_timeout", 0.0), what=f"pskv run {app}")
 
     def epoch(self, w: pskv.Worker, epoch: int, progress: Progress | None = None, **metrics: float) -> None:
-        """Record epoch `epoch`'s metrics; a no-op except on node 0's thread 0."""
+        """Record epoch `epoch`'s metrics (thread 0 of every node, so a node that takes over leading
+        has them all); the leader (is_leader) prints them."""
         self.watchdog.poke()
-        if not is_leader(w):
+        if w.thread != 0:
             return
         row = {"epoch": epoch, "wall": time.monotonic() - self._start, **{k: float(v) for k, v in metrics.items()}}
         self.rows.append(row)
+        if not is_leader(w):
+            return
+        if progress is not None and not progress.leader:
+            progress = None  # it was made when another node led (that node died)
         if self.json:
             say(kind="epoch", **row)
             return
@@ -395,6 +403,54 @@ class Session:
         return w.rank * self.threads + w.thread
 
 
+class Shares:
+    """Which parts of the training data a worker trains on. There are W parts (one per worker at
+    start, by Session.index); each worker trains on its own. With backups, when a node dies its
+    workers' parts are split among the live workers: live worker j of L takes piece j of L of
+    every dead part, so every epoch still covers all the data (as the Li et al. scheduler hands a
+    dead worker's data to others). Per epoch:
+
+        pieces = shares.pieces()          # (part, j, L) of dead parts this worker takes now
+        ... train on its own part and each piece ...
+        for piece in shares.late(w, pieces): ... train on it too ...   # nodes that died meanwhile
+        totals = s.reducer.sum(w, ...)
+
+    `late` waits in a barrier first (only with backups): a death before every live worker arrived
+    is known to all when it returns (the coordinator's MEMBERSHIP precedes the barrier's release);
+    one after it took no data from this epoch with it."""
+
+    def __init__(self, s: Session, w: pskv.Worker) -> None:
+        self.me, self.parts, self.threads = s.index(w), s.workers, s.threads
+        self.backups = bool(s.node.config.backups)
+        self._w = w
+
+    def pieces(self) -> list[tuple[int, int, int]]:
+        """(part, j, L): piece j of L of each dead worker's part that this worker takes now."""
+        members = self._w.members
+        live = [r * self.threads + t for r in members for t in range(self.threads)]
+        if len(live) == self.parts or self.me not in live:
+            return []
+        j = live.index(self.me)
+        return [(p, j, len(live)) for p in range(self.parts) if p // self.threads not in members]
+
+    def among_live(self) -> tuple[int, int]:
+        """(j, L): this worker's place among the L live workers, for work split anew each time (evaluation)."""
+        live = [r * self.threads + t for r in self._w.members for t in range(self.threads)]
+        return (live.index(self.me), len(live)) if self.me in live else (self.me, self.parts)
+
+    def late(self, w: pskv.Worker, done: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """After a barrier (with backups): the pieces of parts whose node died during this epoch."""
+        if not self.backups:
+            return []
+        w.barrier()
+        return [piece for piece in self.pieces() if piece not in done]
+
+
+def piece(lo: int, hi: int, j: int, pieces: int) -> tuple[int, int]:
+    """Positions [a, b) of piece j of `pieces` about equal runs of [lo, hi)."""
+    return lo + (hi - lo) * j // pieces, lo + (hi - lo) * (j + 1) // pieces
+
+
 def run_app(app: str, args: argparse.Namespace, *, metrics: int, setup: Callable[[Session], object],
             train: Callable[[pskv.Worker, object], None], finish: Callable[[object, float], list[str] | None],
             then: Callable[[object, list[str]], list[str]] | None = None) -> int:
@@ -410,7 +466,12 @@ def run_app(app: str, args: argparse.Namespace, *, metrics: int, setup: Callable
     An exception (a worker's included) stops the node, which tells the others, and propagates."""
     report, lines = Report(app, args), None
     model = {} if args.consistency == "async" else {"consistency": args.consistency}  # async: PSKV_CONSISTENCY's
+    if getattr(args, "backups", None) is not None:
+        model["backups"] = args.backups
     with pskv.init(**model) as node:  # pskv parses 'bsp' and 'ssp:S'
+        if node.config.backups and args.consistency != "async":
+            raise ConfigError(f"{app}: --backups works with --consistency async only for now: the workers that take "
+                              "over a dead node's data would run more clocks than the others wait for")
         session = Session(args, node, report)
         state = setup(session)
         session.reducer = Reducer(node, size=metrics)  # after the app's tables, whose ids seed pskv's sampling
@@ -419,7 +480,7 @@ def run_app(app: str, args: argparse.Namespace, *, metrics: int, setup: Callable
             node.run(lambda w: train(w, state))
         if args.stats:  # one line per node: its counters after training
             print("@@stats " + json.dumps(node.stats()), flush=True)
-        if node.rank == 0:
+        if node.rank == min(node.members):  # node 0, unless it died (backups)
             lines = finish(state, time.monotonic() - start)
     if lines is not None:
         report.summary(then(state, lines) if then is not None else lines)

@@ -311,9 +311,21 @@ def _train(w: pskv.Worker, run: _Run) -> None:
                                mode=args.progress, watchdog=s.report.watchdog)
     clock = common.Clock(w, args)
     most = -(-int(np.diff(bounds).max()) // args.batch)  # batches per epoch of the largest share
+    shares = common.Shares(s, w)  # with backups: the triples of a dead node's workers are trained here too
+
+    def of(piece: tuple[int, int, int]) -> np.ndarray:
+        p, j, pieces = piece
+        return run.train[slice(*common.piece(bounds[p], bounds[p + 1], j, pieces))]
+
     for epoch in range(1, args.epochs + 1):
         t0 = time.monotonic()
-        loss = _epoch(args, mine, ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs)
+        pieces = shares.pieces()
+        done = [mine] + [of(piece) for piece in pieces]
+        loss = sum(_epoch(args, tri, ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs)
+                   for tri in done)
+        for piece in shares.late(w, pieces):  # a node died during this epoch
+            done.append(of(piece))
+            loss += _epoch(args, done[-1], ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs)
         clock.pad(epoch * most)  # every worker clocks as often before the barriers below
         seconds = time.monotonic() - t0
         last = epoch == args.epochs
@@ -321,11 +333,14 @@ def _train(w: pskv.Worker, run: _Run) -> None:
         sums = np.zeros(5)
         if last or (args.eval_every and epoch % args.eval_every == 0):
             w.barrier()  # every push of every worker is in place
-            share = np.linspace(0, min(len(split), args.eval_triples), s.workers + 1).astype(np.int64)
+            j, live = shares.among_live()  # the live workers split the evaluation (all of them, barring deaths)
+            share = np.linspace(0, min(len(split), args.eval_triples), live + 1).astype(np.int64)
             E, R = ent.pull(np.arange(kg.num_entities)), rel.pull(np.arange(kg.num_relations))
-            sums = evaluate(E, R, _sample(split, args)[share[me]:share[me + 1]], run.filt, args.model)
-        total = s.reducer.sum(w, [loss, len(mine), *sums])
+            sums = evaluate(E, R, _sample(split, args)[share[j]:share[j + 1]], run.filt, args.model)
+        total = s.reducer.sum(w, [loss, sum(map(len, done)), *sums])
         metrics = {"loss": total[0] / max(total[1], 1)}
+        if shares.backups:
+            metrics["triples"] = int(total[1])  # all of them, also when a node died
         if total[6]:
             name = "test" if last else "valid"
             metrics[f"{name}_mrr"] = total[2] / total[6]
@@ -333,7 +348,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
                 run.final.update({f"hits@{k}": total[3 + i] / total[6] for i, k in enumerate((1, 3, 10))},
                                  mrr=total[2] / total[6])
         s.report.epoch(w, epoch, progress, seconds=seconds, **metrics)
-        if common.is_leader(w):
+        if w.thread == 0:  # every node: the one that leads at the end (node 0 unless it died) has them all
             run.final["train_seconds"] = run.final.get("train_seconds", 0.0) + seconds
     negatives.close()
     progress.close()

@@ -36,6 +36,7 @@ import numpy as np
 import pskv
 
 from ..data import DataError, fetch, lapse_toy_dir, ratings
+from ..errors import ConfigError
 from . import common
 
 _ITEMS = "mf-items"
@@ -191,12 +192,16 @@ def squared_error(U, bu, users, slots, values, V, mu, biases, lo, hi):
 class Part:
     """A worker's users: their ratings (with local user ids = u // W), factors and biases."""
 
-    def __init__(self, problem: Problem, me: int, workers: int, args) -> None:
+    def __init__(self, problem: Problem, me: int, workers: int, args, piece: tuple[int, int] | None = None) -> None:
+        """Worker `me`'s users; with `piece` (j, L) only those whose local id is j mod L (a dead
+        worker's part, split among L live workers: common.Shares)."""
         self.me, self.workers, self.n_items = me, workers, problem.train.n_items
-        self.train = problem.train.take(problem.train.users % workers == me)
-        self.test = problem.test.take(problem.test.users % workers == me)
+        j, pieces = piece or (0, 1)
+        self.train = problem.train.take((problem.train.users % workers == me) & (problem.train.users // workers % pieces == j))
+        self.test = problem.test.take((problem.test.users % workers == me) & (problem.test.users // workers % pieces == j))
         self.train_users, self.test_users = self.train.users // workers, self.test.users // workers
         n_local = len(range(me, problem.train.n_users, workers))
+        self.local = np.arange(j, n_local, pieces)  # local ids of the users this part trains
         if problem.user_init is not None:
             self.U = problem.user_init[me::workers].astype(np.float32)  # (n_local, rank)
         else:
@@ -205,8 +210,18 @@ class Part:
         self.bu = np.zeros(n_local, np.float32)
         self.clock: common.Clock | None = None  # ticks once per batch (Worker.clock under --consistency bsp/ssp)
         self.most = _most_batches(problem.train, workers, args.batch)  # (W + 1,) see _most_batches
-        self.rng = np.random.default_rng([args.seed, 11, me])
+        self.rng = np.random.default_rng([args.seed, 11, me, *(piece or ())])
         self.blocks = self.train.items * workers // self.n_items  # (nnz,) item block of each rating
+
+    def save(self, users: pskv.Table):
+        """Write this part's user factors and biases to the users table (a Future)."""
+        return users.set(self.me + self.local * self.workers, np.column_stack([self.U, self.bu])[self.local])
+
+    def load(self, users: pskv.Table) -> "Part":
+        """Take this part's user factors and biases from the users table (what their last worker saved)."""
+        rows = users.pull(self.me + self.local * self.workers)
+        self.U[self.local], self.bu[self.local] = rows[:, :-1], rows[:, -1]
+        return self
 
     def block_range(self, block: int) -> tuple[int, int]:
         """Items [lo, hi) of DSGD block `block`: contiguous, like the table's key ranges."""
@@ -295,12 +310,16 @@ class _Run:
 def _setup(s: common.Session, problem: Problem) -> _Run:
     """Declare the tables (collective); node 0 prints what runs."""
     args, node = s.args, s.node
+    if node.config.backups and args.schedule == "dsgd":
+        raise ConfigError("mf: --schedule dsgd rotates item blocks over a fixed set of workers and does not "
+                          "survive a dead node yet; use --schedule free with --backups")
     updater = "add" if args.item_updater == "sgd" else pskv.Adagrad(lr=args.adagrad_lr, initial_accumulator=0.1)
     extra = {"replicate": pskv.Replicate(keys=_hottest(problem.train, args.replicate))} if args.replicate else {}
     extra["placement"] = common.placement(args)  # --lease, --location-caches
     items = node.table(_ITEMS, rows=problem.train.n_items, dim=args.rank + args.biases, updater=updater,
                        init=pskv.Normal(std=args.init_std, seed=args.seed), **extra)
-    users = node.table(_USERS_OUT, rows=problem.train.n_users, dim=args.rank + 1) if args.out else None
+    saves = args.out or node.config.backups  # with backups every epoch's user factors survive their worker
+    users = node.table(_USERS_OUT, rows=problem.train.n_users, dim=args.rank + 1) if saves else None
     if node.rank == 0 and not s.report.json:
         print(f"mf: {problem.name}, {len(problem.train):,} train / {len(problem.test):,} test ratings, "
               f"rank {args.rank}, {node.num_nodes} node(s) x {s.threads} thread(s), {args.epochs} epochs", flush=True)
@@ -311,24 +330,46 @@ def _work(w: pskv.Worker, run: _Run) -> None:
     s, problem = run.session, run.problem
     args, workers, me = s.args, s.workers, s.index(w)
     part, items = Part(problem, me, workers, args), w.table(_ITEMS)
-    part.clock = common.Clock(w, args)
+    clock = part.clock = common.Clock(w, args)
+    shares, adopted = common.Shares(s, w), {}  # (part, j, L) -> Part: dead workers' users this worker took
+    users = w.table(_USERS_OUT) if run.users is not None else None
     mu = float(problem.train.values.mean()) if args.global_mean else 0.0
     if problem.item_init is not None and common.is_leader(w):
         items.set(np.arange(problem.train.n_items), _with_bias(problem.item_init, args)).wait()
+    if shares.backups:
+        part.save(users).wait()  # a node that dies in epoch 1 leaves its users' initial factors
     w.barrier()
     progress = common.Progress(w, total=args.epochs * len(problem.train), scale=workers, unit="ratings",
                                mode=args.progress, watchdog=s.report.watchdog)
+
+    def adopt(piece: tuple[int, int, int]) -> Part:
+        if piece not in adopted:
+            p, j, pieces = piece
+            adopted[piece] = Part(problem, p, workers, args, (j, pieces)).load(users)
+            adopted[piece].clock = clock
+        return adopted[piece]
+
     for epoch in range(args.epochs):
         start = time.monotonic()
-        sse = train_epoch(w, part, items, args, mu, step_size(args, epoch), progress)
+        pieces = shares.pieces()
+        parts = [part] + [adopt(piece) for piece in pieces]
+        sse = sum(train_epoch(w, p, items, args, mu, step_size(args, epoch), progress) for p in parts)
+        for piece in shares.late(w, pieces):  # a node died during this epoch: its users are trained here too
+            parts.append(adopt(piece))
+            sse += train_epoch(w, parts[-1], items, args, mu, step_size(args, epoch), progress)
         w.wait_all()
-        sums = s.reducer.sum(w, [sse, len(part.train), part.test_error(items, mu, args, problem.clip), len(part.test)])
+        if shares.backups:
+            for saved in [p.save(users) for p in parts]:
+                saved.wait()
+        test = [p.test_error(items, mu, args, problem.clip) for p in parts]
+        sums = s.reducer.sum(w, [sse, sum(len(p.train) for p in parts), sum(test), sum(len(p.test) for p in parts)])
+        covered = {"ratings": int(sums[1])} if shares.backups else {}  # all of them, also when a node died
         s.report.epoch(w, epoch + 1, progress, train_rmse=np.sqrt(sums[0] / sums[1]),
-                       test_rmse=np.sqrt(sums[2] / max(sums[3], 1)), seconds=time.monotonic() - start)
+                       test_rmse=np.sqrt(sums[2] / max(sums[3], 1)), **covered, seconds=time.monotonic() - start)
     progress.close()
     if args.out:
-        w.table(_USERS_OUT).set(np.arange(me, problem.train.n_users, workers),
-                                np.column_stack([part.U, part.bu])).wait()
+        for saved in [p.save(users) for p in [part, *adopted.values()]]:
+            saved.wait()
         w.barrier()
 
 

@@ -157,13 +157,20 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     clock = common.Clock(w, args)  # once per batch under --consistency bsp/ssp
     most = max(num_batches(run.shard(i), args.batch_words) for i in range(s.workers))
     start = time.monotonic()
-    for epoch in range(1, args.epochs + 1):
-        t0, loss, pairs = time.monotonic(), 0.0, 0
-        rng = np.random.default_rng([args.seed, me, 0, epoch])
-        for words, centres, contexts in ahead(batches(shard, run.keep, args.window, args.batch_words, rng),
+    shares = common.Shares(s, w)  # with backups: the sentences of a dead node's workers are trained here too
+
+    def of(piece: tuple[int, int, int]) -> Corpus:
+        p, j, pieces = piece
+        return run.shard(p).shard(j, pieces)
+
+    def train_on(corpus: Corpus, rng) -> tuple[float, int]:
+        """One pass over `corpus`; the learning rate decays over this worker's own words (pieces take the current one)."""
+        nonlocal done
+        loss, pairs = 0.0, 0
+        for words, centres, contexts in ahead(batches(corpus, run.keep, args.window, args.batch_words, rng),
                                               step.prepare if step.prepares else None):
             a0 = args.alpha - (args.alpha - args.min_alpha) * done / total
-            done += words
+            done += words if corpus is shard else 0
             a1 = args.alpha - (args.alpha - args.min_alpha) * done / total
             if len(centres):
                 loss += step(centres, contexts, a0, a1)
@@ -171,11 +178,25 @@ def _train(w: pskv.Worker, run: _Run) -> None:
             progress.update(words)
             clock.tick()
         step.close()
+        return loss, pairs
+
+    for epoch in range(1, args.epochs + 1):
+        t0 = time.monotonic()
+        rng = np.random.default_rng([args.seed, me, 0, epoch])
+        pieces = shares.pieces()
+        corpora = [shard] + [of(piece) for piece in pieces]
+        results = [train_on(corpus, rng) for corpus in corpora]
+        for piece in shares.late(w, pieces):  # a node died during this epoch
+            corpora.append(of(piece))
+            results.append(train_on(corpora[-1], rng))
+        loss, pairs = sum(r[0] for r in results), sum(r[1] for r in results)
         clock.pad(epoch * most)  # every worker clocks as often before the reducer's barrier
-        sums = s.reducer.sum(w, [loss, pairs, shard.num_words])
+        sums = s.reducer.sum(w, [loss, pairs, sum(c.num_words for c in corpora)])
         seconds = time.monotonic() - t0
         if common.is_leader(w):
             metrics = {"loss": sums[0] / max(sums[1], 1), "words_per_s": int(sums[2] / max(seconds, 1e-9))}
+            if shares.backups:
+                metrics["words"] = int(sums[2])  # all of them, also when a node died
             if _evaluation_sets() is not None:  # WordSim-353 is cheap (353 pairs); analogies wait for the end
                 scores = evaluate(syn0.pull(np.arange(len(run.vocab))), run.vocab, analogies=False)
                 metrics["wordsim"] = scores["wordsim"].value

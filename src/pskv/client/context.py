@@ -27,3 +27,4 @@ class Context:
     replica_sync: ReplicaSync  # sends changes of replicated keys
     collective_timeout: float  # seconds a clock wait or an aggregation round may take
     chains: Callable[[], Chains | None] = lambda: None  # with backups: who holds each key range now (the view's)
+    members: Callable[[], list[int]] = lambda: []  # the live ranks (the view's)

@@ -32,6 +32,11 @@ class Worker:
         return handle
 
     @property
+    def members(self) -> list[int]:
+        """The ranks of the live nodes (as `node.members`): fewer after a node died in a cluster with backups."""
+        return self._ctx.members()
+
+    @property
     def current_clock(self) -> int:
         """This worker's clock: how many times it called clock() (updates it issues now are stamped with it)."""
         return self._ctx.clocks.clock_of(self)
