@@ -7,6 +7,9 @@
 2. Recovery time with backups = 1: node 0 pulls a row of node 1's range in a loop; node 1 is
    SIGKILLed; the time from the kill to the end of node 0's first pull begun after it (the range
    is then served by node 2). The launcher reports the exit at once (no heartbeat timeout).
+3. MF on MovieLens-100K with --backups 1 (`pskv.apps.mf`, 3 nodes, --mf-epochs epochs): once
+   undisturbed, once with node 2 SIGKILLed when node 0 printed epoch --kill-at; final test RMSE
+   of both and their difference (target: within 0.01).
 
 Absolute times on a shared 2-core machine are noise; the ratios are what to compare.
 """
@@ -105,11 +108,33 @@ def recovery(nodes: int) -> float:
         return float(after[0, 1] - killed)
 
 
+def mf_rmse(nodes: int, epochs: int, kill_at: int | None) -> tuple[float, int]:
+    """Final test RMSE of `pskv.apps.mf --backups 1` on MovieLens-100K, and the epochs node 0 printed."""
+    import re
+
+    from pskv.launch import start_local
+
+    argv = [sys.executable, "-m", "pskv.apps.mf", "--data", "ml-100k", "--epochs", str(epochs), "--backups", "1",
+            "--progress", "none"]
+    with start_local(nodes, argv, backups=1, failure_timeout=5) as c:
+        if kill_at is not None:
+            deadline = time.time() + 600
+            while len(re.findall(r"epoch +\d+ ", c.output(0))) < kill_at and time.time() < deadline:
+                time.sleep(0.02)
+            c.kill(nodes - 1, signal.SIGKILL)
+        if c.wait(900) != 0:
+            raise SystemExit(c.logs_tail())
+        out = c.output(0)
+    return float(re.search(r"test RMSE (\d+\.\d+)\s*$", out).group(1)), len(re.findall(r"epoch +\d+ ", out))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--pushes", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--mf-epochs", type=int, default=20)
+    parser.add_argument("--kill-at", type=int, default=5, help="epoch after which node 2 is killed in the MF run")
     parser.add_argument("--node", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.node:
@@ -133,6 +158,10 @@ def main() -> None:
     times = [recovery(args.nodes) for _ in range(args.rounds)]
     print(f"recovery (kill -> first completed pull on the moved range), backups=1: median "
           f"{statistics.median(times) * 1000:.0f} ms (rounds: {', '.join(f'{t * 1000:.0f}' for t in times)} ms)")
+    calm, epochs = mf_rmse(args.nodes, args.mf_epochs, None)
+    hurt, _ = mf_rmse(args.nodes, args.mf_epochs, args.kill_at)
+    print(f"mf on ml-100k, {args.nodes} nodes, --backups 1, {epochs} epochs: test RMSE {calm:.4f} undisturbed, "
+          f"{hurt:.4f} with node {args.nodes - 1} killed after epoch {args.kill_at}; difference {hurt - calm:+.4f}")
 
 
 if __name__ == "__main__":

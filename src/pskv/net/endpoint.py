@@ -49,6 +49,11 @@ class Endpoint:
         in the reply box it names, if any."""
         self.send(to.origin, self.reply_header(to, kind, n_keys), port=to.reply_to, **arrays)
 
+    def reply_here(self, to: Header, kind: Kind, *, n_keys: int = 0, **arrays) -> None:
+        """Answer a request of this very node without a message (the tail of a chain that wrote it)."""
+        header = self._stamp(self.reply_header(to, kind, n_keys))
+        self.on_reply(header, encode(header, **arrays))
+
     def answer(self, node: int, kind: Kind, table: int, rid: int, **arrays) -> None:
         """Answer request `rid` of node `node` (one reply for requests of several nodes, as an
         aggregation owner sends when a round completes)."""

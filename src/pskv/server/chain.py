@@ -182,7 +182,10 @@ class Chain:
     def _pass(self, header: Header, chains: Chains, r: int, keys, positions, values, is_set: bool) -> None:
         nxt = chains.successor(r, self.rank)
         if nxt < 0:  # the tail: the write is everywhere, the writer may go on
-            self._endpoint.reply(header, Kind.ACK, n_keys=len(keys), positions=positions)
+            if header.origin == self.rank:
+                self._endpoint.reply_here(header, Kind.ACK, n_keys=len(keys), positions=positions)
+            else:
+                self._endpoint.reply(header, Kind.ACK, n_keys=len(keys), positions=positions)
             return
         h = Header(Kind.CHAIN, table=header.table, request_id=header.request_id, part=header.part, dim=header.dim,
                    flags=SET if is_set else 0, origin=header.origin)
