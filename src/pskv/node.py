@@ -120,7 +120,7 @@ class Node:
         self._barrier = LocalBarrier(self.client.barrier, self.catalog.clear_caches)
         self._stop = threading.Event()
         self._replica_sync = ReplicaSync(self.endpoint, self.num_nodes, self.catalog, self._stop,
-                                         lambda: self.health.failure is not None)
+                                         lambda: self.health.failure is not None, lambda: self.members)
         self._ctx = Context(self.rank, self.num_nodes, self.endpoint, self.tracker, self.catalog, self.health.check,
                             self.clocks, self._barrier, self._replica_sync, config.collective_timeout,
                             lambda: self.view.chains, lambda: sorted(self.view.alive))
@@ -226,9 +226,9 @@ class Node:
         per round, mshadow-ps). The keywords of earlier releases still work, with a DeprecationWarning."""
         self.health.check()
         options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
-        if self.config.backups and (options.replicate is not None or options.aggregate is not None):
-            raise ConfigError(f"table {name!r}: replicate= and aggregate= do not work with backups yet; declare it "
-                              "without them, or start the cluster with backups=0")
+        if self.config.backups and options.aggregate is not None:
+            raise ConfigError(f"table {name!r}: aggregate= does not work with backups yet; declare it "
+                              "without it, or start the cluster with backups=0")
         consistency = self.consistency if consistency is None else as_consistency(consistency)
         spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
                          table_id=self.catalog.next_id(name))

@@ -1,6 +1,6 @@
 """Node programs for tests/fault/test_backups.py: each runs as one node of a cluster with backups.
 
-    python ft_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES   # every node pushes; nodes die meanwhile
+    python ft_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES [HOT]  # every node pushes; nodes die meanwhile
 
 Every node pushes ones into its own column of a (ROWS, num_nodes) table, to 16 distinct random
 keys of every key range at a time (so a row's column is a function of how many pushes reached
@@ -9,7 +9,9 @@ before sending it and to OUT_DIR/acked-R once its Future completed (raw int64, f
 a node killed by SIGKILL leaves both files exact up to its last push). A node goes on until it
 saw CHANGES membership changes and made 300 more pushes (bounded: at most 200,000 in all). Then the
 survivors meet in a barrier, and the lowest live rank writes the whole table to OUT_DIR/final.npy
-and each survivor its rows' copies held as a backup (OUT_DIR/backup-R-RANGE.npy).
+and each survivor its rows' copies held as a backup (OUT_DIR/backup-R-RANGE.npy). With HOT > 0,
+every (ROWS // HOT)-th row is replicated on every node (pskv.Replicate); after a last replica sync
+each survivor writes its replicas of them (OUT_DIR/replica-R.npy).
 """
 
 from __future__ import annotations
@@ -27,10 +29,15 @@ _MAX_PUSHES = 200_000
 _AFTER_CHANGE = 300
 
 
-def storm(out: Path, rows: int, updater: str, expected: int) -> None:
+def hot_keys(rows: int, hot: int) -> np.ndarray:
+    return np.arange(0, rows, rows // hot, dtype=np.int64) if hot else np.zeros(0, np.int64)
+
+
+def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0) -> None:
     with pskv.init() as node:
         n = node.num_nodes
-        node.table("w", rows, n, updater=updater)
+        extra = {"replicate": pskv.Replicate(keys=hot_keys(rows, hot))} if hot else {}
+        node.table("w", rows, n, updater=updater, **extra)
         worker = node.worker()
         table = worker.table("w")
         worker.barrier()
@@ -64,6 +71,10 @@ def storm(out: Path, rows: int, updater: str, expected: int) -> None:
             os.write(acked, k.astype(np.int64).tobytes())
         print(f"storm done after {i + 1} pushes, members {node.members}", flush=True)
         worker.barrier()
+        if hot:
+            worker.wait_replica_sync()
+            worker.barrier()
+            np.save(out / f"replica-{node.rank}.npy", table.pull(hot_keys(rows, hot)))
         if node.rank == min(node.members):
             np.save(out / "final.npy", table.pull(np.arange(rows)))
         chain = node.server.chain
@@ -77,6 +88,6 @@ def storm(out: Path, rows: int, updater: str, expected: int) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "storm":
-        storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
+        storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), *map(int, sys.argv[6:7]))
     else:
         raise SystemExit(f"unknown scenario {sys.argv[1]!r}")

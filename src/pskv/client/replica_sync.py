@@ -2,7 +2,9 @@
 
 The replicas themselves (`store.Replicas`) live in the store; this module sends each node's
 accumulated changes of them to every other node, `Replicate.syncs_per_sec` times a second per
-table, as REPLICA_SYNC (the other nodes' servers add them and acknowledge).
+table, as REPLICA_SYNC (the other nodes' servers add them and acknowledge). With backups it sends to
+the live nodes only, and a round stops waiting for a node that died (the `retry` the tracker
+calls after a membership change): a node's changes it had not sent yet die with it.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ class ReplicaSync:
     locks; `flush()` may run in any thread at the same time (each delta is taken exactly once)."""
 
     def __init__(self, endpoint: Endpoint, num_nodes: int, catalog: Catalog, stop: threading.Event,
-                 failed: Callable[[], bool]) -> None:
+                 failed: Callable[[], bool], members: Callable[[], list[int]] | None = None) -> None:
         self._endpoint = endpoint
         self.rank = endpoint.rank
         self._num_nodes = num_nodes
         self._catalog = catalog
         self._stop = stop  # the node is shutting down
         self._failed = failed  # the node failed: stop syncing
+        self._members = members or (lambda: list(range(num_nodes)))  # the live nodes (fewer after a death, backups)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards _inflight and _thread
         self._inflight: list[Future] = []  # sync rounds not yet acknowledged by every node
@@ -76,9 +79,25 @@ class ReplicaSync:
         keys, deltas = replicas.take_deltas(threshold)
         if not len(keys) or self._num_nodes == 1:
             return None
-        others = [r for r in range(self._num_nodes) if r != self.rank]
+        others = [r for r in self._members() if r != self.rank]
+        if not others:
+            return None
         tracker = self._endpoint.tracker
-        rid, fut = tracker.new_request(len(keys) * len(others), desc=f"replica sync of table {s.spec.name!r}")
+        answered: set[int] = set()
+
+        def on_part(sender: int, _payload) -> None:
+            answered.add(sender)
+
+        def retry() -> None:
+            """A membership change (backups): a node that died will not answer; count it as done."""
+            alive = set(self._members())
+            for r in others:
+                if r not in alive and r not in answered:
+                    answered.add(r)
+                    tracker.on_reply(rid, len(keys), r)
+
+        rid, fut = tracker.new_request(len(keys) * len(others), on_part=on_part, retry=retry,
+                                       desc=f"replica sync of table {s.spec.name!r}")
         for r in others:
             self._endpoint.request(r, Kind.REPLICA_SYNC, s.spec.table_id, rid, copy=True, keys=keys, values=deltas)
         replicas.syncs += 1

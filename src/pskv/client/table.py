@@ -293,10 +293,6 @@ class Table:
         n = len(keys)
         if n == 0:
             return Future.completed(out, self._desc(kind))
-        if self._ctx.chains() is not None:  # a cluster with backups (client.backed)
-            fut = backed.request(self, kind, keys, values, out, gpos, direct)
-            self._track(fut)
-            return fut
         shard = self._state.shard
         if shard.replicas is not None:  # replicated keys: always local, never routed
             hot = shard.replicas.mask(keys)
@@ -310,6 +306,10 @@ class Table:
                 rest = np.flatnonzero(~hot)
                 keys, values, copy = keys[rest], None if values is None else values[rest], False
                 gpos = rest if gpos is None else gpos[rest]
+        if self._ctx.chains() is not None:  # a cluster with backups (client.backed)
+            fut = backed.request(self, kind, keys, values, out, gpos, direct)
+            self._track(fut)
+            return fut
         if shard.slot[keys[0]] >= 0:  # probably all local: one locked pass, no routing
             miss = self._local(kind, keys, values, out, gpos)
             self._state.local_keys += len(keys) - len(miss)
