@@ -60,10 +60,6 @@ class Applied:
     def add(self, write: tuple[int, int, int]) -> None:
         self._ids.setdefault(write[0], set()).add((write[1], write[2]))
 
-    def filling(self) -> list[int]:
-        """The key ranges this node holds a copy of that is not whole yet (its snapshot did not come)."""
-        return sorted({r for _, r in self._filling})
-
     def prune(self, low: dict[int, int]) -> None:
         """Forget the writes of origins below their low watermark: they are complete, never sent again."""
         for origin, mark in low.items():
