@@ -297,7 +297,8 @@ def test_cli_data_list_and_run_dispatch(monkeypatch, capsys):
     assert cli.main(["data", "list"]) == 0
     assert "ml-100k" in capsys.readouterr().out
     seen = {}
-    monkeypatch.setattr(launch, "launch", lambda n, cmd, threads: seen.update(n=n, cmd=cmd, threads=threads) or 0)
+    monkeypatch.setattr(launch, "launch", lambda n, cmd, threads, backups=None: seen.update(
+        n=n, cmd=cmd, threads=threads, backups=backups) or 0)
     assert cli.main(["run", "mf", "--nodes", "2", "--threads", "3", "--", "--epochs", "1"]) == 0
     assert seen["n"] == 2 and seen["threads"] == 3 and seen["cmd"][1:] == ["-m", "pskv.apps.mf", "--epochs", "1"]
     assert cli.main(["run", "nope"]) == 2
@@ -400,7 +401,7 @@ def test_report_plot_draws_each_metric_even_when_some_rows_lack_it(tmp_path):
 
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib: pip install -e '.[dev]' (or 'pskv[plot]')")
     report = common.Report("test", argparse.Namespace(progress="none", plot=None, log=None, stall_timeout=0))
-    leader = types.SimpleNamespace(rank=0, thread=0)
+    leader = types.SimpleNamespace(rank=0, thread=0, members=[0])
     report.epoch(leader, 1, loss=2.0, words_per_s=150_000.0)
     report.epoch(leader, 2, loss=1.5, words_per_s=160_000.0, valid_mrr=0.4)
     message = report.plot(tmp_path / "p.png")
