@@ -28,6 +28,10 @@ from .errors import TransportError as TransportError
 from .errors import UnknownTable as UnknownTable
 from .errors import WaitTimeout as WaitTimeout
 from .errors import ConfigError as ConfigError
+from .errors import CheckpointError as CheckpointError
+from .checkpoint.format import CheckpointInfo as CheckpointInfo
+from .checkpoint.format import CheckpointTable as CheckpointTable
+from .checkpoint.format import load as load_checkpoint
 from .options import Async as Async
 from .options import BSP as BSP
 from .options import Consistency as Consistency
@@ -54,12 +58,13 @@ from .client.worker import Worker as Worker
 __version__ = "0.1.0"
 
 __all__ = sorted([
-    "Adagrad", "Adam", "AggregationError", "Async", "BSP", "BarrierTimeout", "Cache", "ClosedError", "ClusterError",
+    "Adagrad", "Adam", "AggregationError", "Async", "BSP", "BarrierTimeout", "Cache", "CheckpointError",
+    "CheckpointInfo", "CheckpointTable", "ClosedError", "ClusterError",
     "CollectiveStalled", "ConfigError", "ConfigTypeError", "Consistency", "ConsistencyError", "Constant",
     "CoordinatorUnreachable", "DTypeError", "Fenced", "Future", "KeyOutOfRange", "Node", "NodeAggregate", "NodeFailure", "Normal",
     "ProtocolError", "PskvError", "Relocate", "RemoteError", "Replicate", "RequestStalled", "SGD", "SSP", "Sampling", "ShapeError",
     "Table", "TableError", "TableMismatch", "TransportError", "Uniform", "UnknownTable", "WaitTimeout",
-    "Worker", "Zeros", "init", "updaters", "wait",
+    "Worker", "Zeros", "init", "load_checkpoint", "updaters", "wait",
 ])
 
 for _name in __all__:

@@ -51,6 +51,7 @@ class NodeConfig:
     collective_timeout: float = 600.0  # nodes legitimately reach a barrier minutes apart (rank 0 evaluates)
     external_coordinator: bool = False  # set by `pskv launch`, which runs the coordinator itself
     backups: int = 0  # 0: a dead node stops the cluster (fail fast); B: B nodes may die, one at a time
+    restore: str | None = None  # a checkpoint (or a directory of them: the newest) the tables come back from
     test_drop_rate: float = 0.0
 
     @classmethod

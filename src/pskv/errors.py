@@ -158,3 +158,8 @@ class ConsistencyError(PskvError, ValueError):
 class AggregationError(PskvError, RuntimeError):
     """A thread broke the rounds of an aggregated table: it pushed a key twice in one round, or
     pulled a key while its earlier pull of it was outstanding (pskv.client.aggregate)."""
+
+
+class CheckpointError(PskvError):
+    """A checkpoint cannot be written or read: a missing, truncated or corrupted file, a manifest of
+    another format version, a path that is not a checkpoint, a directory a node cannot write."""

@@ -32,6 +32,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 import weakref
 import zlib
 from typing import Callable
@@ -41,6 +42,8 @@ import zmq
 
 from . import updaters
 from .catalog import Catalog, TableState
+from .checkpoint import format as checkpoint_format
+from .checkpoint.collective import Checkpointer, Restorer
 from .client.aggregate import Aggregator
 from .client.context import Context
 from .client.replica_sync import ReplicaSync
@@ -51,7 +54,7 @@ from .consistency.buffer import PushBuffer
 from .consistency.cache import RowCache
 from .consistency.clocks import Clocks
 from .options import as_consistency
-from .errors import ClosedError, ConfigError, NodeFailure, PskvError, RequestStalled, TransportError
+from .errors import CheckpointError, ClosedError, ConfigError, NodeFailure, PskvError, RequestStalled, TransportError
 from .membership import client as coordinator_client
 from .membership.barrier import LocalBarrier
 from .membership.client import CoordinatorClient
@@ -85,6 +88,8 @@ class Node:
         self.config = config
         self.rank = config.rank
         self.num_nodes = config.num_nodes
+        # a checkpoint to start from: checked whole on every node before anything starts (CheckpointError)
+        self._restorer = Restorer(config.restore, self.rank) if config.restore else None
         self.health = Health(self.rank)
         self.view = View(self.rank, self.num_nodes, config.backups)
         self._transport = Transport(config.host, send_timeout=config.failure_timeout, drop_rate=config.test_drop_rate)
@@ -121,9 +126,13 @@ class Node:
         self._stop = threading.Event()
         self._replica_sync = ReplicaSync(self.endpoint, self.num_nodes, self.catalog, self._stop,
                                          lambda: self.health.failure is not None, lambda: self.members)
+        self._checkpointer = Checkpointer(self.rank, self.catalog, members=lambda: self.members,
+                                          barrier=self.client.barrier, drain=self._drain,
+                                          flush_replicas=self._replica_sync.flush, clock=lambda: self.clocks.global_clock,
+                                          epoch=lambda: self.view.epoch)
         self._ctx = Context(self.rank, self.num_nodes, self.endpoint, self.tracker, self.catalog, self.health.check,
                             self.clocks, self._barrier, self._replica_sync, config.collective_timeout,
-                            lambda: self.view.chains, lambda: sorted(self.view.alive))
+                            lambda: self.view.chains, lambda: sorted(self.view.alive), self._checkpointer.gate)
         self.health.on_failure(self.tracker.fail_all)
         self.health.on_failure(self._barrier.break_)
         self._main_worker = Worker(self._ctx, -1)  # the main thread's handle; takes no part in barriers
@@ -233,6 +242,7 @@ class Node:
         spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
                          table_id=self.catalog.next_id(name))
         state, config = self._build(spec, options, consistency)
+        saved = self._restorer.check(config) if self._restorer is not None else None  # TableMismatch on every node
         self.catalog.add(state)
         if state.shard.replicas is not None:
             self._replica_sync.start()
@@ -241,7 +251,42 @@ class Node:
         except PskvError:
             self.catalog.discard(name)
             raise
+        if saved is not None:  # every node loads its range (and its backup copies), then all go on together
+            copies = self.server.chain.copies(spec.table_id) if self.server.chain is not None else []
+            loaded = sum(self._restorer.load(saved, shard) for shard in [state.shard, *copies])
+            log.info("node %d restored %d rows of table %r from %s", self.rank, loaded, name, self._restorer.path)
+            self.client.barrier()
         return self._main_worker.table(name)
+
+    def checkpoint(self, directory, keep: int | None = None, *, extra: dict | None = None,
+                   timeout: float | None = None) -> checkpoint_format.CheckpointInfo:
+        """Write a checkpoint of every table under `directory` (collective: every node calls it).
+
+        A consistent cut: every push issued on any node before that node entered the call is in
+        it, none issued later (writes wait meanwhile). Every node writes the rows it owns in
+        parallel; the lowest live node writes manifest.json last, so a checkpoint is complete
+        or ignored. `keep=N` keeps the N newest. `extra` (JSON) is saved in the manifest (an
+        app's epoch and RNG state). Returns a CheckpointInfo (`.path`, `.step`). Call it from
+        one thread per node (the main thread, or e.g. each node's worker thread 0), not while
+        another thread of the node is in barrier(). Raises CheckpointError."""
+        self.health.check()
+        return self._checkpointer.take(directory, keep, extra, timeout or self.config.collective_timeout)
+
+    @property
+    def restored(self) -> dict:
+        """What the checkpoint this cluster started from (`restore=`) saved as `extra`; {} if none."""
+        return dict(self._restorer.extra) if self._restorer is not None else {}
+
+    def _drain(self, timeout: float) -> None:
+        """Wait until every request this node sent so far is answered (a checkpoint's cut)."""
+        mark = self.tracker.issued()
+        deadline = time.monotonic() + timeout
+        while self.tracker.low_watermark() < mark:
+            self.health.check()
+            if time.monotonic() > deadline:
+                raise CheckpointError(f"node {self.rank}: requests sent before the checkpoint were not answered "
+                                      f"within {timeout:g} s; the checkpoint was not taken")
+            time.sleep(0.001)
 
     def _build(self, spec: TableSpec, options: TableOptions, consistency) -> tuple[TableState, dict]:
         """The table's parts on this node, and what every node must agree on."""

@@ -155,6 +155,11 @@ class Updater:
         """Columns of per-row state this rule keeps for a table of width `dim`; 0 means none."""
         return 0
 
+    def state_layout(self, dim: int) -> dict[str, tuple[int, int]]:
+        """Names of the state's column blocks, for checkpoints: name -> (first column, end)."""
+        width = self.state_width(dim)
+        return {"state": (0, width)} if width else {}
+
     def init_state(self, state: np.ndarray) -> None:
         """Fill a freshly allocated (n, state_width(dim)) state array in place."""
 
@@ -255,6 +260,9 @@ class Adagrad(Updater):
     def state_width(self, dim: int) -> int:
         return dim
 
+    def state_layout(self, dim: int) -> dict[str, tuple[int, int]]:
+        return {"accumulator": (0, dim)}
+
     def init_state(self, state: np.ndarray) -> None:
         state.fill(self.initial_accumulator)
 
@@ -279,6 +287,9 @@ class Adam(Updater):
 
     def state_width(self, dim: int) -> int:
         return 2 * dim + 1
+
+    def state_layout(self, dim: int) -> dict[str, tuple[int, int]]:
+        return {"m": (0, dim), "v": (dim, 2 * dim), "step": (2 * dim, 2 * dim + 1)}
 
     def init_state(self, state: np.ndarray) -> None:
         state.fill(0.0)

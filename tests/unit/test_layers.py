@@ -24,6 +24,7 @@ LAYERS = [
     ["membership"],
     ["consistency"],
     ["catalog"],
+    ["checkpoint"],
     ["server", "client"],  # siblings: never import each other
     ["node"],
     ["pskv"],  # the public API (__init__.py) re-exports the layers below

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Callable
 
 from ..catalog import Catalog
+from ..checkpoint.collective import Gate
 from ..consistency.clocks import Clocks
 from ..membership.barrier import LocalBarrier
 from ..placement.chains import Chains
@@ -28,3 +29,4 @@ class Context:
     collective_timeout: float  # seconds a clock wait or an aggregation round may take
     chains: Callable[[], Chains | None] = lambda: None  # with backups: who holds each key range now (the view's)
     members: Callable[[], list[int]] = lambda: []  # the live ranks (the view's)
+    gate: Gate = dataclasses.field(default_factory=Gate)  # holds writes while the node takes a checkpoint

@@ -90,6 +90,7 @@ class Table:
         Duplicate keys: their rows are summed before the updater sees them. With copy=False the
         arrays must not change until the Future resolves. Thread-safe."""
         self._ctx.check()
+        self._ctx.gate.wait(self._ctx.check)  # a checkpoint in progress: after it
         keys = check_keys(self.spec, keys, "push")
         updates = check_values(self.spec, updates, len(keys), "push")
         self._state.pushes += 1
@@ -102,6 +103,7 @@ class Table:
     def set(self, keys, values, *, copy: bool = True) -> Future:
         """Overwrite rows `keys` with `values` (len(keys), dim); for duplicate keys the last wins."""
         self._ctx.check()
+        self._ctx.gate.wait(self._ctx.check)
         keys = check_keys(self.spec, keys, "set")
         values = check_values(self.spec, values, len(keys), "set")
         st = self._state

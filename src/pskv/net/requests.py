@@ -239,6 +239,11 @@ class RequestTracker:
             self._pending[rid] = _Pending(fut, total, on_part, result, retry)
         return rid, fut
 
+    def issued(self) -> int:
+        """The id the next request will get: every request registered so far has a lower one."""
+        with self._lock:
+            return self._next
+
     def low_watermark(self) -> int:
         """No request with a smaller id is pending or will be made: its replies or resends never come."""
         with self._lock:

@@ -250,6 +250,10 @@ class Chain:
         if not self._filling:
             self._on_synced(self._epoch())
 
+    def copies(self, table: int) -> list[Shard]:
+        """The copies of `table`'s ranges this node holds as a backup."""
+        return [copy for (t, _), copy in sorted(self._backup.items()) if t == table]
+
     def filling(self) -> list[int]:
         """The key ranges this node holds a copy of that is not whole yet (its snapshot did not come)."""
         return sorted({r for _, r in self._filling})

@@ -1,0 +1,245 @@
+"""Taking a checkpoint (every node calls `node.checkpoint`) and restoring tables from one.
+
+A checkpoint is a consistent cut: every push any worker issued before its node entered the call
+is in it, none issued after. Each node, in `Checkpointer.take`:
+
+    1. closes its write gate (a push or set from now on waits in Table until the gate opens),
+       sends its BSP/SSP push buffers and replica changes, and waits until every request it
+       sent before is answered (RequestTracker ids below the mark);
+    2. barrier: every node's earlier writes are applied everywhere, every gate is closed;
+    3. writes the rows (and updater state) it owns, table by table, as .npy files, fsynced,
+       and a part file listing them with their checksums;
+    4. barrier: every shard is on disk; the gate opens (writes go on);
+    5. the lowest live node merges the parts into manifest.json (renamed into place last) and
+       removes old checkpoints (`keep`); barrier: the checkpoint is complete everywhere.
+
+A node killed in the middle leaves no manifest: the checkpoint is incomplete, never read, and the
+previous one is whole. Restoring (`Restorer`): when a table a checkpoint holds is declared, its
+spec must match (else TableMismatch naming the checkpoint) and each node loads the rows of its key
+range from every node's files (re-sharded onto the new key ranges; relocated rows come home).
+
+Threads and ownership: `take` runs in the calling thread (the main thread, or one worker thread
+per node); it must not run while other threads of the node are in a barrier (both use the
+coordinator's barriers, whose generations must match on every node). `Gate` is shared with every
+Table of the node: `wait()` in any thread, `close()`/`open()` by `take`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..catalog import Catalog, TableState
+from ..errors import CheckpointError, TableMismatch
+from ..store.replicas import Replicas
+from ..store.shard import Shard
+from . import format as fmt
+
+log = logging.getLogger(__name__)
+
+
+class Gate:
+    """Holds a node's writes while it takes a checkpoint."""
+
+    def __init__(self) -> None:
+        self._open = threading.Event()
+        self._open.set()
+
+    def wait(self, check: Callable[[], None]) -> None:
+        """Return when the gate is open; `check()` (the node's health) raises meanwhile if the node failed."""
+        if self._open.is_set():
+            return
+        while not self._open.wait(0.05):
+            check()
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def open(self) -> None:
+        self._open.set()
+
+
+class Checkpointer:
+    def __init__(self, rank: int, catalog: Catalog, *, members: Callable[[], list[int]], barrier: Callable[[], None],
+                 drain: Callable[[float], None], flush_replicas: Callable[[], None], clock: Callable[[], int],
+                 epoch: Callable[[], int]) -> None:
+        self.rank = rank
+        self._catalog = catalog
+        self._members = members  # the live ranks
+        self._barrier = barrier  # the coordinator's barrier over every live node
+        self._drain = drain  # drain(timeout): wait until every request sent so far is answered
+        self._flush_replicas = flush_replicas
+        self._clock = clock  # the global clock (BSP/SSP)
+        self._epoch = epoch  # the membership epoch
+        self.gate = Gate()
+
+    def take(self, directory, keep: int | None = None, extra: dict | None = None,
+             timeout: float = 600.0) -> fmt.CheckpointInfo:
+        directory = Path(directory)
+        if keep is not None and int(keep) < 1:
+            raise CheckpointError(f"keep={keep!r}: keep at least the newest checkpoint (keep >= 1), or None for all")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(f"node {self.rank} cannot create checkpoint directory {directory}: {exc}; give a "
+                                  "directory every node can write (a shared file system for nodes on several hosts)") from None
+        self.gate.close()
+        try:
+            self._catalog.flush_buffers()
+            self._flush_replicas()
+            self._drain(timeout)
+            step = max((s for s, _, _ in fmt.steps(directory)), default=0) + 1  # before anyone makes the next
+            self._barrier()  # 1: every earlier write is applied everywhere; every gate is closed
+            path = fmt.step_dir(directory, step)
+            path.mkdir(exist_ok=True)
+            part = self._write_shards(path)
+            self._barrier()  # 2: every shard is on disk
+        finally:
+            self.gate.open()
+        if self.rank == min(self._members()):
+            manifest = self._manifest(path, step, extra)
+            fmt.write_json(path / fmt.MANIFEST, manifest)
+            for rank in part["nodes"]:
+                (path / f"node-{rank}.json").unlink(missing_ok=True)
+            if keep is not None:
+                fmt.prune(directory, int(keep))
+        self._barrier()  # 3: the manifest is in place
+        manifest = fmt.read_manifest(path)
+        log.info("node %d: checkpoint %s complete", self.rank, path)
+        return fmt.info(path, manifest)
+
+    def _write_shards(self, path: Path) -> dict:
+        """This node's files of every table, and its part file (node-R.json) naming them."""
+        files, tables = {}, {}
+        first = self.rank == min(self._members())
+        for state in self._catalog.tables():
+            shard, tid = state.shard, state.spec.table_id
+            keys = np.flatnonzero(shard.slot >= 0).astype(np.int64)
+            rows, st = _rows(state, keys)
+            entry = {"keys": f"t{tid}.node{self.rank}.keys.npy", "rows": f"t{tid}.node{self.rank}.rows.npy",
+                     "state": f"t{tid}.node{self.rank}.state.npy" if st is not None else None, "count": len(keys)}
+            try:
+                for name, array in (("keys", keys), ("rows", rows), ("state", st)):
+                    if entry[name]:
+                        files[entry[name]] = fmt.write_array(path / entry[name], array)
+                replicas = shard.replicas
+                if replicas is not None and first:  # every node's replicas are equal after the flush
+                    m = len(replicas.keys)
+                    rep = {"keys": f"t{tid}.replicas.keys.npy", "rows": f"t{tid}.replicas.rows.npy",
+                           "state": f"t{tid}.replicas.state.npy" if replicas.state is not None else None, "count": m}
+                    for name, array in (("keys", replicas.keys), ("rows", replicas.data[:m]),
+                                        ("state", None if replicas.state is None else replicas.state[:m])):
+                        if rep[name]:
+                            files[rep[name]] = fmt.write_array(path / rep[name], array)
+                    tables.setdefault(state.spec.name, {})["replicas"] = rep
+            except OSError as exc:
+                raise CheckpointError(f"node {self.rank} cannot write its shard of table {state.spec.name!r} to "
+                                      f"{path}: {exc}; free space or fix permissions, then checkpoint again") from None
+            tables.setdefault(state.spec.name, {})["file"] = entry
+        part = {"rank": self.rank, "files": files, "tables": tables, "nodes": sorted(self._members())}
+        fmt.write_json(path / f"node-{self.rank}.json", part)
+        return part
+
+    def _manifest(self, path: Path, step: int, extra: dict | None) -> dict:
+        """Merge every node's part into the manifest (the lowest live node, after barrier 2)."""
+        members = sorted(self._members())
+        parts = []
+        for rank in members:
+            file = path / f"node-{rank}.json"
+            try:
+                parts.append(json.loads(file.read_text()))
+            except (OSError, ValueError) as exc:
+                raise CheckpointError(f"node {self.rank} cannot read {file} that node {rank} wrote ({exc}); the "
+                                      "checkpoint directory must be on a file system every node shares") from None
+        files = {name: meta for p in parts for name, meta in p["files"].items()}
+        tables = {}
+        for state in self._catalog.tables():
+            spec = state.spec
+            entry = {**spec.config(), "consistency": state.consistency.spec, "table_id": spec.table_id,
+                     "state_width": spec.updater.state_width(spec.dim),
+                     "state_layout": {k: list(v) for k, v in spec.updater.state_layout(spec.dim).items()},
+                     "ranges": state.ranges.bounds.tolist() if hasattr(state.ranges, "bounds") else None,
+                     "files": [p["tables"][spec.name]["file"] for p in parts if spec.name in p["tables"]]}
+            replicas = next((p["tables"][spec.name].get("replicas") for p in parts
+                             if p["tables"].get(spec.name, {}).get("replicas")), None)
+            if replicas:
+                entry["replicas"] = replicas
+            tables[spec.name] = entry
+        return {"format": fmt.FORMAT, "version": fmt.VERSION, "pskv": fmt.pskv_version(), "created": time.time(),
+                "step": step, "nodes": len(members), "members": members, "epoch": self._epoch(),
+                "clock": self._clock(), "tables": tables, "files": files, "extra": extra or {}}
+
+
+def _rows(state: TableState, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Rows and state of `keys` owned by this node: views of the shard's arrays when nothing ever
+    moved (the gate holds writes), else copies."""
+    shard = state.shard
+    if shard.static and len(keys) == shard.stop - shard.start:
+        n = len(keys)
+        return shard.data[:n], None if shard.state is None else shard.state[:n]
+    return shard.read(keys)
+
+
+class Restorer:
+    """Tables of the checkpoint a cluster starts from (`pskv.init(restore=PATH)`)."""
+
+    def __init__(self, path, rank: int) -> None:
+        self.path = fmt.resolve(path)
+        self.manifest = fmt.read_manifest(self.path)
+        fmt.verify(self.path, self.manifest)  # on every node: a damaged file stops all of them, before any table
+        self.rank = rank
+        log.info("node %d restores from checkpoint %s (step %d)", rank, self.path, self.manifest["step"])
+
+    @property
+    def extra(self) -> dict:
+        return self.manifest.get("extra", {})
+
+    def check(self, config: dict) -> dict | None:
+        """The checkpoint's entry of a table being declared with `config` (TableSpec.config()), or
+        None if the checkpoint has no such table. Raises TableMismatch if the specs differ."""
+        entry = self.manifest["tables"].get(config["name"])
+        if entry is None:
+            return None
+        saved = {k: entry[k] for k in ("rows", "dim", "dtype", "updater")}
+        wanted = {k: config[k] for k in ("rows", "dim", "dtype", "updater")}
+        if saved != wanted:
+            diff = ", ".join(f"{k} {saved[k]!r} there but {wanted[k]!r} here" for k in saved if saved[k] != wanted[k])
+            raise TableMismatch(f"table {config['name']!r} differs from checkpoint {self.path}: {diff}; declare it as "
+                                "it was saved (or restore without it: pskv.load_checkpoint reads any table)")
+        return entry
+
+    def load(self, entry: dict, shard: Shard) -> int:
+        """Put the saved rows and state of `shard`'s key range into it (this node's shard, or a copy
+        it holds as a backup); returns the rows loaded."""
+        wanted = np.arange(shard.start, shard.stop, dtype=np.int64)
+        keys, rows, st = fmt.table_rows(self.path, entry, wanted)
+        if shard.replicas is not None and entry.get("replicas"):
+            self._load_replicas(entry, shard.replicas)
+        keys, first = np.unique(keys[::-1], return_index=True)  # a replicated key's replica row (last) wins
+        rows = rows[::-1][first]
+        st = None if st is None else st[::-1][first]
+        if len(keys) != len(wanted):
+            raise CheckpointError(f"checkpoint {self.path}: table {entry['name']!r} lacks {len(wanted) - len(keys)} "
+                                  f"rows of node {self.rank}'s key range; the checkpoint is damaged: use an older one")
+        if (st is None) != (shard.state is None):
+            raise CheckpointError(f"checkpoint {self.path}: table {entry['name']!r} has "
+                                  f"{'no ' if st is None else ''}updater state, the declared updater "
+                                  f"{'needs' if st is None else 'keeps'} none")
+        shard.overwrite(keys, rows.astype(shard.data.dtype, copy=False), st)
+        return len(keys)
+
+    def _load_replicas(self, entry: dict, replicas: Replicas) -> None:
+        rep = entry["replicas"]
+        keys = np.asarray(fmt.open_array(self.path, rep["keys"]))
+        idx = replicas.index[keys]
+        if (idx < 0).any():
+            return  # replicated other keys then: the rows come from the files as plain rows
+        replicas.data[idx] = fmt.open_array(self.path, rep["rows"])
+        if rep.get("state") and replicas.state is not None:
+            replicas.state[idx] = fmt.open_array(self.path, rep["state"])

@@ -1,0 +1,284 @@
+"""The checkpoint format: a directory per checkpoint, plain .npy files and one manifest.json.
+
+    DIR/checkpoint-000003/manifest.json            written last (renamed into place): the checkpoint is complete
+    DIR/checkpoint-000003/TABLE.nodeR.keys.npy     (n,) int64: the keys node R owned
+    DIR/checkpoint-000003/TABLE.nodeR.rows.npy     (n, dim) the rows of those keys
+    DIR/checkpoint-000003/TABLE.nodeR.state.npy    (n, width) their updater state (Adagrad, Adam), if any
+    DIR/checkpoint-000003/TABLE.replicas.*.npy     replicated hot keys (pskv.Replicate): keys, rows, state
+
+manifest.json (format "pskv-checkpoint", version 1) holds the pskv version, creation time, node
+count, membership epoch and global clock, every table's spec (rows, dim, dtype, updater kind and
+hyperparameters, init, consistency), its key ranges when saved, the files of each node (which keys
+each node owned), a crc32 and size per file, and `extra` (what an app saved with it: its epoch,
+its RNG state). A checkpoint without manifest.json is incomplete: it is never read, and `keep=`
+removes it once a newer one is complete.
+
+Everything here is plain files and numpy: `load(path)` needs no cluster. Errors are
+CheckpointError naming the file and what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CheckpointError
+
+FORMAT, VERSION = "pskv-checkpoint", 1
+MANIFEST = "manifest.json"
+_NAME = re.compile(r"^checkpoint-(\d{6,})$")
+_CHUNK = 64 << 20  # bytes written (and checksummed) at a time
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    """A complete checkpoint: its directory, step number, tables and the global clock it recorded."""
+
+    path: Path
+    step: int
+    tables: list[str]
+    clock: int
+    created: float
+
+
+@dataclasses.dataclass
+class CheckpointTable:
+    """One table of a checkpoint, read whole into memory (`load`)."""
+
+    spec: dict  # name, rows, dim, dtype, updater (kind and hyperparameters), init, consistency
+    values: np.ndarray  # (rows, dim)
+    state: dict[str, np.ndarray]  # updater state by name (e.g. "accumulator"), each (rows, k)
+
+
+def pskv_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pskv")
+    except PackageNotFoundError:  # run from a source tree
+        return "unknown"
+
+
+# ---- names ------------------------------------------------------------------------------------------------------
+def step_dir(directory: Path, step: int) -> Path:
+    return Path(directory) / f"checkpoint-{step:06d}"
+
+
+def steps(directory: Path) -> list[tuple[int, Path, bool]]:
+    """(step, path, complete) of every checkpoint directory under `directory`, oldest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for child in directory.iterdir():
+        m = _NAME.match(child.name)
+        if m and child.is_dir():
+            found.append((int(m.group(1)), child, (child / MANIFEST).is_file()))
+    return sorted(found)
+
+
+def resolve(path) -> Path:
+    """A checkpoint's own directory: `path` itself if it holds a manifest, else the newest complete
+    checkpoint under it. Raises CheckpointError."""
+    path = Path(path)
+    if (path / MANIFEST).is_file():
+        return path
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist; give a checkpoint's directory or the directory "
+                              "node.checkpoint() wrote into")
+    complete = [p for _, p, done in steps(path) if done]
+    if not complete:
+        incomplete = [p.name for _, p, done in steps(path) if not done]
+        hint = f" (incomplete, no {MANIFEST}: {', '.join(incomplete)})" if incomplete else ""
+        raise CheckpointError(f"{path} is not a checkpoint and holds no complete checkpoint{hint}; "
+                              "give a directory node.checkpoint() wrote into")
+    return complete[-1]
+
+
+# ---- writing --------------------------------------------------------------------------------------------------
+def write_array(path: Path, array: np.ndarray) -> dict:
+    """Write `array` as .npy at `path` (fsynced); returns {"crc32", "bytes"} of the whole file."""
+    array = np.ascontiguousarray(array)
+    header = _npy_header(array)
+    crc = zlib.crc32(header)
+    with open(path, "wb") as f:
+        f.write(header)
+        flat = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+        for lo in range(0, len(flat), _CHUNK):
+            chunk = flat[lo:lo + _CHUNK]
+            crc = zlib.crc32(chunk, crc)
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    return {"crc32": crc, "bytes": len(header) + array.nbytes}
+
+
+def _npy_header(array: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(array))
+    return buf.getvalue()
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """Write JSON to a temporary name, fsync it, rename it into place, fsync the directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def prune(directory: Path, keep: int) -> list[Path]:
+    """Remove all but the `keep` newest complete checkpoints (and incomplete ones older than the
+    newest complete one); returns what was removed."""
+    found = steps(directory)
+    complete = [(s, p) for s, p, done in found if done]
+    if not complete:
+        return []
+    newest = complete[-1][0]
+    doomed = [p for s, p in complete[:-keep]] if keep > 0 else []
+    doomed += [p for s, p, done in found if not done and s < newest]
+    for p in doomed:
+        shutil.rmtree(p, ignore_errors=True)
+    return doomed
+
+
+# ---- reading --------------------------------------------------------------------------------------------------
+def read_manifest(path: Path) -> dict:
+    """The manifest of checkpoint directory `path` (resolved), checked for format and version."""
+    file = Path(path) / MANIFEST
+    try:
+        manifest = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{file} is missing: {path} is not a complete checkpoint") from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{file} cannot be read ({exc}); the checkpoint is damaged: use an older one") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{file} is not a pskv checkpoint manifest (format {manifest.get('format')!r} if a dict)")
+    if manifest.get("version") != VERSION:
+        raise CheckpointError(f"{file} has checkpoint format version {manifest.get('version')!r} (pskv "
+                              f"{manifest.get('pskv', '?')}); this pskv reads version {VERSION}: use the pskv "
+                              "version that wrote it, or export it with that version's pskv.load_checkpoint")
+    return manifest
+
+
+def verify(path: Path, manifest: dict) -> None:
+    """Check that every file of the checkpoint exists with its size and crc32. Raises CheckpointError."""
+    for name, meta in sorted(manifest["files"].items()):
+        file = Path(path) / name
+        try:
+            size = file.stat().st_size
+        except FileNotFoundError:
+            raise CheckpointError(f"{file} is missing from checkpoint {path}; the checkpoint is damaged: use an "
+                                  "older one (pskv checkpoint list DIR)") from None
+        if size != meta["bytes"]:
+            raise CheckpointError(f"{file} has {size} bytes, the manifest says {meta['bytes']} (truncated?); the "
+                                  "checkpoint is damaged: use an older one (pskv checkpoint list DIR)")
+        crc = 0
+        with open(file, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                crc = zlib.crc32(chunk, crc)
+        if crc != meta["crc32"]:
+            raise CheckpointError(f"{file} fails its checksum (crc32 {crc:#010x}, manifest {meta['crc32']:#010x}); the "
+                                  "checkpoint is damaged: use an older one (pskv checkpoint list DIR)")
+
+
+def open_array(path: Path, name: str) -> np.ndarray:
+    """A checkpoint file, memory-mapped read-only (verify() checked it)."""
+    try:
+        return np.load(Path(path) / name, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{Path(path) / name} cannot be read as .npy ({exc}); the checkpoint is damaged") from None
+
+
+def table_rows(path: Path, entry: dict, keys_wanted: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(keys, rows, state) of one table: all its rows, or those of `keys_wanted` (sorted), from every
+    node's files (replicated hot keys last: their replica wins over the manager's unused home row)."""
+    parts = list(entry["files"]) + ([entry["replicas"]] if entry.get("replicas") else [])
+    keys_out, rows_out, state_out = [], [], []
+    for part in parts:
+        keys = np.asarray(open_array(path, part["keys"]))
+        take = slice(None) if keys_wanted is None else np.flatnonzero(np.isin(keys, keys_wanted))
+        keys_out.append(keys[take])
+        rows_out.append(np.asarray(open_array(path, part["rows"])[take]))
+        if part.get("state"):
+            state_out.append(np.asarray(open_array(path, part["state"])[take]))
+    keys = np.concatenate(keys_out) if keys_out else np.zeros(0, np.int64)
+    rows = np.concatenate(rows_out) if rows_out else np.zeros((0, entry["dim"]), entry["dtype"])
+    state = np.concatenate(state_out) if state_out else None
+    return keys, rows, state
+
+
+def load(path) -> dict[str, CheckpointTable]:
+    """Every table of a checkpoint (`path`: its directory, or the directory holding checkpoints: the
+    newest complete one), checked against the manifest, whole in memory. No cluster needed."""
+    path = resolve(path)
+    manifest = read_manifest(path)
+    verify(path, manifest)
+    tables = {}
+    for name, entry in manifest["tables"].items():
+        keys, rows, state = table_rows(path, entry)
+        values = np.zeros((entry["rows"], entry["dim"]), entry["dtype"])
+        values[keys] = rows
+        full_state = {}
+        if state is not None:
+            whole = np.zeros((entry["rows"], state.shape[1]), entry["dtype"])
+            whole[keys] = state
+            layout = entry.get("state_layout") or {"state": [0, state.shape[1]]}
+            full_state = {n: whole[:, a:b] for n, (a, b) in layout.items()}
+        missing = entry["rows"] - len(np.unique(keys))
+        if missing:
+            raise CheckpointError(f"checkpoint {path}: table {name!r} has {missing} of {entry['rows']} rows in no "
+                                  "file; the checkpoint is damaged: use an older one")
+        spec = {k: entry[k] for k in ("name", "rows", "dim", "dtype", "updater", "init", "consistency") if k in entry}
+        tables[name] = CheckpointTable(spec, values, full_state)
+    return tables
+
+
+def info(path: Path, manifest: dict) -> CheckpointInfo:
+    return CheckpointInfo(Path(path), int(manifest["step"]), sorted(manifest["tables"]), int(manifest.get("clock", 0)),
+                          float(manifest["created"]))
+
+
+def describe(path) -> list[str]:
+    """Lines for `pskv checkpoint inspect`: tables, sizes, clock, age; verifies every checksum."""
+    path = resolve(path)
+    manifest = read_manifest(path)
+    verify(path, manifest)
+    age = time.time() - float(manifest["created"])
+    total = sum(m["bytes"] for m in manifest["files"].values())
+    lines = [f"{path}: step {manifest['step']}, {manifest['nodes']} node(s), clock {manifest.get('clock', 0)}, "
+             f"pskv {manifest.get('pskv', '?')}, {_age(age)} old, {len(manifest['files'])} files, {total / 2**20:.1f} MiB",
+             f"checksums: all {len(manifest['files'])} files match"]
+    for name, e in sorted(manifest["tables"].items()):
+        updater = e["updater"].get("name", "?")
+        lines.append(f"  table {name!r}: {e['rows']:,} x {e['dim']} {e['dtype']}, updater {updater}"
+                     f"{', with state' if e.get('state_width') else ''}, {len(e['files'])} node file(s)"
+                     f"{', replicated keys' if e.get('replicas') else ''}")
+    if manifest.get("extra"):
+        lines.append(f"  extra: {json.dumps(manifest['extra'])[:200]}")
+    return lines
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
