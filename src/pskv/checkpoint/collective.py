@@ -3,7 +3,8 @@
 A checkpoint is a consistent cut: every push any worker issued before its node entered the call
 is in it, none issued after. Each node, in `Checkpointer.take`:
 
-    1. closes its write gate (a push or set from now on waits in Table until the gate opens),
+    1. closes its write gate (a push or set from now on waits in Table until the gate opens; one
+       already past the gate is sent first),
        sends its BSP/SSP push buffers and replica changes, and waits until every request it
        sent before is answered (RequestTracker ids below the mark);
     2. barrier: every node's earlier writes are applied everywhere, every gate is closed;
@@ -45,24 +46,39 @@ log = logging.getLogger(__name__)
 
 
 class Gate:
-    """Holds a node's writes while it takes a checkpoint."""
+    """Holds a node's writes while it takes a checkpoint: `close()` returns once no write is between
+    its check and its send, and every later write waits in `enter()` until `open()`."""
 
     def __init__(self) -> None:
-        self._open = threading.Event()
-        self._open.set()
+        self._cond = threading.Condition()  # guards _closed and _active
+        self._closed = False
+        self._active = 0  # writes between enter() and leave()
 
-    def wait(self, check: Callable[[], None]) -> None:
-        """Return when the gate is open; `check()` (the node's health) raises meanwhile if the node failed."""
-        if self._open.is_set():
-            return
-        while not self._open.wait(0.05):
-            check()
+    def enter(self, check: Callable[[], None]) -> None:
+        """Before a push or set (which then calls `leave()`): waits while the gate is closed;
+        `check()` (the node's health) raises meanwhile if the node failed."""
+        with self._cond:
+            while self._closed:
+                self._cond.wait(0.05)
+                check()
+            self._active += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._active -= 1
+            if not self._active:
+                self._cond.notify_all()
 
     def close(self) -> None:
-        self._open.clear()
+        with self._cond:
+            self._closed = True
+            while self._active:
+                self._cond.wait()
 
     def open(self) -> None:
-        self._open.set()
+        with self._cond:
+            self._closed = False
+            self._cond.notify_all()
 
 
 class Checkpointer:
@@ -218,21 +234,21 @@ class Restorer:
         """Put the saved rows and state of `shard`'s key range into it (this node's shard, or a copy
         it holds as a backup); returns the rows loaded."""
         wanted = np.arange(shard.start, shard.stop, dtype=np.int64)
-        keys, rows, st = fmt.table_rows(self.path, entry, wanted)
+        seen = np.zeros(len(wanted), bool)
+        for keys, rows, st in fmt.table_parts(self.path, entry, wanted):  # replicas last: their rows win
+            if (st is None) != (shard.state is None):
+                if st is not None or not seen[keys - shard.start].all():
+                    raise CheckpointError(f"checkpoint {self.path}: the updater state of table {entry['name']!r} "
+                                          "does not fit its updater; the checkpoint is damaged: use an older one")
+                st = shard.read(keys)[1]  # replicas saved without state: the home rows' stays
+            shard.overwrite(keys, rows, st)
+            seen[keys - shard.start] = True
+        if not seen.all():
+            raise CheckpointError(f"checkpoint {self.path}: table {entry['name']!r} lacks {int((~seen).sum())} rows "
+                                  f"of node {self.rank}'s key range; the checkpoint is damaged: use an older one")
         if shard.replicas is not None and entry.get("replicas"):
             self._load_replicas(entry, shard.replicas)
-        keys, first = np.unique(keys[::-1], return_index=True)  # a replicated key's replica row (last) wins
-        rows = rows[::-1][first]
-        st = None if st is None else st[::-1][first]
-        if len(keys) != len(wanted):
-            raise CheckpointError(f"checkpoint {self.path}: table {entry['name']!r} lacks {len(wanted) - len(keys)} "
-                                  f"rows of node {self.rank}'s key range; the checkpoint is damaged: use an older one")
-        if (st is None) != (shard.state is None):
-            raise CheckpointError(f"checkpoint {self.path}: table {entry['name']!r} has "
-                                  f"{'no ' if st is None else ''}updater state, the declared updater "
-                                  f"{'needs' if st is None else 'keeps'} none")
-        shard.overwrite(keys, rows.astype(shard.data.dtype, copy=False), st)
-        return len(keys)
+        return len(wanted)
 
     def _load_replicas(self, entry: dict, replicas: Replicas) -> None:
         rep = entry["replicas"]

@@ -207,23 +207,17 @@ def open_array(path: Path, name: str) -> np.ndarray:
         raise CheckpointError(f"{Path(path) / name} cannot be read as .npy ({exc}); the checkpoint is damaged") from None
 
 
-def table_rows(path: Path, entry: dict, keys_wanted: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(keys, rows, state) of one table: all its rows, or those of `keys_wanted` (sorted), from every
-    node's files (replicated hot keys last: their replica wins over the manager's unused home row)."""
+def table_parts(path: Path, entry: dict, keys_wanted: np.ndarray | None = None):
+    """(keys, rows, state or None) of each file set of one table: every node's, then the replicated
+    hot keys' (apply them in this order: a replica row wins over the manager's unused home row);
+    only the rows of `keys_wanted` (sorted), if given."""
     parts = list(entry["files"]) + ([entry["replicas"]] if entry.get("replicas") else [])
-    keys_out, rows_out, state_out = [], [], []
     for part in parts:
         keys = np.asarray(open_array(path, part["keys"]))
         take = slice(None) if keys_wanted is None else np.flatnonzero(np.isin(keys, keys_wanted))
-        keys_out.append(keys[take])
-        rows_out.append(np.asarray(open_array(path, part["rows"])[take]))
-        if part.get("state"):
-            state_out.append(np.asarray(open_array(path, part["state"])[take]))
-    keys = np.concatenate(keys_out) if keys_out else np.zeros(0, np.int64)
-    rows = np.concatenate(rows_out) if rows_out else np.zeros((0, entry["dim"]), entry["dtype"])
-    state = np.concatenate(state_out) if state_out else None
-    return keys, rows, state
+        rows = np.asarray(open_array(path, part["rows"])[take])
+        state = np.asarray(open_array(path, part["state"])[take]) if part.get("state") else None
+        yield keys[take], rows, state
 
 
 def load(path) -> dict[str, CheckpointTable]:
@@ -234,19 +228,20 @@ def load(path) -> dict[str, CheckpointTable]:
     verify(path, manifest)
     tables = {}
     for name, entry in manifest["tables"].items():
-        keys, rows, state = table_rows(path, entry)
         values = np.zeros((entry["rows"], entry["dim"]), entry["dtype"])
-        values[keys] = rows
-        full_state = {}
-        if state is not None:
-            whole = np.zeros((entry["rows"], state.shape[1]), entry["dtype"])
-            whole[keys] = state
-            layout = entry.get("state_layout") or {"state": [0, state.shape[1]]}
-            full_state = {n: whole[:, a:b] for n, (a, b) in layout.items()}
-        missing = entry["rows"] - len(np.unique(keys))
-        if missing:
-            raise CheckpointError(f"checkpoint {path}: table {name!r} has {missing} of {entry['rows']} rows in no "
-                                  "file; the checkpoint is damaged: use an older one")
+        width = int(entry.get("state_width") or 0)
+        state = np.zeros((entry["rows"], width), entry["dtype"]) if width else None
+        seen = np.zeros(entry["rows"], bool)
+        for keys, rows, st in table_parts(path, entry):
+            values[keys] = rows
+            seen[keys] = True
+            if st is not None and state is not None:
+                state[keys] = st
+        if not seen.all():
+            raise CheckpointError(f"checkpoint {path}: table {name!r} has {int((~seen).sum())} of {entry['rows']} rows "
+                                  "in no file; the checkpoint is damaged: use an older one")
+        layout = entry.get("state_layout") or ({"state": [0, width]} if width else {})
+        full_state = {n: state[:, a:b] for n, (a, b) in layout.items()} if state is not None else {}
         spec = {k: entry[k] for k in ("name", "rows", "dim", "dtype", "updater", "init", "consistency") if k in entry}
         tables[name] = CheckpointTable(spec, values, full_state)
     return tables

@@ -90,22 +90,33 @@ class Table:
         Duplicate keys: their rows are summed before the updater sees them. With copy=False the
         arrays must not change until the Future resolves. Thread-safe."""
         self._ctx.check()
-        self._ctx.gate.wait(self._ctx.check)  # a checkpoint in progress: after it
         keys = check_keys(self.spec, keys, "push")
         updates = check_values(self.spec, updates, len(keys), "push")
         self._state.pushes += 1
         if self._state.aggregator is not None:
             return self._state.aggregator.push(self._worker, keys, updates)
-        if self._state.buffer is not None:
-            return self._update(self._push_buffered(keys, updates))
-        return self._request(Kind.PUSH, keys, updates, None, copy=copy)  # Async: no clock to hold
+        gate = self._ctx.gate
+        gate.enter(self._ctx.check)  # a checkpoint in progress: after it
+        try:
+            if self._state.buffer is not None:
+                return self._update(self._push_buffered(keys, updates))
+            return self._request(Kind.PUSH, keys, updates, None, copy=copy)  # Async: no clock to hold
+        finally:
+            gate.leave()
 
     def set(self, keys, values, *, copy: bool = True) -> Future:
         """Overwrite rows `keys` with `values` (len(keys), dim); for duplicate keys the last wins."""
         self._ctx.check()
-        self._ctx.gate.wait(self._ctx.check)
         keys = check_keys(self.spec, keys, "set")
         values = check_values(self.spec, values, len(keys), "set")
+        gate = self._ctx.gate
+        gate.enter(self._ctx.check)  # a checkpoint in progress: after it
+        try:
+            return self._set(keys, values, copy)
+        finally:
+            gate.leave()
+
+    def _set(self, keys: np.ndarray, values: np.ndarray, copy: bool) -> Future:
         st = self._state
         if st.aggregator is not None:
             raise TableError(f"set on table {self.name!r}: an aggregated table takes only push and pull")
