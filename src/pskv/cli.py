@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
 
     run = sub.add_parser("launch", help="start N nodes that run CMD; non-zero if any node fails",
-                         usage="pskv launch -n N [--threads T] [--backups B] [--hostfile FILE] "
+                         usage="pskv launch -n N [--threads T] [--backups B] [--restore PATH] [--hostfile FILE] "
                                "[--coordinator-host H] -- CMD ...")
     run.add_argument("-n", "--nodes", type=int, required=True, help="number of node processes")
     run.add_argument("--threads", type=int, default=1,
@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backups", type=int, default=None,
                      help="copies of each key range on other nodes (PSKV_BACKUPS, default 0); with B >= 1 the "
                           "others go on when a node dies, and the launch exits 0 if they finish")
+    run.add_argument("--restore", metavar="PATH",
+                     help="start the tables from a checkpoint (PSKV_RESTORE): a checkpoint's directory, or the "
+                          "directory node.checkpoint() wrote into (its newest complete one); any node count")
     run.add_argument("--hostfile", type=Path,
                      help="one host per line; node i runs on host i %% len over ssh "
                           "(default: all nodes on this machine)")
@@ -65,6 +68,16 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("--quiet", action="store_true", help="print only the directories")
     fetch.set_defaults(run=_data_fetch)
 
+    ckpt = sub.add_parser("checkpoint", help="list the checkpoints in a directory, or inspect and verify one")
+    ckpt_sub = ckpt.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = ckpt_sub.add_parser("list", help="the checkpoints under DIR, oldest first, complete or not")
+    listing.add_argument("directory", type=Path, metavar="DIR")
+    listing.set_defaults(run=_checkpoint_list)
+    inspect = ckpt_sub.add_parser("inspect", help="tables, sizes, clock and age of a checkpoint; verifies every "
+                                                  "checksum (exit 2 if one fails)")
+    inspect.add_argument("path", type=Path, metavar="PATH", help="a checkpoint, or a directory (its newest)")
+    inspect.set_defaults(run=_checkpoint_inspect)
+
     for name, text in (("demo", "run the demo (pskv demo --help)"),
                        ("bench", "run the benchmarks (pskv bench --help)")):
         sub.add_parser(name, help=text, add_help=False).set_defaults(run=_forward)
@@ -78,7 +91,7 @@ def _launch(args: argparse.Namespace, rest: list[str]) -> int:
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return launch(args.nodes, command, threads=args.threads, hostfile=args.hostfile,
-                  coordinator_host=args.coordinator_host, backups=args.backups)
+                  coordinator_host=args.coordinator_host, backups=args.backups, restore=args.restore)
 
 
 def _run_app(args: argparse.Namespace, rest: list[str]) -> int:
@@ -99,6 +112,38 @@ def _data_fetch(args: argparse.Namespace, rest: list[str]) -> int:
 
     for name in args.names:
         print(fetch(name, quiet=args.quiet))
+    return 0
+
+
+def _checkpoint_list(args: argparse.Namespace, rest: list[str]) -> int:
+    import json
+    import time
+
+    from .checkpoint import format as fmt
+
+    found = fmt.steps(args.directory)
+    if not found:
+        print(f"no checkpoints under {args.directory}")
+        return 0
+    for step, path, complete in found:
+        if not complete:
+            print(f"{path}  incomplete (no manifest: a node stopped while writing it; never restored)")
+            continue
+        try:
+            manifest = json.loads((path / fmt.MANIFEST).read_text())
+            age = time.time() - float(manifest["created"])
+            size = sum(m["bytes"] for m in manifest["files"].values())
+            print(f"{path}  step {step}, {manifest['nodes']} node(s), tables {', '.join(sorted(manifest['tables']))}, "
+                  f"{size / 2**20:.1f} MiB, {age / 60:.1f} min old")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"{path}  unreadable manifest ({exc})")
+    return 0
+
+
+def _checkpoint_inspect(args: argparse.Namespace, rest: list[str]) -> int:
+    from .checkpoint import format as fmt
+
+    print("\n".join(fmt.describe(args.path)))
     return 0
 
 

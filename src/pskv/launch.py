@@ -371,7 +371,8 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
                 log_dir: Path | None = None, hostfile: Path | None = None,
                 failure_timeout: float | None = None, echo: bool = False,
                 coordinator: bool | str | CoordinatorFactory = True,
-                coordinator_host: str | None = None, backups: int | None = None) -> Cluster:
+                coordinator_host: str | None = None, backups: int | None = None,
+                restore: str | None = None) -> Cluster:
     """Start a coordinator and `nodes` processes running `command`; return at once.
 
     `env`: extra variables for the processes, on top of os.environ (with a hostfile they apply to
@@ -388,7 +389,8 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     for name in _PER_NODE_VARS:
         parent_env.pop(name, None)
     base = NodeConfig.from_env({k: v for k, v in parent_env.items() if k.startswith("PSKV_")},
-                               threads=threads, failure_timeout=failure_timeout, backups=backups)
+                               threads=threads, failure_timeout=failure_timeout, backups=backups,
+                               restore=None if restore is None else str(restore))
     if base.backups and base.backups >= nodes > 1:
         raise ConfigError(f"backups={base.backups} on {nodes} nodes: a key range can have at most {nodes - 1} "
                           "backup(s) (one on each other node)")
@@ -421,13 +423,14 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
 
 
 def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path | None = None,
-           coordinator_host: str | None = None, backups: int | None = None) -> int:
+           coordinator_host: str | None = None, backups: int | None = None, restore: str | None = None) -> int:
     """Run `command` on `nodes` nodes to completion, echoing their output; return the exit
     status (0 if every node exited 0). Ctrl-C or SIGTERM stops every node; then 128 + signal."""
     with _interrupt_on_sigterm():
         try:
             with start_local(nodes, command, threads=threads, hostfile=hostfile, echo=True,
-                             coordinator_host=coordinator_host, backups=backups) as cluster, _dump_on_sigusr1(cluster):
+                             coordinator_host=coordinator_host, backups=backups, restore=restore) as cluster, \
+                    _dump_on_sigusr1(cluster):
                 while True:
                     # bounded waits: a signal the OS delivers to another of our threads runs its
                     # Python handler only when the main thread wakes up, so it must wake up

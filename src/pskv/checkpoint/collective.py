@@ -36,6 +36,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import _hooks
 from ..catalog import Catalog, TableState
 from ..errors import CheckpointError, TableMismatch
 from ..store.replicas import Replicas
@@ -114,6 +115,7 @@ class Checkpointer:
             self._barrier()  # 1: every earlier write is applied everywhere; every gate is closed
             path = fmt.step_dir(directory, step)
             path.mkdir(exist_ok=True)
+            _hooks.reach("checkpoint.writing", node=self.rank, step=step, path=path)
             part = self._write_shards(path)
             self._barrier()  # 2: every shard is on disk
         finally:
