@@ -1,6 +1,7 @@
 """Node programs for tests/fault/test_backups.py: each runs as one node of a cluster with backups.
 
     python ft_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES [HOT]  # every node pushes; nodes die meanwhile
+    python ft_scenarios.py checkpoint OUT_DIR ROWS                # node 2 dies while writing a checkpoint
 
 Every node pushes ones into its own column of a (ROWS, num_nodes) table, to 16 distinct random
 keys of every key range at a time (so a row's column is a function of how many pushes reached
@@ -86,8 +87,40 @@ def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0) -> No
         print("storm finished", flush=True)
 
 
+def checkpoint(out: Path, rows: int) -> None:
+    """Every node pushes, then checkpoints; node 2 is SIGKILLed while writing its files. The others
+    take the checkpoint again without it; the lowest live node saves the table as it was then."""
+    import signal
+
+    from pskv import _hooks
+
+    with pskv.init() as node:
+        table = node.table("w", rows, node.num_nodes, updater=pskv.Adagrad(lr=0.1))
+        rng = np.random.default_rng(node.rank)
+        values = np.ones((16, node.num_nodes), np.float32)
+        for _ in range(200):
+            table.push(rng.choice(rows, 16, replace=False), values)
+        table.pull(np.arange(rows))
+        worker = node.worker()
+        worker.barrier()
+
+        def die(node: int, step: int, path) -> None:
+            if node == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        with _hooks.installed("checkpoint.writing", die):
+            info = node.checkpoint(out / "ckpt")
+        print(f"checkpoint {info.path.name}, members {node.members}", flush=True)
+        if node.rank == min(node.members):
+            np.save(out / "at-checkpoint.npy", table.pull(np.arange(rows)))
+        worker.barrier()
+        worker.close()
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "storm":
+    if sys.argv[1] == "checkpoint":
+        checkpoint(Path(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1] == "storm":
         storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), *map(int, sys.argv[6:7]))
     else:
         raise SystemExit(f"unknown scenario {sys.argv[1]!r}")

@@ -204,3 +204,21 @@ def test_stopped_coordinator_node_is_fenced(cluster_factory, tmp_path):
     for rank in (1, 2):
         assert "storm finished" in cluster.output(rank), cluster.logs_tail()
     _check(out, 3, dead=[0])
+
+
+def test_kill_during_a_checkpoint(cluster_factory, tmp_path):
+    """backups=1, 3 nodes: node 2 dies while writing checkpoint 1; nodes 0 and 1 see the new epoch and
+    take it again as checkpoint 2, which holds every row (node 2's range from its backup), equal to
+    the table then; checkpoint 1 stays incomplete."""
+    from pskv.checkpoint import format as fmt
+
+    out = tmp_path / "out"
+    out.mkdir()
+    cluster = cluster_factory(3, [sys.executable, SCENARIOS, "checkpoint", str(out), str(ROWS)], backups=1,
+                              failure_timeout=FAILURE_TIMEOUT)
+    _survivors_finish(cluster, 2, [0, 1])
+    assert "checkpoint checkpoint-000002, members [0, 1]" in cluster.output(0), cluster.logs_tail()
+    assert [(s, done) for s, _, done in fmt.steps(out / "ckpt")] == [(1, False), (2, True)]
+    saved = pskv.load_checkpoint(out / "ckpt")["w"]
+    assert (saved.values == np.load(out / "at-checkpoint.npy")).all()
+    assert (saved.state["accumulator"] > 0).any(axis=1).sum() > ROWS // 2

@@ -15,7 +15,8 @@ is in it, none issued after. Each node, in `Checkpointer.take`:
        removes old checkpoints (`keep`); barrier: the checkpoint is complete everywhere.
 
 A node killed in the middle leaves no manifest: the checkpoint is incomplete, never read, and the
-previous one is whole. Restoring (`Restorer`): when a table a checkpoint holds is declared, its
+previous one is whole. Without backups the others then stop with NodeFailure; with backups they
+go on, see the new membership epoch after a barrier and take the checkpoint again (a new step). Restoring (`Restorer`): when a table a checkpoint holds is declared, its
 spec must match (else TableMismatch naming the checkpoint) and each node loads the rows of its key
 range from every node's files (re-sharded onto the new key ranges; relocated rows come home).
 
@@ -44,6 +45,7 @@ from ..store.shard import Shard
 from . import format as fmt
 
 log = logging.getLogger(__name__)
+_ATTEMPTS = 3  # tries of a checkpoint whose membership changed meanwhile (backups)
 
 
 class Gate:
@@ -106,6 +108,17 @@ class Checkpointer:
         except OSError as exc:
             raise CheckpointError(f"node {self.rank} cannot create checkpoint directory {directory}: {exc}; give a "
                                   "directory every node can write (a shared file system for nodes on several hosts)") from None
+        for _ in range(_ATTEMPTS):
+            info = self._attempt(directory, keep, extra, timeout)
+            if info is not None:
+                return info
+            log.warning("node %d: the membership changed during checkpoint; taking it again", self.rank)
+        raise CheckpointError(f"node {self.rank}: the membership changed during each of {_ATTEMPTS} attempts to "
+                              f"checkpoint into {directory}; nodes keep dying: look at the failures first")
+
+    def _attempt(self, directory: Path, keep: int | None, extra: dict | None, timeout: float) -> fmt.CheckpointInfo | None:
+        """One try; None if a node died meanwhile (backups: the others go on, the files may lack its rows)."""
+        epoch = self._epoch()
         self.gate.close()
         try:
             self._catalog.flush_buffers()
@@ -117,9 +130,11 @@ class Checkpointer:
             path.mkdir(exist_ok=True)
             _hooks.reach("checkpoint.writing", node=self.rank, step=step, path=path)
             part = self._write_shards(path)
-            self._barrier()  # 2: every shard is on disk
+            self._barrier()  # 2: every shard is on disk (a death before it is known to all now)
         finally:
             self.gate.open()
+        if self._epoch() != epoch:
+            return None
         if self.rank == min(self._members()):
             manifest = self._manifest(path, step, extra)
             fmt.write_json(path / fmt.MANIFEST, manifest)
@@ -128,6 +143,8 @@ class Checkpointer:
             if keep is not None:
                 fmt.prune(directory, int(keep))
         self._barrier()  # 3: the manifest is in place
+        if not (path / fmt.MANIFEST).is_file() and self._epoch() != epoch:
+            return None  # the node writing it died first
         manifest = fmt.read_manifest(path)
         log.info("node %d: checkpoint %s complete", self.rank, path)
         return fmt.info(path, manifest)
