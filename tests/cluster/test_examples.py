@@ -53,3 +53,23 @@ def test_consistency_example_counts_every_push(nodes):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     want = f"[{5.0 * nodes}. {5.0 * nodes}.]".replace(".0.", ".")
     assert proc.stdout.count(want) == nodes, proc.stdout
+
+
+CHECKPOINT = ROOT / "examples" / "checkpoint.py"
+
+
+def test_checkpoint_example_saves_on_two_nodes_and_restores_on_three(tmp_path):
+    """examples/checkpoint.py as the README shows it: 1 node alone, then 2 nodes save and 3 restore."""
+    alone = subprocess.run([sys.executable, str(CHECKPOINT), str(tmp_path / "one")], capture_output=True, text=True,
+                           timeout=100, cwd=ROOT)
+    assert alone.returncode == 0 and "node 0/1: restored, extra {'epoch': 1}" in alone.stdout, alone.stdout + alone.stderr
+    ckpt = str(tmp_path / "two")
+    launch = [sys.executable, "-m", "pskv", "launch"]
+    saved = subprocess.run([*launch, "-n", "2", "--", sys.executable, str(CHECKPOINT), ckpt], capture_output=True,
+                           text=True, timeout=100, cwd=ROOT)
+    assert saved.returncode == 0 and "[node 1] node 1: saved checkpoint-000001" in saved.stdout, saved.stdout + saved.stderr
+    back = subprocess.run([*launch, "-n", "3", "--restore", ckpt, "--", sys.executable, str(CHECKPOINT), ckpt],
+                          capture_output=True, text=True, timeout=100, cwd=ROOT)
+    assert back.returncode == 0 and "node 2/3: restored, extra {'epoch': 1}" in back.stdout, back.stdout + back.stderr
+    means = set(re.findall(r"mean \|row\| ([\d.]+)", saved.stdout + back.stdout))
+    assert len(means) == 1, means  # the same table everywhere
