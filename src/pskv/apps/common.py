@@ -81,6 +81,13 @@ def parser(app: str, description: str, *, epochs: int = 10) -> argparse.Argument
                    help="sampling scheme for negative samples (default: naive, drawn by the app)")
     t.add_argument("--consistency", type=_consistency, default="async", metavar="{async,bsp,ssp:S}",
                    help="consistency model")
+    g.add_argument("--checkpoint-dir", type=Path, metavar="DIR",
+                   help="save a checkpoint of the tables (and the run's position) under DIR (node.checkpoint)")
+    g.add_argument("--checkpoint-every", type=int, default=1, metavar="N", help="epochs between checkpoints")
+    g.add_argument("--keep", type=int, default=3, metavar="K", help="checkpoints kept in --checkpoint-dir")
+    g.add_argument("--resume", action="store_true",
+                   help="start from the newest complete checkpoint in --checkpoint-dir, on any node count, at the "
+                        "epoch after it")
     g.add_argument("--backups", type=int, default=None, metavar="B",
                    help="keep B backups of every key range (pskv.init(backups=B)); when a node dies, the others "
                         "go on and take over its share of the data (default: PSKV_BACKUPS, else 0)")
@@ -290,6 +297,9 @@ class Reducer:
             rounds, seen = self._seen.get((w.rank, w.thread), (0, [np.zeros(self.size), np.zeros(self.size)]))
         slot = rounds % 2
         table, keys = w.table(self.name), np.arange(slot * self.size, (slot + 1) * self.size)
+        if rounds == 0:  # the sums so far (a resumed run restored them) are no worker's: start from them
+            seen = [table.pull(np.arange(s * self.size, (s + 1) * self.size))[:, 0] for s in (0, 1)]
+            w.barrier()  # nobody pushes before every worker read them
         table.push(keys, values[:, None])
         w.barrier()
         cumulative = table.pull(keys)[:, 0]  # (size,) float64
@@ -387,6 +397,7 @@ class Session:
     node: pskv.Node
     report: Report
     reducer: Reducer | None = None  # sums of run_app's `metrics` numbers over every worker; made after setup()
+    start_epoch: int = 0  # epochs done before (--resume: those of the checkpoint)
 
     @property
     def threads(self) -> int:
@@ -401,6 +412,27 @@ class Session:
     def index(self, w: pskv.Worker) -> int:
         """Worker `w`'s number among every worker, 0 .. workers - 1, node by node."""
         return w.rank * self.threads + w.thread
+
+    @property
+    def resumed(self) -> bool:
+        return self.start_epoch > 0
+
+    def checkpoint(self, w: pskv.Worker, epoch: int, save: Callable[[], None] | None = None) -> None:
+        """After epoch `epoch` (1-based) every worker calls it: with --checkpoint-dir, every
+        --checkpoint-every epochs and after the last, each worker runs `save()` (what it keeps
+        outside the tables goes into one), then thread 0 of each node writes a checkpoint between
+        two barriers (so it holds exactly the epochs done), recording the epoch to resume after."""
+        args = self.args
+        if args.checkpoint_dir is None or not (epoch % max(args.checkpoint_every, 1) == 0 or epoch == args.epochs):
+            return
+        if save is not None:
+            save()
+        w.barrier()  # every worker's writes of this epoch are in
+        if w.thread == 0:
+            info = self.node.checkpoint(args.checkpoint_dir, keep=args.keep, extra={"epoch": epoch})
+            if is_leader(w):
+                print(f"checkpoint {info.path} (epoch {epoch})", file=sys.stderr, flush=True)
+        w.barrier()  # no worker writes before every node's checkpoint is complete
 
 
 class Shares:
@@ -468,11 +500,17 @@ def run_app(app: str, args: argparse.Namespace, *, metrics: int, setup: Callable
     model = {} if args.consistency == "async" else {"consistency": args.consistency}  # async: PSKV_CONSISTENCY's
     if getattr(args, "backups", None) is not None:
         model["backups"] = args.backups
+    if getattr(args, "resume", False):
+        if args.checkpoint_dir is None:
+            raise ConfigError(f"{app}: --resume needs --checkpoint-dir DIR (where the run saved its checkpoints)")
+        model["restore"] = str(args.checkpoint_dir)
     with pskv.init(**model) as node:  # pskv parses 'bsp' and 'ssp:S'
         if node.config.backups and args.consistency != "async":
             raise ConfigError(f"{app}: --backups works with --consistency async only for now: the workers that take "
                               "over a dead node's data would run more clocks than the others wait for")
-        session = Session(args, node, report)
+        session = Session(args, node, report, start_epoch=int(node.restored.get("epoch", 0)))
+        if session.resumed and node.rank == 0:
+            print(f"{app}: resumed from {node.config.restore} after epoch {session.start_epoch}", flush=True)
         state = setup(session)
         session.reducer = Reducer(node, size=metrics)  # after the app's tables, whose ids seed pskv's sampling
         start = time.monotonic()

@@ -303,11 +303,10 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     bounds = np.linspace(0, len(run.train), s.workers + 1).astype(np.int64)
     mine = run.train[bounds[me]:bounds[me + 1]]  # (n, 3) int64
     ent, rel = w.table("entities"), w.table("relations")
-    rng = np.random.default_rng([args.seed, me])
     negatives = Negatives(ent, scheme=args.sampling or "naive")
     if len(mine):
         negatives.ahead(min(args.batch, len(mine)) * 2 * args.neg)  # the first batch's
-    progress = common.Progress(w, total=len(run.train) * args.epochs, scale=s.workers, unit="triples",
+    progress = common.Progress(w, total=len(run.train) * (args.epochs - s.start_epoch), scale=s.workers, unit="triples",
                                mode=args.progress, watchdog=s.report.watchdog)
     clock = common.Clock(w, args)
     most = -(-int(np.diff(bounds).max()) // args.batch)  # batches per epoch of the largest share
@@ -317,8 +316,9 @@ def _train(w: pskv.Worker, run: _Run) -> None:
         p, j, pieces = piece
         return run.train[slice(*common.piece(bounds[p], bounds[p + 1], j, pieces))]
 
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(s.start_epoch + 1, args.epochs + 1):
         t0 = time.monotonic()
+        rng = np.random.default_rng([args.seed, me, epoch])  # the epoch's order: a resumed run is the same run
         pieces = shares.pieces()
         done = [mine] + [of(piece) for piece in pieces]
         loss = sum(_epoch(args, tri, ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs)
@@ -350,6 +350,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
         s.report.epoch(w, epoch, progress, seconds=seconds, **metrics)
         if w.thread == 0:  # every node: the one that leads at the end (node 0 unless it died) has them all
             run.final["train_seconds"] = run.final.get("train_seconds", 0.0) + seconds
+        s.checkpoint(w, epoch)
     negatives.close()
     progress.close()
 
@@ -402,11 +403,12 @@ def _summary(run: _Run, wall: float) -> list[str] | None:
     f, args = run.final, run.session.args
     if "mrr" not in f:
         return None
-    rate = len(run.train) * args.epochs / max(f["train_seconds"], 1e-9)
+    epochs = args.epochs - run.session.start_epoch
+    rate = len(run.train) * epochs / max(f["train_seconds"], 1e-9)
     return [
-        f"{args.model} on {args.data}: {args.epochs} epochs in {wall:.1f} s "
+        f"{args.model} on {args.data}: {epochs} epochs in {wall:.1f} s "
         f"(training {f['train_seconds']:.1f} s, {rate:,.0f} triples/s, "
-        f"{f['train_seconds'] / args.epochs:.3f} s/epoch)",
+        f"{f['train_seconds'] / max(epochs, 1):.3f} s/epoch)",
         f"filtered test Hits@1 {f['hits@1']:.4f}  Hits@3 {f['hits@3']:.4f}  Hits@10 {f['hits@10']:.4f}",
         f"test MRR {f['mrr']:.4f}",
     ]

@@ -210,7 +210,8 @@ class Part:
         self.bu = np.zeros(n_local, np.float32)
         self.clock: common.Clock | None = None  # ticks once per batch (Worker.clock under --consistency bsp/ssp)
         self.most = _most_batches(problem.train, workers, args.batch)  # (W + 1,) see _most_batches
-        self.rng = np.random.default_rng([args.seed, 11, me, *(piece or ())])
+        self.piece = piece or ()
+        self.rng = np.random.default_rng([args.seed, 11, me, *self.piece])  # reseeded each epoch (see _work)
         self.blocks = self.train.items * workers // self.n_items  # (nnz,) item block of each rating
 
     def save(self, users: pskv.Table):
@@ -318,7 +319,9 @@ def _setup(s: common.Session, problem: Problem) -> _Run:
     extra["placement"] = common.placement(args)  # --lease, --location-caches
     items = node.table(_ITEMS, rows=problem.train.n_items, dim=args.rank + args.biases, updater=updater,
                        init=pskv.Normal(std=args.init_std, seed=args.seed), **extra)
-    saves = args.out or node.config.backups  # with backups every epoch's user factors survive their worker
+    # the users' factors live in the workers; a table keeps them for --out, for whoever takes them over
+    # (backups) and in checkpoints
+    saves = args.out or node.config.backups or args.checkpoint_dir
     users = node.table(_USERS_OUT, rows=problem.train.n_users, dim=args.rank + 1) if saves else None
     if node.rank == 0 and not s.report.json:
         print(f"mf: {problem.name}, {len(problem.train):,} train / {len(problem.test):,} test ratings, "
@@ -336,11 +339,13 @@ def _work(w: pskv.Worker, run: _Run) -> None:
     mu = float(problem.train.values.mean()) if args.global_mean else 0.0
     if problem.item_init is not None and common.is_leader(w):
         items.set(np.arange(problem.train.n_items), _with_bias(problem.item_init, args)).wait()
-    if shares.backups:
+    if s.resumed:
+        part.load(users)  # their factors as the checkpoint saved them (any worker count then)
+    elif shares.backups:
         part.save(users).wait()  # a node that dies in epoch 1 leaves its users' initial factors
     w.barrier()
-    progress = common.Progress(w, total=args.epochs * len(problem.train), scale=workers, unit="ratings",
-                               mode=args.progress, watchdog=s.report.watchdog)
+    progress = common.Progress(w, total=(args.epochs - s.start_epoch) * len(problem.train), scale=workers,
+                               unit="ratings", mode=args.progress, watchdog=s.report.watchdog)
 
     def adopt(piece: tuple[int, int, int]) -> Part:
         if piece not in adopted:
@@ -349,23 +354,30 @@ def _work(w: pskv.Worker, run: _Run) -> None:
             adopted[piece].clock = clock
         return adopted[piece]
 
-    for epoch in range(args.epochs):
+    def save(parts: list[Part]) -> None:
+        for saved in [p.save(users) for p in parts]:
+            saved.wait()
+
+    for epoch in range(s.start_epoch, args.epochs):
         start = time.monotonic()
         pieces = shares.pieces()
         parts = [part] + [adopt(piece) for piece in pieces]
+        for p in parts:  # an epoch's order depends on the epoch alone: a resumed run is the same run
+            p.rng = np.random.default_rng([args.seed, 11, p.me, *p.piece, epoch])
         sse = sum(train_epoch(w, p, items, args, mu, step_size(args, epoch), progress) for p in parts)
         for piece in shares.late(w, pieces):  # a node died during this epoch: its users are trained here too
             parts.append(adopt(piece))
+            parts[-1].rng = np.random.default_rng([args.seed, 11, parts[-1].me, *parts[-1].piece, epoch])
             sse += train_epoch(w, parts[-1], items, args, mu, step_size(args, epoch), progress)
         w.wait_all()
         if shares.backups:
-            for saved in [p.save(users) for p in parts]:
-                saved.wait()
+            save(parts)
         test = [p.test_error(items, mu, args, problem.clip) for p in parts]
         sums = s.reducer.sum(w, [sse, sum(len(p.train) for p in parts), sum(test), sum(len(p.test) for p in parts)])
         covered = {"ratings": int(sums[1])} if shares.backups else {}  # all of them, also when a node died
         s.report.epoch(w, epoch + 1, progress, train_rmse=np.sqrt(sums[0] / sums[1]),
                        test_rmse=np.sqrt(sums[2] / max(sums[3], 1)), **covered, seconds=time.monotonic() - start)
+        s.checkpoint(w, epoch + 1, lambda: save(parts))
     progress.close()
     if args.out:
         for saved in [p.save(users) for p in [part, *adopted.values()]]:
@@ -409,7 +421,7 @@ def _finish(run: _Run, wall: float) -> list[str]:
         _save(args, run.items, run.users, problem)
     baseline = float(np.sqrt(np.mean((problem.test.values - problem.train.values.mean()) ** 2)))
     last = rows[-1] if rows else {"train_rmse": float("nan"), "test_rmse": float("nan")}
-    rate = args.epochs * len(problem.train) / max(wall, 1e-9)
+    rate = (args.epochs - s.start_epoch) * len(problem.train) / max(wall, 1e-9)
     return [
         f"{s.node.num_nodes} node(s) x {s.threads} thread(s), {len(rows)} epochs in {wall:.1f} s "
         f"({rate:,.0f} ratings/s)",

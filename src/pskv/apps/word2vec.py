@@ -151,9 +151,9 @@ def _train(w: pskv.Worker, run: _Run) -> None:
                           rng=np.random.default_rng([args.seed, me, 1]))
     step = Step(syn0, syn1, negatives, len(run.vocab), args.neg,
                 localize_from=args.replicate if args.localize else None)
-    progress = common.Progress(w, total=run.epoch_words * args.epochs, scale=s.workers, unit="words",
+    progress = common.Progress(w, total=run.epoch_words * (args.epochs - s.start_epoch), scale=s.workers, unit="words",
                                mode=args.progress, watchdog=s.report.watchdog)
-    total, done = max(1, shard.num_words * args.epochs), 0
+    total, done = max(1, shard.num_words * args.epochs), shard.num_words * s.start_epoch  # (the learning rate's)
     clock = common.Clock(w, args)  # once per batch under --consistency bsp/ssp
     most = max(num_batches(run.shard(i), args.batch_words) for i in range(s.workers))
     start = time.monotonic()
@@ -180,7 +180,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
         step.close()
         return loss, pairs
 
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(s.start_epoch + 1, args.epochs + 1):
         t0 = time.monotonic()
         rng = np.random.default_rng([args.seed, me, 0, epoch])
         pieces = shares.pieces()
@@ -201,6 +201,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
                 scores = evaluate(syn0.pull(np.arange(len(run.vocab))), run.vocab, analogies=False)
                 metrics["wordsim"] = scores["wordsim"].value
             s.report.epoch(w, epoch, progress, **metrics, seconds=seconds)
+        s.checkpoint(w, epoch)
     progress.close()
     w.barrier()
     if common.is_leader(w):
@@ -254,14 +255,15 @@ def _finish(run: _Run, wall: float) -> list[str]:
 def _result(run: _Run, vectors: np.ndarray, wall: float) -> dict:
     """Node 0's final numbers and summary lines (the last one is the headline)."""
     args, rows = run.session.args, run.session.report.rows
-    words = args.epochs * run.epoch_words
+    first = run.session.start_epoch + 1  # 1, or the epoch after a resumed checkpoint's
+    words = (args.epochs - first + 1) * run.epoch_words
     result = {"seconds": run.seconds, "words_per_s": words / max(run.seconds, 1e-9),
               "first_loss": rows[0]["loss"] if rows else float("nan"),
               "loss": rows[-1]["loss"] if rows else float("nan"), **evaluate(vectors, run.vocab)}
     result["lines"] = [
-        f"word2vec on {args.data}: {args.epochs} epochs of {run.epoch_words:,} words in {wall:.1f} s "
+        f"word2vec on {args.data}: {args.epochs - first + 1} epochs of {run.epoch_words:,} words in {wall:.1f} s "
         f"(training {run.seconds:.2f} s, {result['words_per_s']:,.0f} words/s); loss {result['first_loss']:.4f} "
-        f"in epoch 1, {result['loss']:.4f} in epoch {args.epochs}",
+        f"in epoch {first}, {result['loss']:.4f} in epoch {args.epochs}",
     ]
     if "analogy" in result:
         result["lines"] += [f"analogy accuracy (3CosAdd) {result['analogy']}",
