@@ -254,7 +254,7 @@ class Restorer:
         it holds as a backup); returns the rows loaded."""
         wanted = np.arange(shard.start, shard.stop, dtype=np.int64)
         seen = np.zeros(len(wanted), bool)
-        for keys, rows, st in fmt.table_parts(self.path, entry, wanted):  # replicas last: their rows win
+        for keys, rows, st in fmt.table_parts(self.path, entry, (shard.start, shard.stop)):  # replicas last: they win
             if (st is None) != (shard.state is None):
                 if st is not None or not seen[keys - shard.start].all():
                     raise CheckpointError(f"checkpoint {self.path}: the updater state of table {entry['name']!r} "
