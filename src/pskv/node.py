@@ -241,13 +241,15 @@ class Node:
         consistency = self.consistency if consistency is None else as_consistency(consistency)
         spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
                          table_id=self.catalog.next_id(name))
-        state, config = self._build(spec, options, consistency)
-        saved = self._restorer.check(config) if self._restorer is not None else None  # TableMismatch on every node
+        saved, mismatch = self._restorer.match(spec.config()) if self._restorer is not None else (None, None)
+        state, config = self._build(spec, options, consistency, fill=saved is None)
         self.catalog.add(state)
         if state.shard.replicas is not None:
             self._replica_sync.start()
         try:
             self.client.declare(config)
+            if mismatch is not None:  # after the collective: every node gets here, and raises it
+                raise mismatch
         except PskvError:
             self.catalog.discard(name)
             raise
@@ -288,10 +290,11 @@ class Node:
                                       f"within {timeout:g} s; the checkpoint was not taken")
             time.sleep(0.001)
 
-    def _build(self, spec: TableSpec, options: TableOptions, consistency) -> tuple[TableState, dict]:
-        """The table's parts on this node, and what every node must agree on."""
+    def _build(self, spec: TableSpec, options: TableOptions, consistency, fill: bool = True) -> tuple[TableState, dict]:
+        """The table's parts on this node, and what every node must agree on (`fill=False`: rows
+        left unset for a checkpoint to fill)."""
         ranges = self.view.key_ranges(spec.rows)
-        shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank)
+        shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank, fill)
         if self.server.chain is not None:
             self.server.chain.add_table(spec, shard, ranges)
         loc_cache = np.full(spec.rows if options.placement.location_caches else 0, -1, np.int64)

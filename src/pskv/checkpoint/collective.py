@@ -235,19 +235,19 @@ class Restorer:
     def extra(self) -> dict:
         return self.manifest.get("extra", {})
 
-    def check(self, config: dict) -> dict | None:
-        """The checkpoint's entry of a table being declared with `config` (TableSpec.config()), or
-        None if the checkpoint has no such table. Raises TableMismatch if the specs differ."""
+    def match(self, config: dict) -> tuple[dict | None, TableMismatch | None]:
+        """(the checkpoint's entry of a table being declared with `config` (TableSpec.config()), or
+        None if it has no such table; the TableMismatch to raise if the specs differ, else None)."""
         entry = self.manifest["tables"].get(config["name"])
         if entry is None:
-            return None
+            return None, None
         saved = {k: entry[k] for k in ("rows", "dim", "dtype", "updater")}
         wanted = {k: config[k] for k in ("rows", "dim", "dtype", "updater")}
         if saved != wanted:
             diff = ", ".join(f"{k} {saved[k]!r} there but {wanted[k]!r} here" for k in saved if saved[k] != wanted[k])
-            raise TableMismatch(f"table {config['name']!r} differs from checkpoint {self.path}: {diff}; declare it as "
-                                "it was saved (or restore without it: pskv.load_checkpoint reads any table)")
-        return entry
+            return None, TableMismatch(f"table {config['name']!r} differs from checkpoint {self.path}: {diff}; declare "
+                                       "it as it was saved (or restore without it: pskv.load_checkpoint reads any table)")
+        return entry, None
 
     def load(self, entry: dict, shard: Shard) -> int:
         """Put the saved rows and state of `shard`'s key range into it (this node's shard, or a copy

@@ -36,7 +36,8 @@ INCOMING = -2
 class Shard:
     """One table on this node: the rows it owns (any keys), and the manager map of [start, stop)."""
 
-    def __init__(self, spec: TableSpec, start: int, stop: int, rank: int) -> None:
+    def __init__(self, spec: TableSpec, start: int, stop: int, rank: int, fill: bool = True) -> None:
+        """`fill=False`: leave the rows unset (a checkpoint is about to overwrite them all)."""
         self.spec = spec
         self.start = start
         self.stop = stop
@@ -45,7 +46,7 @@ class Shard:
         self.slot[start:stop] = np.arange(n)
         self.owner = np.full(n, rank, np.int64)  # (stop - start,) manager map: owner of each managed key
         self.data = np.empty((max(n, 1), spec.dim), dtype=spec.dtype)  # (capacity, dim) the rows
-        for lo in range(0, n, 1 << 16):  # chunks keep the init kernel's working set small
+        for lo in range(0, n if fill else 0, 1 << 16):  # chunks keep the init kernel's working set small
             spec.init.fill(self.data[lo:lo + (1 << 16)], start + lo, spec.name)
         self.width = spec.updater.state_width(spec.dim)
         self.state = None
@@ -264,8 +265,8 @@ class Store:
         self.shards: dict[int, Shard] = {}
         self._lock = threading.Lock()  # guards adding to shards
 
-    def add(self, spec: TableSpec, start: int, stop: int, rank: int = 0) -> Shard:
-        shard = Shard(spec, start, stop, rank)
+    def add(self, spec: TableSpec, start: int, stop: int, rank: int = 0, fill: bool = True) -> Shard:
+        shard = Shard(spec, start, stop, rank, fill)
         with self._lock:
             self.shards[spec.table_id] = shard
         return shard
