@@ -254,7 +254,17 @@ class Restorer:
         it holds as a backup); returns the rows loaded."""
         wanted = np.arange(shard.start, shard.stop, dtype=np.int64)
         seen = np.zeros(len(wanted), bool)
-        for keys, rows, st in fmt.table_parts(self.path, entry, (shard.start, shard.stop)):  # replicas last: they win
+        def into(keys: np.ndarray):  # a run of the shard's own keys: read straight into its rows
+            if not shard.static or not len(keys) or keys[-1] - keys[0] + 1 != len(keys):
+                return None, None
+            rows = shard.data[keys[0] - shard.start:keys[-1] + 1 - shard.start]
+            return rows, None if shard.state is None else shard.state[keys[0] - shard.start:keys[-1] + 1 - shard.start]
+
+        for keys, rows, st in fmt.table_parts(self.path, entry, (shard.start, shard.stop), into):  # replicas last
+            if len(keys) and np.shares_memory(rows, shard.data) and (
+                    st is None and shard.state is None or st is not None and np.shares_memory(st, shard.state)):
+                seen[keys - shard.start] = True  # read in place
+                continue
             if (st is None) != (shard.state is None):
                 if st is not None or not seen[keys - shard.start].all():
                     raise CheckpointError(f"checkpoint {self.path}: the updater state of table {entry['name']!r} "

@@ -207,11 +207,12 @@ def open_array(path: Path, name: str) -> np.ndarray:
         raise CheckpointError(f"{Path(path) / name} cannot be read as .npy ({exc}); the checkpoint is damaged") from None
 
 
-def table_parts(path: Path, entry: dict, key_range: tuple[int, int] | None = None):
+def table_parts(path: Path, entry: dict, key_range: tuple[int, int] | None = None, into=None):
     """(keys, rows, state or None) of each file set of one table: every node's, then the replicated
     hot keys' (apply them in this order: a replica row wins over the manager's unused home row);
     only the rows of keys in [lo, hi) with `key_range`. Each file's keys are sorted (as written),
-    so a range is one contiguous slice of the memory-mapped files."""
+    so a range is one contiguous slice of the memory-mapped files. `into(keys)`: (rows, state)
+    arrays to read a part's rows into (e.g. the shard's own memory), or None to allocate."""
     parts = list(entry["files"]) + ([entry["replicas"]] if entry.get("replicas") else [])
     for part in parts:
         keys = np.asarray(open_array(path, part["keys"]))
@@ -220,12 +221,13 @@ def table_parts(path: Path, entry: dict, key_range: tuple[int, int] | None = Non
             if len(keys) > 1 and not (np.diff(keys) > 0).all():
                 raise CheckpointError(f"{Path(path) / part['keys']} is not sorted; the checkpoint is damaged")
             take = slice(*np.searchsorted(keys, key_range))
-        rows = _read_rows(path, part["rows"], take)
-        state = _read_rows(path, part["state"], take) if part.get("state") else None
+        dest_rows, dest_state = into(keys[take]) if into is not None else (None, None)
+        rows = _read_rows(path, part["rows"], take, dest_rows)
+        state = _read_rows(path, part["state"], take, dest_state) if part.get("state") else None
         yield keys[take], rows, state
 
 
-def _read_rows(path: Path, name: str, take: slice) -> np.ndarray:
+def _read_rows(path: Path, name: str, take: slice, out: np.ndarray | None = None) -> np.ndarray:
     """Rows `take` of a 2-D .npy file, read straight into memory (faster than faulting in a memmap)."""
     file = Path(path) / name
     try:
@@ -238,7 +240,8 @@ def _read_rows(path: Path, name: str, take: slice) -> np.ndarray:
             lo, hi, _ = take.indices(shape[0])
             hi = max(lo, hi)
             f.seek(lo * shape[1] * dtype.itemsize, 1)
-            out = np.empty((hi - lo, shape[1]), dtype)
+            if out is None or out.shape != (hi - lo, shape[1]) or out.dtype != dtype:
+                out = np.empty((hi - lo, shape[1]), dtype)
             if f.readinto(memoryview(out.reshape(-1).view(np.uint8))) != out.nbytes:
                 raise ValueError("the file ends early")
             return out
