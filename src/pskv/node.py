@@ -27,19 +27,15 @@ collectives and queues (`debug_state()`), so a hang explains itself.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 import signal
 import sys
 import threading
-import time
 import weakref
 import zlib
 from typing import Callable
 
 import numpy as np
-import zmq
-
 from . import updaters
 from .catalog import Catalog, TableState
 from .checkpoint import format as checkpoint_format
@@ -49,16 +45,16 @@ from .client.context import Context
 from .client.replica_sync import ReplicaSync
 from .client.table import Table
 from .client.worker import Worker
-from .config import NodeConfig, split_address
+from .config import NodeConfig
 from .consistency.buffer import PushBuffer
 from .consistency.cache import RowCache
 from .consistency.clocks import Clocks
 from .options import as_consistency
-from .errors import CheckpointError, ClosedError, ConfigError, NodeFailure, PskvError, RequestStalled, TransportError
+from .errors import ClosedError, ConfigError, NodeFailure, PskvError, RequestStalled
 from .membership import client as coordinator_client
 from .membership.barrier import LocalBarrier
 from .membership.client import CoordinatorClient
-from .membership.coordinator import Coordinator
+from .membership.coordinator import start_coordinator
 from .membership.health import Health
 from .membership.takeover import Succession
 from .membership.view import View
@@ -93,7 +89,7 @@ class Node:
         self.health = Health(self.rank)
         self.view = View(self.rank, self.num_nodes, config.backups)
         self._transport = Transport(config.host, send_timeout=config.failure_timeout, drop_rate=config.test_drop_rate)
-        self._coordinator = self._start_coordinator()
+        self._coordinator, self.config = start_coordinator(self.config)  # here if a private cluster or node 0
         self._transport.set_address(COORDINATOR, self.config.coordinator)
         self.tracker = RequestTracker(health=self.health.check)
         self.endpoint = Endpoint(self.rank, self._transport, self.tracker, lambda: self.view.cluster,
@@ -126,8 +122,8 @@ class Node:
         self._stop = threading.Event()
         self._replica_sync = ReplicaSync(self.endpoint, self.num_nodes, self.catalog, self._stop,
                                          lambda: self.health.failure is not None, lambda: self.members)
-        self._checkpointer = Checkpointer(self.rank, self.catalog, members=lambda: self.members,
-                                          barrier=self.client.barrier, drain=self._drain,
+        self._checkpointer = Checkpointer(self.rank, self.catalog, self.tracker, self.health.check,
+                                          members=lambda: self.members, barrier=self.client.barrier,
                                           flush_replicas=self._replica_sync.flush, clock=lambda: self.clocks.global_clock,
                                           epoch=lambda: self.view.epoch)
         self._ctx = Context(self.rank, self.num_nodes, self.endpoint, self.tracker, self.catalog, self.health.check,
@@ -199,23 +195,6 @@ class Node:
             self._transport.set_address(rank, address)
         self._dispatcher.release_held()
 
-    def _start_coordinator(self) -> Coordinator | None:
-        """Start the coordinator here if this is a private cluster, or node 0 and none runs yet."""
-        cfg = self.config
-        if cfg.coordinator is None:
-            coord = Coordinator(1, "127.0.0.1", 0, cfg).start()
-            self.config = dataclasses.replace(cfg, coordinator=coord.address)
-            return coord
-        if cfg.rank != 0 or cfg.external_coordinator:
-            return None  # `pskv launch` (PSKV_EXTERNAL_COORDINATOR=1) runs it
-        host, port = split_address(cfg.coordinator)
-        try:
-            coord = Coordinator(cfg.num_nodes, host, port, cfg, host_rank=0)
-        except TransportError as exc:
-            raise TransportError(f"node 0 cannot start the coordinator at {cfg.coordinator}: "
-                                 f"{_bind_problem(exc, host, port)}") from exc
-        return coord.start()
-
     # ---- public API -----------------------------------------------------------------------------
     def table(self, name: str, rows: int, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
               placement=None, replicate=None, sampling=None, consistency=None, cache=None, aggregate=None,
@@ -279,16 +258,6 @@ class Node:
         """What the checkpoint this cluster started from (`restore=`) saved as `extra`; {} if none."""
         return dict(self._restorer.extra) if self._restorer is not None else {}
 
-    def _drain(self, timeout: float) -> None:
-        """Wait until every request this node sent so far is answered (a checkpoint's cut)."""
-        mark = self.tracker.issued()
-        deadline = time.monotonic() + timeout
-        while self.tracker.low_watermark() < mark:
-            self.health.check()
-            if time.monotonic() > deadline:
-                raise CheckpointError(f"node {self.rank}: requests sent before the checkpoint were not answered "
-                                      f"within {timeout:g} s; the checkpoint was not taken")
-            time.sleep(0.001)
 
     def _build(self, spec: TableSpec, options: TableOptions, consistency, fill: bool = True) -> tuple[TableState, dict]:
         """The table's parts on this node, and what every node must agree on (`fill=False`: rows
@@ -473,18 +442,6 @@ class Node:
         lines += [f"  table {s.spec.name!r}: {' '.join(s.parts())}" for s in self.catalog.tables() if s.parts()]
         lines.append(f"  transport: {self._transport!r}; early messages held: {self._dispatcher.held()}")
         return "\n".join(lines)
-
-
-def _bind_problem(exc: TransportError, host: str, port: int) -> str:
-    """Why binding the coordinator's port failed, and what to do, in words."""
-    errno = getattr(exc.__cause__, "errno", None)
-    if errno == zmq.EADDRINUSE:
-        return (f"port {port} is already in use (another pskv cluster or another program holds it); choose a free "
-                f"port in PSKV_COORDINATOR, or stop what listens there (`ss -ltnp | grep :{port}`)")
-    if errno == zmq.EADDRNOTAVAIL:
-        return (f"{host} is not an address of this machine; node 0 starts the coordinator when no launcher runs "
-                "one, so PSKV_COORDINATOR must name node 0's machine (or use `pskv launch`)")
-    return str(exc)
 
 
 _live_nodes: "weakref.WeakSet[Node]" = weakref.WeakSet()  # for the SIGUSR1 dump

@@ -40,6 +40,7 @@ import numpy as np
 from .. import _hooks
 from ..catalog import Catalog, TableState
 from ..errors import CheckpointError, TableMismatch
+from ..net.requests import RequestTracker
 from ..store.replicas import Replicas
 from ..store.shard import Shard
 from . import format as fmt
@@ -85,14 +86,15 @@ class Gate:
 
 
 class Checkpointer:
-    def __init__(self, rank: int, catalog: Catalog, *, members: Callable[[], list[int]], barrier: Callable[[], None],
-                 drain: Callable[[float], None], flush_replicas: Callable[[], None], clock: Callable[[], int],
-                 epoch: Callable[[], int]) -> None:
+    def __init__(self, rank: int, catalog: Catalog, tracker: RequestTracker, check: Callable[[], None], *,
+                 members: Callable[[], list[int]], barrier: Callable[[], None], flush_replicas: Callable[[], None],
+                 clock: Callable[[], int], epoch: Callable[[], int]) -> None:
         self.rank = rank
         self._catalog = catalog
+        self._tracker = tracker  # this node's requests in flight
+        self._check = check  # raises the node's failure
         self._members = members  # the live ranks
         self._barrier = barrier  # the coordinator's barrier over every live node
-        self._drain = drain  # drain(timeout): wait until every request sent so far is answered
         self._flush_replicas = flush_replicas
         self._clock = clock  # the global clock (BSP/SSP)
         self._epoch = epoch  # the membership epoch
@@ -148,6 +150,17 @@ class Checkpointer:
         manifest = fmt.read_manifest(path)
         log.info("node %d: checkpoint %s complete", self.rank, path)
         return fmt.info(path, manifest)
+
+    def _drain(self, timeout: float) -> None:
+        """Wait until every request this node sent so far is answered (the cut)."""
+        mark = self._tracker.issued()
+        deadline = time.monotonic() + timeout
+        while self._tracker.low_watermark() < mark:
+            self._check()
+            if time.monotonic() > deadline:
+                raise CheckpointError(f"node {self.rank}: requests sent before the checkpoint were not answered "
+                                      f"within {timeout:g} s; the checkpoint was not taken")
+            time.sleep(0.001)
 
     def _write_shards(self, path: Path) -> dict:
         """This node's files of every table, and its part file (node-R.json) naming them."""

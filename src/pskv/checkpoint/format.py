@@ -228,25 +228,27 @@ def table_parts(path: Path, entry: dict, key_range: tuple[int, int] | None = Non
 
 
 def _read_rows(path: Path, name: str, take: slice, out: np.ndarray | None = None) -> np.ndarray:
-    """Rows `take` of a 2-D .npy file, read straight into memory (faster than faulting in a memmap)."""
+    """Rows `take` of a 2-D .npy file, read straight into memory (faster than faulting in a memmap),
+    into `out` if it fits."""
     file = Path(path) / name
+    damaged = "; the checkpoint is damaged: use an older one"
     try:
         with open(file, "rb") as f:
             version = np.lib.format.read_magic(f)
             read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, fortran, dtype = read_header(f)
             if fortran or len(shape) != 2:
-                raise ValueError(f"shape {shape}, fortran order {fortran}: not a C-ordered 2-D array")
+                raise CheckpointError(f"{file} holds shape {shape} (fortran order {fortran}), not rows{damaged}")
             lo, hi, _ = take.indices(shape[0])
             hi = max(lo, hi)
             f.seek(lo * shape[1] * dtype.itemsize, 1)
             if out is None or out.shape != (hi - lo, shape[1]) or out.dtype != dtype:
                 out = np.empty((hi - lo, shape[1]), dtype)
             if f.readinto(memoryview(out.reshape(-1).view(np.uint8))) != out.nbytes:
-                raise ValueError("the file ends early")
+                raise CheckpointError(f"{file} ends early{damaged}")
             return out
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{file} cannot be read as .npy ({exc}); the checkpoint is damaged: use an older one") from None
+        raise CheckpointError(f"{file} cannot be read as .npy ({exc}){damaged}") from None
 
 
 def load(path) -> dict[str, CheckpointTable]:

@@ -24,6 +24,8 @@ is guarded by `_cond`, which is never held while sending.
 
 from __future__ import annotations
 
+import dataclasses
+import errno as errno_codes
 import logging
 import queue
 import random
@@ -33,7 +35,7 @@ import time
 from ..config import ConfigError, NodeConfig, split_address
 from ..net.transport import Transport
 from ..placement.chains import Chains
-from ..errors import ProtocolError
+from ..errors import ProtocolError, TransportError
 from ..net.wire import COORDINATOR, Kind, control, control_payload, frame_bytes, unpack_header
 
 log = logging.getLogger(__name__)
@@ -377,3 +379,33 @@ class Coordinator:
             silent = now - self._last_seen[rank]
             if state in ("alive", "bye") and silent > self.config.failure_timeout:
                 self._fail(rank, f"missed heartbeats, last seen {silent:.1f} s ago")
+
+
+def start_coordinator(cfg: NodeConfig) -> tuple[Coordinator | None, NodeConfig]:
+    """A node's coordinator, if it runs one: in a private 1-node cluster (the config then gets its
+    address), or in node 0 when no launcher runs it (PSKV_EXTERNAL_COORDINATOR unset). Raises
+    TransportError saying what to do when node 0 cannot bind the address."""
+    if cfg.coordinator is None:
+        coord = Coordinator(1, "127.0.0.1", 0, cfg).start()
+        return coord, dataclasses.replace(cfg, coordinator=coord.address)
+    if cfg.rank != 0 or cfg.external_coordinator:
+        return None, cfg  # `pskv launch` (PSKV_EXTERNAL_COORDINATOR=1) runs it
+    host, port = split_address(cfg.coordinator)
+    try:
+        coord = Coordinator(cfg.num_nodes, host, port, cfg, host_rank=0)
+    except TransportError as exc:
+        raise TransportError(f"node 0 cannot start the coordinator at {cfg.coordinator}: "
+                             f"{_bind_problem(exc, host, port)}") from exc
+    return coord.start(), cfg
+
+
+def _bind_problem(exc: TransportError, host: str, port: int) -> str:
+    """Why binding the coordinator's port failed, and what to do, in words."""
+    errno = getattr(exc.__cause__, "errno", None)
+    if errno == errno_codes.EADDRINUSE:
+        return (f"port {port} is already in use (another pskv cluster or another program holds it); choose a free "
+                f"port in PSKV_COORDINATOR, or stop what listens there (`ss -ltnp | grep :{port}`)")
+    if errno == errno_codes.EADDRNOTAVAIL:
+        return (f"{host} is not an address of this machine; node 0 starts the coordinator when no launcher runs "
+                "one, so PSKV_COORDINATOR must name node 0's machine (or use `pskv launch`)")
+    return str(exc)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pskv
-from pskv.apps import common
+from pskv.apps import common, metrics
 from pskv.data import DataError, ratings
 
 from helpers import wait_until
@@ -305,7 +305,7 @@ def test_cli_data_list_and_run_dispatch(monkeypatch, capsys):
 
 
 class _FakeTime:
-    """Stands in for the time module of pskv.apps.common: monotonic() moves only when a test says,
+    """Stands in for the time module of pskv.apps.metrics (the Watchdog): monotonic() moves only when a test says,
     so a loaded machine cannot make a watchdog see more (or less) idle time than the test means."""
 
     def __init__(self) -> None:
@@ -320,7 +320,7 @@ def test_watchdog_fires_once_when_no_batch_finishes(monkeypatch):
     from pskv.apps.common import Watchdog
 
     clock = _FakeTime()
-    monkeypatch.setattr(common, "time", clock)
+    monkeypatch.setattr(metrics, "time", clock)
     calls = []
     with Watchdog(0.2, what="pskv run test", on_stall=calls.append) as dog:
         clock.now += 1.0  # idle for 5 x seconds
@@ -337,7 +337,7 @@ def test_watchdog_poked_in_time_or_disabled_never_fires(monkeypatch):
     from pskv.apps.common import Watchdog
 
     clock = _FakeTime()
-    monkeypatch.setattr(common, "time", clock)
+    monkeypatch.setattr(metrics, "time", clock)
     calls = []
     with Watchdog(0.4, on_stall=calls.append) as dog:
         for _ in range(8):  # 2.4 s idle in all, never more than 0.3 s at a time
