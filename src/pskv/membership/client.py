@@ -208,16 +208,17 @@ class CoordinatorClient:
             return
         succession = self._succession
         if succession is not None and succession.possible():
-            if succession.successor() == self.rank:  # this node runs the coordinator from now on
-                address, term = succession.take_over(silent)
+            order = succession.candidates()
+            turn = order.index(self.rank) if self.rank in order else len(order)
+            if turn < len(order) and silent > (turn + 1) * self.config.failure_timeout:
+                address, term = succession.take_over(silent)  # this node runs the coordinator from now on
                 self._moved({"address": address, "term": term, "host": self.rank})
                 return
-            if silent <= 2 * self.config.failure_timeout:
-                return  # the successor takes over; its MOVED comes
+            if silent <= (len(order) + 1) * self.config.failure_timeout:
+                return  # a candidate takes over; its MOVED comes
             self._fail(NodeFailure(
-                f"the coordinator on node {self.view.coordinator_host} has been silent for {silent:.1f} s and node "
-                f"{succession.successor()} did not take it over; this cluster cannot continue", -1,
-                self.config.coordinator or ""))
+                f"the coordinator on node {self.view.coordinator_host} has been silent for {silent:.1f} s and none of "
+                f"nodes {order} took it over; this cluster cannot continue", -1, self.config.coordinator or ""))
             return
         self._fail(NodeFailure(
             f"the coordinator ({self.config.coordinator or 'in-process'}) has been silent for {silent:.1f} s; "

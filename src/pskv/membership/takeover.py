@@ -7,8 +7,9 @@ a new coordinator can be rebuilt from the survivors; nothing needs to be replica
 well (docs/design.md §3c):
 
     every node   the coordinator's TICKs stop for failure_timeout
-    successor    (the lowest live rank but the coordinator's host) starts a ResumedCoordinator
-                 with a new term (> every earlier one) and sends MOVED{address, term} to every node
+    successor    (the lowest live rank but the coordinator's host; if it stays silent too, the next
+                 one after another failure_timeout) starts a ResumedCoordinator with a new term
+                 (> every earlier one) and sends MOVED{address, term} to every node
     every node   sends from now on to the new address, and REJOIN{what it knows and waits for}
     coordinator  once every live node rejoined (or failure_timeout passed: those are failed too):
                  rebuilds declarations, barriers, clocks and whole copies, then fails the old
@@ -16,7 +17,7 @@ well (docs/design.md §3c):
 
 A coordinator stamps its term on every message; nodes drop a lower term (the old coordinator,
 if it was only stopped, is not heard any more) and hold a higher one until its MOVED came
-(membership.view). A node that waits for a MOVED longer than another failure_timeout fails with
+(membership.view). A node that waits for a MOVED longer than its candidates' turns fails with
 NodeFailure, as without backups.
 
 Threads and ownership: `Succession` is called by the node's pskv-server thread (from
@@ -39,6 +40,7 @@ from .coordinator import Coordinator
 from .view import View
 
 log = logging.getLogger(__name__)
+_TURNS = 8  # terms leave room for this many candidates per epoch (see Succession.candidates)
 
 
 class Succession:
@@ -59,13 +61,19 @@ class Succession:
         return bool(self.view.backups) and host is not None and host != self.view.rank and self.successor() is not None
 
     def successor(self) -> int | None:
-        """The node that takes the coordinator over: the lowest live rank but its host."""
-        return min((r for r in self.view.alive if r != self.view.coordinator_host), default=None)
+        """The node that takes the coordinator over first: the lowest live rank but its host."""
+        return min(self.candidates(), default=None)
+
+    def candidates(self) -> list[int]:
+        """Who takes the coordinator over, in turn: candidate k does after (k + 1) failure_timeouts of
+        silence (an earlier one may have died with the host, unnoticed: only the coordinator noticed deaths)."""
+        return sorted(r for r in self.view.alive if r != self.view.coordinator_host)
 
     def take_over(self, silent: float) -> tuple[str, int]:
         """Start a coordinator in this process and tell every node; returns its address and term."""
         view = self.view
-        term = max(view.epoch, view.coordinator_term) + 1
+        turn = self.candidates().index(view.rank)
+        term = (max(view.epoch, view.coordinator_term) + 1) * _TURNS + min(turn, _TURNS - 1)  # a later turn outranks
         dead = view.coordinator_host
         log.warning("node %d: the coordinator on node %d has been silent for %.1f s; node %d takes it over (term %d)",
                     view.rank, dead, silent, view.rank, term)
