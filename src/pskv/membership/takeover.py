@@ -188,5 +188,7 @@ class ResumedCoordinator(Coordinator):
         if self._waiting:
             if now > self._deadline:
                 self._resume(f"node(s) {sorted(self._waiting)} did not rejoin within {self.config.failure_timeout:g} s")
+            else:  # the nodes that rejoined must not find this one silent meanwhile (the others hold it)
+                self._broadcast(Kind.TICK, {"barriers": {}})
             return
         super()._tick(now)
