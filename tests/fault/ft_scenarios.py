@@ -1,6 +1,6 @@
 """Node programs for tests/fault/test_backups.py: each runs as one node of a cluster with backups.
 
-    python ft_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES [HOT]  # every node pushes; nodes die meanwhile
+    python ft_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES [HOT [LOCALIZE]]  # every node pushes; nodes die meanwhile
     python ft_scenarios.py checkpoint OUT_DIR ROWS                # node 2 dies while writing a checkpoint
 
 Every node pushes ones into its own column of a (ROWS, num_nodes) table, to 16 distinct random
@@ -12,7 +12,9 @@ saw CHANGES membership changes and made 300 more pushes (bounded: at most 200,00
 survivors meet in a barrier, and the lowest live rank writes the whole table to OUT_DIR/final.npy
 and each survivor its rows' copies held as a backup (OUT_DIR/backup-R-RANGE.npy). With HOT > 0,
 every (ROWS // HOT)-th row is replicated on every node (pskv.Replicate); after a last replica sync
-each survivor writes its replicas of them (OUT_DIR/replica-R.npy).
+each survivor writes its replicas of them (OUT_DIR/replica-R.npy). With LOCALIZE = 1 every node
+localizes 20 random keys every 25 pushes (server.readers: it becomes their reader, or is declined),
+and each survivor writes the keys it reads and its copies of them (OUT_DIR/reader-R-{keys,rows}.npy).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def hot_keys(rows: int, hot: int) -> np.ndarray:
     return np.arange(0, rows, rows // hot, dtype=np.int64) if hot else np.zeros(0, np.int64)
 
 
-def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0) -> None:
+def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0, localize: int = 0) -> None:
     with pskv.init() as node:
         n = node.num_nodes
         extra = {"replicate": pskv.Replicate(keys=hot_keys(rows, hot))} if hot else {}
@@ -50,6 +52,7 @@ def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0) -> No
         values = np.zeros((16, n), np.float32)
         values[:, node.rank] = 1.0
         pending: collections.deque = collections.deque()
+        localizes = []
         print("storm started", flush=True)
         after = 0
         for i in range(_MAX_PUSHES):
@@ -58,6 +61,8 @@ def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0) -> No
                 if after > _AFTER_CHANGE:
                     break
             keys = rng.choice(rows, 16, replace=False)
+            if localize and i % 25 == 0:
+                localizes.append(table.localize(rng.choice(rows, 20, replace=False)))
             os.write(sent, keys.astype(np.int64).tobytes())
             pending.append((table.push(keys, values), keys))
             if i == 200:
@@ -70,12 +75,18 @@ def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0) -> No
             fut, k = pending.popleft()
             fut.wait()
             os.write(acked, k.astype(np.int64).tobytes())
+        for fut in localizes:
+            fut.wait()
         print(f"storm done after {i + 1} pushes, members {node.members}", flush=True)
         worker.barrier()
         if hot:
             worker.wait_replica_sync()
             worker.barrier()
             np.save(out / f"replica-{node.rank}.npy", table.pull(hot_keys(rows, hot)))
+        if localize:
+            held, copies = table.pull_if_local(np.arange(rows))  # its range(s) and the keys it reads
+            np.save(out / f"reader-{node.rank}-keys.npy", np.flatnonzero(held))
+            np.save(out / f"reader-{node.rank}-rows.npy", copies[held])
         if node.rank == min(node.members):
             np.save(out / "final.npy", table.pull(np.arange(rows)))
         chain = node.server.chain
@@ -121,6 +132,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "checkpoint":
         checkpoint(Path(sys.argv[2]), int(sys.argv[3]))
     elif sys.argv[1] == "storm":
-        storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), *map(int, sys.argv[6:7]))
+        storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), *map(int, sys.argv[6:8]))
     else:
         raise SystemExit(f"unknown scenario {sys.argv[1]!r}")

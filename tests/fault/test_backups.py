@@ -21,11 +21,12 @@ ROWS = 600
 FAILURE_TIMEOUT = 3.0
 
 
-def _storm(cluster_factory, tmp_path, nodes, updater="add", changes=1, backups=1, coordinator=True, hot=0):
+def _storm(cluster_factory, tmp_path, nodes, updater="add", changes=1, backups=1, coordinator=True, hot=0,
+           localize=0):
     out = tmp_path / "out"
     out.mkdir()
     cluster = cluster_factory(nodes, [sys.executable, SCENARIOS, "storm", str(out), str(ROWS), updater, str(changes),
-                                      str(hot)],
+                                      str(hot), str(localize)],
                               backups=backups, failure_timeout=FAILURE_TIMEOUT, coordinator=coordinator)
     return cluster, out
 
@@ -222,3 +223,28 @@ def test_kill_during_a_checkpoint(cluster_factory, tmp_path):
     saved = pskv.load_checkpoint(out / "ckpt")["w"]
     assert (saved.values == np.load(out / "at-checkpoint.npy")).all()
     assert (saved.state["accumulator"] > 0).any(axis=1).sum() > ROWS // 2
+
+
+def _readers(out: Path, survivors: list[int]) -> int:
+    """Every row a survivor holds (its ranges and the keys it reads) equals the final table; returns
+    how many keys the survivors read beyond their own ranges."""
+    final = np.load(out / "final.npy")
+    extra = 0
+    for rank in survivors:
+        keys = np.load(out / f"reader-{rank}-keys.npy")
+        rows = np.load(out / f"reader-{rank}-rows.npy")
+        assert (rows == final[keys]).all(), f"node {rank}: {int((rows != final[keys]).any(axis=1).sum())} stale copies"
+        extra += len(keys)
+    return extra - ROWS  # the survivors' ranges cover every row once
+
+
+def test_kill_during_localize(cluster_factory, tmp_path):
+    """backups=1, 3 nodes: every node localizes 20 random keys every 25 pushes (it becomes their
+    reader, or is declined when another node reads them) while node 1 is killed; the survivors'
+    sums stay exact, and every copy a survivor reads locally equals the final table."""
+    cluster, out = _storm(cluster_factory, tmp_path, 3, updater="adagrad", localize=1)
+    _running(cluster, 1)
+    cluster.kill(1)
+    _survivors_finish(cluster, 2, [0, 2])
+    _check(out, 3, dead=[1], updater="adagrad")
+    assert _readers(out, [0, 2]) > 0, "no survivor read any key of another range"

@@ -1,5 +1,6 @@
 """Randomized failover: seeded clusters with backups lose nodes at random moments of a push storm
-(which node, how many, when, which updater, who runs the coordinator, replicated keys or not), and
+(which node, how many, when, which updater, who runs the coordinator, replicated keys or not,
+localizes meanwhile or not), and
 the survivors must end with exactly the acknowledged pushes (tests/fault/test_backups.py checks).
 
     make stress                                            # STRESS_FAULT_SEEDS seeds (default 12)
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fault"))
-from test_backups import ROWS, _check, _running, _storm, _survivors_finish  # noqa: E402
+from test_backups import ROWS, _check, _readers, _running, _storm, _survivors_finish  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -35,14 +36,15 @@ def _scenario(seed: int) -> dict:
     kills = rng.randint(1, backups)  # at once: the copies of B backups cover B deaths
     return {"nodes": nodes, "backups": backups, "updater": rng.choice(["add", "adagrad"]),
             "coordinator": rng.choice([True, "node0"]), "hot": rng.choice([0, 20]),
-            "victims": rng.sample(range(nodes), kills), "delay": rng.uniform(0.0, 0.8)}
+            "victims": rng.sample(range(nodes), kills), "delay": rng.uniform(0.0, 0.8),
+            "localize": rng.choice([0, 1])}
 
 
 def _failover(cluster_factory, tmp_path, seed: int) -> None:
     sc = _scenario(seed)
     print(f"\nfailover seed {seed}: {sc}", flush=True)
     cluster, out = _storm(cluster_factory, tmp_path, sc["nodes"], sc["updater"], changes=len(sc["victims"]),
-                          backups=sc["backups"], coordinator=sc["coordinator"], hot=sc["hot"])
+                          backups=sc["backups"], coordinator=sc["coordinator"], hot=sc["hot"], localize=sc["localize"])
     _running(cluster, sc["victims"][0])
     time.sleep(sc["delay"])
     for victim in sc["victims"]:
@@ -51,6 +53,8 @@ def _failover(cluster_factory, tmp_path, seed: int) -> None:
     _survivors_finish(cluster, 1 + len(sc["victims"]), survivors)
     hot = np.arange(0, ROWS, ROWS // sc["hot"]) if sc["hot"] else None
     _check(out, sc["nodes"], dead=sc["victims"], updater=sc["updater"], hot=hot)
+    if sc["localize"]:
+        _readers(out, survivors)
 
 
 @pytest.mark.timeout(150)

@@ -11,6 +11,9 @@ node dies, `retry` (pskv-server, at the membership change) sends every unanswere
 the same request id and part, to the range's new head: a write that reached the chain before is
 not applied twice (server.chain.Applied), and a key answered twice counts once (`Credit`).
 
+`subscribe` is `localize` with backups: the node becomes a reader of the keys, holding a copy that
+their chain keeps current (server.readers).
+
 Threads and ownership: made by the calling thread; `on_part` runs where its replies arrive
 (pskv-server, or the caller's own reply box for a blocking pull), `retry` in pskv-server. Both
 touch `answered`; an update lost between them only sends a key once more.
@@ -25,6 +28,7 @@ from ..errors import ProtocolError
 from ..net.requests import Credit, Future
 from ..net.wire import Kind
 from ..placement import route
+from ..store.shard import INCOMING
 
 
 class BackedRequest:
@@ -114,3 +118,23 @@ def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool
     if req.reply_to:
         fut.pumped_by(ctx.endpoint.pump)
     return fut
+
+
+def subscribe(table, rid: int, keys: np.ndarray) -> None:
+    """localize with backups: ask the heads of `keys` (marked incoming here, awaited by request
+    `rid`) to make this node their reader (server.readers). After a membership change the keys
+    still incoming are asked for again, of the new heads."""
+    ctx, st = table._ctx, table._state
+
+    def send(keys: np.ndarray) -> None:
+        heads = ctx.chains().heads[st.ranges.manager_of(keys)]
+        for head in np.unique(heads):
+            ctx.endpoint.request(int(head), Kind.SUBSCRIBE, table.spec.table_id, rid, keys=keys[heads == head])
+
+    def retry() -> None:
+        left = keys[st.shard.slot[keys] == INCOMING]
+        if len(left):
+            send(left)
+
+    ctx.tracker.set_retry(rid, retry)
+    send(keys)

@@ -144,9 +144,6 @@ class Table:
         self._ctx.check()
         if self._state.aggregator is not None:
             raise TableError(f"localize on table {self.name!r}: an aggregated table keeps its static placement")
-        if self._ctx.chains() is not None:
-            raise TableError(f"localize on table {self.name!r}: a cluster with backups keeps key ranges on their "
-                             "chains and does not relocate yet; start it with backups=0 to use localize")
         keys = np.unique(check_keys(self.spec, keys, "localize"))  # (m,) sorted, distinct
         shard = self._state.shard
         declined = self._state.declined_until
@@ -165,6 +162,10 @@ class Table:
         if here:
             tracker.on_reply(rid, here)
         self._state.localizes += len(fresh)
+        if self._ctx.chains() is not None:  # backups: this node becomes a reader of the keys (server.readers)
+            backed.subscribe(self, rid, fresh)
+            self._track(fut)
+            return fut
         managers = self._state.ranges.manager_of(fresh)
         lease_ms = int(round(self._state.options.placement.lease * 1000))  # asked of the managers (server.relocate)
         for m in np.unique(managers):

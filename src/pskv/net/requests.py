@@ -239,6 +239,13 @@ class RequestTracker:
             self._pending[rid] = _Pending(fut, total, on_part, result, retry)
         return rid, fut
 
+    def set_retry(self, rid: int, retry: Callable[[], None]) -> None:
+        """Give pending request `rid` a `retry` (for `retry_all`); a completed one needs none."""
+        with self._lock:
+            p = self._pending.get(rid)
+            if p is not None:
+                p.retry = retry
+
     def issued(self) -> int:
         """The id the next request will get: every request registered so far has a lower one."""
         with self._lock:

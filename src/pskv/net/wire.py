@@ -70,6 +70,7 @@ class Kind(enum.IntEnum):
     AGG_PUSH = 11  # node -> owner: a node's summed pushes of round `part` (NodeAggregate tables)
     CHAIN = 13  # a write passed down its key range's chain of backups (server.chain)
     SNAPSHOT = 14  # a key range's rows, updater state and applied writes, for a new backup
+    SUBSCRIBE = 15  # localize with backups: make `origin` a reader (a kept-current copy) of these keys
     # control traffic between nodes and the coordinator; payload is one JSON frame
     HELLO = 20
     WELCOME = 21
@@ -100,10 +101,12 @@ POSITIONS = 1  # flag: a positions frame follows the keys (requests) or the head
 STATE = 2  # flag: a TRANSFER carries updater state after the values
 ROUNDS = 4  # flag: an AGG_PUSH carries an int64 round per key after the values (else all are `part`)
 SET = 8  # flag: a CHAIN message carries a set (else a push)
+READER = 16  # flag: a CHAIN or SNAPSHOT for a reader's copy (server.readers); a SUBSCRIBE passed down a chain
+READERS = 32  # flag: a SNAPSHOT carries each key's reader, (n,) int64, after the applied writes
 AGGREGATION = frozenset({Kind.AGG_PUSH})  # handled by Server, served by server.aggregate.Owner
 FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRIER_RELEASE, Kind.SHUTDOWN_OK,
                               Kind.NODE_FAILED, Kind.ABORT, Kind.GLOBAL_CLOCK, Kind.STALLED, Kind.MEMBERSHIP})
-BACKUPS = frozenset({Kind.CHAIN, Kind.SNAPSHOT})
+BACKUPS = frozenset({Kind.CHAIN, Kind.SNAPSHOT, Kind.SUBSCRIBE})
 _WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS
 _WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH,
                           Kind.CHAIN, Kind.SNAPSHOT})
@@ -179,6 +182,7 @@ class Payload(NamedTuple):
     state: np.ndarray | None  # (n, width) updater state of a TRANSFER
     rounds: np.ndarray | None = None  # (n,) int64 round of each key of an AGG_PUSH with flag ROUNDS
     applied: np.ndarray | None = None  # (m, 3) int64 (origin, request id, part) of a SNAPSHOT
+    readers: np.ndarray | None = None  # (n,) int64 reader of each key of a SNAPSHOT with flag READERS
 
 
 def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
@@ -192,7 +196,8 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     has_state = bool(header.flags & STATE) and kind in (Kind.TRANSFER, Kind.SNAPSHOT)
     has_rounds = bool(header.flags & ROUNDS) and kind == Kind.AGG_PUSH
     has_applied = kind == Kind.SNAPSHOT
-    expected = 1 + has_keys + has_pos + has_values + has_state + has_rounds + has_applied
+    has_readers = has_applied and bool(header.flags & READERS)
+    expected = 1 + has_keys + has_pos + has_values + has_state + has_rounds + has_applied + has_readers
     if len(frames) != expected:
         raise ProtocolError(f"{header!r} has {len(frames)} frames, expected {expected}")
     keys = positions = values = state = None
@@ -218,13 +223,16 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     if has_applied:
         buf = frames[i].buffer if hasattr(frames[i], "buffer") else memoryview(frames[i])
         rows = buf.nbytes // 24
-        return Payload(keys, positions, values, state, None, _view(frames[i], np.dtype(np.int64), (rows, 3), header))
+        applied = _view(frames[i], np.dtype(np.int64), (rows, 3), header)
+        readers = _view(frames[i + 1], np.dtype(np.int64), (header.n_keys,), header) if has_readers else None
+        return Payload(keys, positions, values, state, None, applied, readers)
     if has_rounds:
         return Payload(keys, positions, values, state, _view(frames[i], np.dtype(np.int64), (header.n_keys,), header))
     return Payload(keys, positions, values, state)
 
 
-def encode(header: Header, keys=None, positions=None, values=None, state=None, rounds=None, applied=None) -> list:
+def encode(header: Header, keys=None, positions=None, values=None, state=None, rounds=None, applied=None,
+           readers=None) -> list:
     """The frames of a data message (the inverse of `unpack`): the header, packed last, gets its
     key count, dtypes and flags from the arrays it carries. Arrays travel as they are (contiguous)."""
     frames: list = [None]
@@ -246,6 +254,9 @@ def encode(header: Header, keys=None, positions=None, values=None, state=None, r
         frames.append(np.ascontiguousarray(rounds, np.int64))
     if applied is not None:
         frames.append(np.ascontiguousarray(applied, np.int64).reshape(-1, 3))
+    if readers is not None:
+        header.flags |= READERS
+        frames.append(np.ascontiguousarray(readers, np.int64))
     frames[0] = header.pack()
     return frames
 

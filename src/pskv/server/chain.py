@@ -36,13 +36,21 @@ import numpy as np
 from .. import kernels
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
-from ..net.wire import SET, Header, Kind, Payload
+from ..net.wire import READER, SET, Header, Kind, Payload
 from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard
 from ..store.spec import TableSpec
+from .readers import Readers
 
 log = logging.getLogger(__name__)
+_DECLINE_MS = 1000  # a declined localize of keys another node reads is not asked again for this long
+
+
+def _write(shard: Shard, is_set: bool, keys: np.ndarray, values: np.ndarray) -> None:
+    """Apply a write to rows this node holds."""
+    if len(keys):
+        shard.set(keys, values) if is_set else shard.push(keys, values)
 
 
 class Applied:
@@ -98,6 +106,8 @@ class Chain:
         self._backup: dict[tuple[int, int], Shard] = {}  # (table, range) -> its copy here (not headed here)
         self._applied: dict[tuple[int, int], Applied] = {}  # (table, range) -> writes applied, here
         self._filling: set[tuple[int, int]] = set()  # (table, range) whose snapshot has not come yet
+        self.readers = Readers()  # localize with backups: who holds a kept-current copy of each key (server.readers)
+        self._read_applied: dict[tuple[int, int], Applied] = {}  # (table, range) -> writes applied to our reader copies
         self.snapshots_sent = 0
         self.duplicates = 0  # writes that came again and were not applied again
 
@@ -107,6 +117,7 @@ class Chain:
         with self._lock:
             self._specs[spec.table_id] = spec
             self._key_ranges[spec.table_id] = ranges
+            self.readers.add_table(spec.table_id, spec.rows)
             chains = self._chains()
             for r in range(chains.num_nodes):
                 self._applied[(spec.table_id, r)] = Applied()
@@ -136,8 +147,8 @@ class Chain:
             if head != self.rank:
                 self._forward(head, header, k, pos, v)
                 continue
-            self._apply(header, header.kind == Kind.SET, r, k, v, shard)
-            self._pass(header, chains, r, k, pos, v, header.kind == Kind.SET)
+            fresh = self._apply(header, header.kind == Kind.SET, r, k, v, shard)
+            self._pass(header, chains, r, k, pos, v, header.kind == Kind.SET, fresh, shard)
 
     def _ranges(self, table: int) -> KeyRanges:
         ranges = self._key_ranges.get(table)
@@ -149,39 +160,78 @@ class Chain:
         """(n,) int64 the node that heads each key's range now."""
         return self._chains().heads[self._ranges(table).manager_of(keys)]
 
-    def on_chain(self, header: Header, p: Payload, _shard: Shard) -> None:
-        """CHAIN: a write our predecessor in a range's chain applied; apply it to our copy, pass it on."""
+    def on_chain(self, header: Header, p: Payload, main: Shard) -> None:
+        """CHAIN: a write our predecessor in a range's chain applied; apply it to our copy, pass it on
+        (flag READER: to our reader's copy of some of its keys, then answer the writer)."""
         keys = np.asarray(p.keys, np.int64)
         ranges = self._ranges(header.table)
         r = int(ranges.manager_of(keys[:1])[0])
         lo, hi = kernels.key_range(keys)
         if hi >= ranges.bounds[r + 1]:
             raise ProtocolError(f"{header!r}: keys {lo}..{hi} span more than key range {r}")
+        is_set = bool(header.flags & SET)
+        if header.flags & READER:
+            held = main.slot[keys] >= 0  # a copy not here (yet, or any more) has the write from the chain
+            applied = self._read_applied.setdefault((header.table, r), Applied())
+            write = (header.origin, header.request_id, header.part)
+            if write not in applied:  # (a write that comes again is answered again, not applied)
+                _write(main, is_set, keys[held], None if p.values is None else p.values[held])
+                applied.add(write)
+            self._answer(header, len(keys), p.positions)
+            return
         copy = self._backup.get((header.table, r))
         if copy is None:
             raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r} (epoch {self._epoch()})")
-        self._apply(header, bool(header.flags & SET), r, keys, p.values, copy)
-        self._pass(header, self._chains(), r, keys, p.positions, p.values, bool(header.flags & SET))
+        fresh = self._apply(header, is_set, r, keys, p.values, copy)
+        self._pass(header, self._chains(), r, keys, p.positions, p.values, is_set, fresh, main)
 
-    def _apply(self, header: Header, is_set: bool, r: int, keys, values, shard: Shard) -> None:
-        applied = self._applied[(header.table, r)]
+    def _apply(self, header: Header, is_set: bool, r: int, keys, values, shard: Shard) -> bool:
+        """Apply a write unless it was applied here before; True if it was applied now."""
+        applied = self._applied.setdefault((header.table, r), Applied())
         write = (header.origin, header.request_id, header.part)
         if write in applied:
             self.duplicates += 1
-            return
+            return False
         miss = shard.set(keys, values) if is_set else shard.push(keys, values)
         if len(miss):
             raise ProtocolError(f"node {self.rank} should hold keys {keys[miss][:5].tolist()} of key range {r} "
                                 f"of {shard.spec.name!r} but does not (epoch {self._epoch()})")
         applied.add(write)
+        return True
 
-    def _pass(self, header: Header, chains: Chains, r: int, keys, positions, values, is_set: bool) -> None:
+    def _answer(self, header: Header, n: int, positions) -> None:
+        """The write is on every copy of these keys: the writer may go on."""
+        if header.origin == self.rank:
+            self._endpoint.reply_here(header, Kind.ACK, n_keys=n, positions=positions)
+        else:
+            self._endpoint.reply(header, Kind.ACK, n_keys=n, positions=positions)
+
+    def _pass(self, header: Header, chains: Chains, r: int, keys, positions, values, is_set: bool, fresh: bool,
+              main: Shard) -> None:
         nxt = chains.successor(r, self.rank)
-        if nxt < 0:  # the tail: the write is everywhere, the writer may go on
-            if header.origin == self.rank:
-                self._endpoint.reply_here(header, Kind.ACK, n_keys=len(keys), positions=positions)
-            else:
-                self._endpoint.reply(header, Kind.ACK, n_keys=len(keys), positions=positions)
+        if nxt < 0:  # the tail: the write is on every member; then on readers' copies (server.readers)
+            readers = self.readers.of(header.table, keys)
+            if (readers < 0).all():
+                self._answer(header, len(keys), positions)
+                return
+            pos = np.arange(len(keys)) if positions is None else np.asarray(positions, np.int64)
+            for reader in np.unique(readers):
+                sel = np.flatnonzero(readers == reader)
+                if reader < 0:
+                    self._answer(header, len(sel), pos[sel])
+                elif reader == self.rank:  # our own reader copy, beside our copy as a member
+                    applied = self._read_applied.setdefault((header.table, r), Applied())
+                    write = (header.origin, header.request_id, header.part)
+                    if write not in applied:  # (a write our reader copy got before from an earlier tail)
+                        held = sel[main.slot[keys[sel]] >= 0]
+                        _write(main, is_set, keys[held], None if values is None else values[held])
+                        applied.add(write)
+                    self._answer(header, len(sel), pos[sel])
+                else:
+                    h = Header(Kind.CHAIN, table=header.table, request_id=header.request_id, part=header.part,
+                               dim=header.dim, flags=READER | (SET if is_set else 0), origin=header.origin)
+                    self._endpoint.send(int(reader), h, keys=keys[sel], positions=pos[sel],
+                                        values=None if values is None else values[sel])
             return
         h = Header(Kind.CHAIN, table=header.table, request_id=header.request_id, part=header.part, dim=header.dim,
                    flags=SET if is_set else 0, origin=header.origin)
@@ -193,6 +243,7 @@ class Chain:
         expect one for every changed chain we back up."""
         chains = self._chains()
         with self._lock:
+            self.readers.drop(chains.alive, self.heads)  # before the snapshots below carry the map
             for table, spec in self._specs.items():
                 for r in range(chains.num_nodes):
                     old, new = previous.chain(r), chains.chain(r)
@@ -208,6 +259,11 @@ class Chain:
                             self._filling.discard((table, r))  # whole: the coordinator makes only those heads
                         if len(new) > 1:
                             self._snapshot(table, r, main(table), new[1])
+                        else:  # head and tail at once
+                            lo, hi = self._ranges(table).manager_range(r)
+                            keys = np.arange(lo, hi, dtype=np.int64)
+                            self._refresh_readers(table, r, keys, *main(table).read(keys),
+                                                  self._applied[(table, r)].array())
                         continue
                     if (table, r) not in self._backup:
                         self._backup[(table, r)] = _fresh(spec, self._ranges(table), r, self.rank)
@@ -217,7 +273,13 @@ class Chain:
     def _promote(self, table: int, r: int, copy: Shard, main: Shard) -> None:
         keys = np.arange(copy.start, copy.stop, dtype=np.int64)
         rows, state = copy.read(keys)
-        main.insert(keys, rows, state)
+        held = main.slot[keys] >= 0  # keys we read: our copy as a member is the one to keep
+        if held.any():
+            main.overwrite(keys[held], rows[held], None if state is None else state[held])
+        main.unmark_incoming(keys[~held])
+        main.insert(keys[~held], rows[~held], None if state is None else state[~held])
+        for rid, count in main.arrived().items():  # localizes of ours that waited for them: they are here
+            self._endpoint.tracker.on_reply(rid, count, self.rank)
         log.info("node %d now serves key range %d of table %r (%d rows)", self.rank, r, main.spec.name, len(keys))
 
     def _snapshot(self, table: int, r: int, main: Shard, dest: int) -> None:
@@ -228,23 +290,109 @@ class Chain:
 
     def _send_snapshot(self, table, r, dest, keys, rows, state, applied) -> None:
         h = Header(Kind.SNAPSHOT, table=table, part=r, origin=self.rank)
-        self._endpoint.send(dest, h, keys=keys, values=rows, state=state, applied=applied)
+        self._endpoint.send(dest, h, keys=keys, values=rows, state=state, applied=applied,
+                            readers=self.readers.of(table, keys))
         self.snapshots_sent += 1
 
-    def on_snapshot(self, header: Header, p: Payload, _shard: Shard) -> None:
-        """SNAPSHOT: our predecessor's whole copy of a range; install it and pass it down the chain."""
+    def on_snapshot(self, header: Header, p: Payload, main: Shard) -> None:
+        """SNAPSHOT: our predecessor's whole copy of a range; install it and pass it down the chain
+        (flag READER: our copy of keys we read, from the tail)."""
         table, r = header.table, header.part
+        keys = np.asarray(p.keys, np.int64)
+        if header.flags & READER:
+            self._install_reader(header, keys, p.values, p.state, p.applied, main)
+            return
         copy = self._backup.get((table, r))
         if copy is None:
             raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r}")
-        keys = np.asarray(p.keys, np.int64)
         copy.overwrite(keys, p.values, p.state)
         self._applied[(table, r)] = Applied.of(p.applied)
+        if p.readers is not None:
+            self.readers.set(table, keys, p.readers)
+            mine = (np.asarray(p.readers) == self.rank) & (main.slot[keys] >= 0)
+            if mine.any():  # keys we also read: our reader copy may have missed writes of a tail that died
+                self._install_reader(header, keys[mine], p.values[mine], None if p.state is None else p.state[mine],
+                                     p.applied, main)
         nxt = self._chains().successor(r, self.rank)
         if nxt >= 0:
             self._send_snapshot(table, r, nxt, keys, p.values, p.state, p.applied)
+        else:  # the new tail: readers may have missed writes a dead member was passing to them
+            self._refresh_readers(table, r, keys, p.values, p.state, p.applied)
         self._filling.discard((table, r))
         self._maybe_synced()
+
+    # ---- readers: localize with backups (server.readers) ------------------------------------------
+    def subscribe(self, header: Header, p: Payload, main: Shard) -> None:
+        """SUBSCRIBE: at the head, grant the keys no other node reads and pass it down the chain;
+        at a member (flag READER), record the reader and pass it on; at the tail, send the reader
+        its copy. Keys of ranges headed elsewhere go to their head."""
+        keys = np.asarray(p.keys, np.int64)
+        chains, table = self._chains(), header.table
+        owners = self._ranges(table).manager_of(keys)
+        for r in np.unique(owners).tolist():
+            k = keys[owners == r]
+            if header.flags & READER:  # a hop down the chain
+                self.readers.set(table, k, header.origin)
+                self._pass_subscribe(header, chains, r, k, main)
+                continue
+            head = int(chains.heads[r])
+            if head != self.rank:
+                self._endpoint.forward(head, header, 0, keys=k)
+                continue
+            ok = self.readers.grant(table, k, header.origin)
+            if not ok.all():  # read by another node: it stays there, the requester reads it remotely
+                for holder in np.unique(self.readers.of(table, k[~ok])).tolist():
+                    decline = self._endpoint.reply_header(header, Kind.DECLINE, 0)
+                    decline.part, decline.dim = holder, _DECLINE_MS
+                    self._endpoint.send(header.origin, decline,
+                                        keys=k[~ok][self.readers.of(table, k[~ok]) == holder])
+            if ok.any():
+                self._pass_subscribe(header, chains, r, k[ok], main)
+
+    def _pass_subscribe(self, header: Header, chains: Chains, r: int, keys: np.ndarray, main: Shard) -> None:
+        nxt = chains.successor(r, self.rank)
+        if nxt >= 0:
+            h = Header(Kind.SUBSCRIBE, table=header.table, request_id=header.request_id, flags=READER,
+                       origin=header.origin)
+            self._endpoint.send(nxt, h, keys=keys)
+            return
+        copy = main if chains.heads[r] == self.rank else self._backup.get((header.table, r))
+        if copy is None:
+            raise ProtocolError(f"{header!r}: node {self.rank} is the tail of key range {r} without a copy of it")
+        rows, state = copy.read(keys)  # the tail's copy has every write that reached the chain before
+        applied = self._applied.setdefault((header.table, r), Applied()).array()
+        h = Header(Kind.SNAPSHOT, table=header.table, part=r, request_id=header.request_id, flags=READER,
+                   origin=header.origin)
+        if header.origin == self.rank:
+            self._install_reader(h, keys, rows, state, applied, main)
+        else:
+            self._endpoint.send(header.origin, h, keys=keys, values=rows, state=state, applied=applied)
+
+    def _refresh_readers(self, table: int, r: int, keys, rows, state, applied) -> None:
+        """The tail after a membership change changed range r's chain: send every other reader of its
+        keys a fresh copy (before any later write it passes them: one link, in order)."""
+        readers = self.readers.of(table, keys)
+        for reader in np.unique(readers[(readers >= 0) & (readers != self.rank)]).tolist():
+            sel = readers == reader
+            h = Header(Kind.SNAPSHOT, table=table, part=r, flags=READER, origin=reader)
+            self._endpoint.send(reader, h, keys=keys[sel], values=rows[sel], state=None if state is None else state[sel],
+                                applied=applied)
+
+    def _install_reader(self, header: Header, keys, rows, state, applied, main: Shard) -> None:
+        """Our copy of keys we read (a SNAPSHOT with flag READER from the tail): install it, wake the
+        localize that waits for them."""
+        r = header.part
+        held = main.slot[keys] >= 0
+        if held.any():  # sent again after a membership change: the tail's copy is at least as new
+            main.overwrite(keys[held], rows[held], None if state is None else state[held])
+        if (~held).any():
+            main.unmark_incoming(keys[~held])  # incoming or absent: ours now either way
+            main.insert(keys[~held], rows[~held], None if state is None else state[~held])
+        mine = self._read_applied.setdefault((header.table, r), Applied())
+        for write in np.asarray(applied).tolist():
+            mine.add(tuple(write))
+        for rid, count in main.arrived().items():
+            self._endpoint.tracker.on_reply(rid, count, header.sender)
 
     def _maybe_synced(self) -> None:
         if not self._filling:
@@ -264,7 +412,8 @@ class Chain:
             applied.prune(low)
 
     def describe(self) -> list[str]:
-        return [f"backups: copies of {sorted(self._backup)}, waiting for snapshots of {sorted(self._filling)}, "
+        return [f"backups: copies of {sorted(self._backup)}, {self.readers.count()} key(s) read elsewhere, "
+                f"waiting for snapshots of {sorted(self._filling)}, "
                 f"{self.snapshots_sent} snapshot(s) sent, {self.duplicates} duplicate write(s) not applied again"]
 
 

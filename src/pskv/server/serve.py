@@ -52,7 +52,7 @@ class Server:
         self.aggregators: dict[int, Callable[[Header, Payload], None]] = {}  # table id -> AGG_PUSH handler
         self.chain: Chain | None = None  # with backups: chain replication and failover (set by the node)
         self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve,
-                          Kind.CHAIN: self._chain, Kind.SNAPSHOT: self._chain,
+                          Kind.CHAIN: self._chain, Kind.SNAPSHOT: self._chain, Kind.SUBSCRIBE: self._chain,
                           Kind.LOCALIZE: self.relocation.localize, Kind.HANDOVER: self.relocation.handover,
                           Kind.TRANSFER: self.relocation.transfer, Kind.DECLINE: self.relocation.on_decline,
                           Kind.REPLICA_SYNC: self._replica_sync,
@@ -176,13 +176,15 @@ class Server:
 
     # ---- backups, replication and aggregation ------------------------------------------------------
     def _chain(self, header: Header, p: Payload, shard: Shard) -> None:
-        """CHAIN and SNAPSHOT: a range's backups (server.chain)."""
+        """CHAIN, SNAPSHOT and SUBSCRIBE: a range's backups and readers (server.chain, server.readers)."""
         if self.chain is None:
             raise ProtocolError(f"{header!r}: node {self.rank} runs without backups")
         if header.kind == Kind.CHAIN:
             self.chain.on_chain(header, p, shard)
-        else:
+        elif header.kind == Kind.SNAPSHOT:
             self.chain.on_snapshot(header, p, shard)
+        else:
+            self.chain.subscribe(header, p, shard)
 
     def _replica_sync(self, header: Header, p: Payload, shard: Shard) -> None:
         """Another node's accumulated changes of replicated keys: add them here, acknowledge."""
