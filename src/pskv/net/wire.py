@@ -51,7 +51,7 @@ import numpy as np
 from ..errors import ProtocolError
 
 MAGIC = b"PSKV"
-VERSION = 3  # 2: Header.reply_to; 3: Header.epoch
+VERSION = 4  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups)
 COORDINATOR = -1  # the `sender`/destination rank of the coordinator
 
 

@@ -56,3 +56,33 @@ def test_low_watermark_and_retry_all():
         fut.wait(1)
     tracker.on_reply(second, 1)
     assert tracker.low_watermark() == third + 1
+
+
+def test_readers_grant_first_come_and_forget_the_dead_and_heads():
+    """server.readers: the head grants a key to one reader (again to the same one), declines others;
+    a membership change forgets readers that died and nodes that now head the key's range."""
+    from pskv.server.readers import Readers
+
+    readers = Readers()
+    readers.add_table(0, 10)
+    assert readers.grant(0, np.array([1, 2, 3]), 4).all()
+    assert readers.grant(0, np.array([2, 3, 5]), 6).tolist() == [False, False, True]
+    assert readers.grant(0, np.array([1]), 4).all()  # asking again: still granted
+    assert readers.of(0, np.arange(7)).tolist() == [-1, 4, 4, 4, -1, 6, -1]
+    readers.set(0, np.array([8]), 2)
+    heads = {0: np.zeros(10, np.int64) + 2}  # node 2 heads every key now
+    readers.drop([2, 4], lambda table, keys: heads[table][keys])  # node 6 died
+    assert readers.of(0, np.arange(10)).tolist() == [-1, 4, 4, 4, -1, -1, -1, -1, -1, -1]
+    assert readers.count() == 3
+
+
+def test_snapshot_carries_readers_on_the_wire():
+    from pskv.net.wire import READERS, Header, Kind, encode, unpack, unpack_header
+
+    h = Header(Kind.SNAPSHOT, table=1, part=2, origin=0)
+    frames = encode(h, keys=np.arange(3), values=np.ones((3, 2), np.float32), applied=np.zeros((1, 3), np.int64),
+                    readers=np.array([-1, 4, 5]))
+    header = unpack_header(bytes(frames[0]))
+    assert header.flags & READERS
+    p = unpack(header, frames)
+    assert p.readers.tolist() == [-1, 4, 5] and p.applied.shape == (1, 3) and p.values.shape == (3, 2)
