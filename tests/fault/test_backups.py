@@ -173,38 +173,26 @@ def test_kill_with_replicated_hot_keys(cluster_factory, tmp_path):
     assert (replicas[0] == replicas[1]).all() and (replicas[0] == np.load(out / "final.npy")[hot]).all()
 
 
-def test_stopped_node_is_fenced(cluster_factory, tmp_path):
-    """SIGSTOP of node 1 past failure_timeout: the others go on without it (heartbeat silence); after
-    SIGCONT it learns it is out (Fenced) and changes nothing: the survivors' sums stay exact."""
-    cluster, out = _storm(cluster_factory, tmp_path, 3)
-    _running(cluster, 1)
-    cluster.kill(1, signal.SIGSTOP)
+@pytest.mark.parametrize("victim,coordinator", [(1, True), (0, "node0")], ids=["node", "coordinator-node"])
+def test_stopped_node_is_fenced(cluster_factory, tmp_path, victim, coordinator):
+    """SIGSTOP past failure_timeout of node 1, or of node 0 while it runs the coordinator (then node 1
+    takes the coordinator over): the others go on without it (heartbeat silence); after SIGCONT it
+    learns it is out (Fenced; a taken-over coordinator's term outranks its own) and changes nothing:
+    the survivors finish and their sums stay exact."""
+    cluster, out = _storm(cluster_factory, tmp_path, 3, coordinator=coordinator)
+    others = [r for r in range(3) if r != victim]
+    _running(cluster, victim)
+    cluster.kill(victim, signal.SIGSTOP)
     try:
-        wait_until(lambda: all("membership epoch 2" in cluster.output(r) for r in (0, 2)), 60,
-                   lambda: f"epoch 2 on nodes 0 and 2\n{cluster.logs_tail()}")
+        wait_until(lambda: all("membership epoch 2" in cluster.output(r) for r in others), 60,
+                   lambda: f"epoch 2 on nodes {others}\n{cluster.logs_tail()}")
     finally:
-        cluster.kill(1, signal.SIGCONT)
+        cluster.kill(victim, signal.SIGCONT)
     cluster.wait(timeout=90)
-    assert "Fenced" in cluster.output(1), cluster.logs_tail()
-    _check(out, 3, dead=[1])
-
-
-def test_stopped_coordinator_node_is_fenced(cluster_factory, tmp_path):
-    """SIGSTOP of node 0, which runs the coordinator: node 1 takes the coordinator over; after
-    SIGCONT node 0 learns it is out (the new coordinator's term outranks its own) and changes nothing."""
-    cluster, out = _storm(cluster_factory, tmp_path, 3, coordinator="node0")
-    _running(cluster, 0)
-    cluster.kill(0, signal.SIGSTOP)
-    try:
-        wait_until(lambda: all("membership epoch 2" in cluster.output(r) for r in (1, 2)), 60,
-                   lambda: f"epoch 2 on nodes 1 and 2\n{cluster.logs_tail()}")
-    finally:
-        cluster.kill(0, signal.SIGCONT)
-    cluster.wait(timeout=90)
-    assert "Fenced" in cluster.output(0), cluster.logs_tail()
-    for rank in (1, 2):
+    assert "Fenced" in cluster.output(victim), cluster.logs_tail()
+    for rank in others:
         assert "storm finished" in cluster.output(rank), cluster.logs_tail()
-    _check(out, 3, dead=[0])
+    _check(out, 3, dead=[victim])
 
 
 def test_kill_during_a_checkpoint(cluster_factory, tmp_path):
