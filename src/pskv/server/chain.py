@@ -21,6 +21,11 @@ applied ids) down the new chain, each member installing it and passing it on, so
 filled (re-replication) and every copy equals the head's. A member that still waits for a snapshot
 is not yet a safe copy; when none is missing the node tells the coordinator (SYNCED).
 
+Readers (localize with backups; server.readers has the protocol): the tail passes a write's keys
+that some node reads on to that node, which applies them to its copy and answers the writer.
+`_read_applied` is a reader copy's at-most-once record, apart from `_applied` (a node may be a
+member of a range and read some of its keys too).
+
 Threads and ownership: everything runs in pskv-server but `add_table` (the main thread, at a
 table's declaration); `_lock` orders the two.
 """
