@@ -50,7 +50,7 @@ from .consistency.buffer import PushBuffer
 from .consistency.cache import RowCache
 from .consistency.clocks import Clocks
 from .options import as_consistency
-from .errors import ClosedError, ConfigError, NodeFailure, PskvError, RequestStalled
+from .errors import ClosedError, ClusterError, ConfigError, NodeFailure, PskvError, RequestStalled
 from .membership import client as coordinator_client
 from .membership.barrier import LocalBarrier
 from .membership.client import CoordinatorClient
@@ -176,8 +176,9 @@ class Node:
             self.server.chain.on_membership(previous, self.store.get)
         self._dispatcher.release_held()
         resent = self.tracker.retry_all()
-        log.warning("node %d: node %d failed (%s); membership epoch %d, members %s; %d request(s) sent again",
-                    self.rank, dead, payload.get("reason"), epoch, self.members, resent)
+        what = "left" if payload.get("left") else f"failed ({payload.get('reason')})"
+        log.warning("node %d: node %d %s; membership epoch %d, members %s; %d request(s) sent again",
+                    self.rank, dead, what, epoch, self.members, resent)
         for fn in self._on_membership:
             try:
                 fn(self.members)
@@ -252,6 +253,25 @@ class Node:
         another thread of the node is in barrier(). Raises CheckpointError."""
         self.health.check()
         return self._checkpointer.take(directory, keep, extra, timeout or self.config.collective_timeout)
+
+    def leave(self, timeout: float | None = None) -> None:
+        """Leave a running cluster for good, then close this node (backups >= 1; call it when this
+        node's workers are done). Every request this node sent completes first; then the others go
+        on without it in a new membership epoch, as when a node dies, but with nothing lost: its
+        ranges are served by their backups, which copy them on (`node.on_membership_change` fires
+        on the others). Raises ConfigError without backups, ClusterError when the coordinator
+        refuses (this node runs it, or a range would lose its last whole copy: try again)."""
+        self.health.check()
+        if not self.config.backups:
+            raise ConfigError(f"node {self.rank}: leave() needs backups >= 1 (pskv.init(backups=1)); without, its "
+                              "rows have no other copy")
+        wait = timeout or self.config.collective_timeout
+        self.catalog.flush_buffers()
+        if not self.tracker.drain(self.health.check, wait):
+            raise ClusterError(f"node {self.rank}: its requests were not answered within {wait:g} s; it did not leave")
+        self.client.leave(wait)
+        log.info("node %d left the cluster", self.rank)
+        self._teardown()
 
     @property
     def restored(self) -> dict:

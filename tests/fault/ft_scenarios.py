@@ -1,6 +1,6 @@
 """Node programs for tests/fault/test_backups.py: each runs as one node of a cluster with backups.
 
-    python ft_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES [HOT [LOCALIZE]]  # every node pushes; nodes die meanwhile
+    python ft_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES [HOT [LOCALIZE [LEAVER]]]  # nodes die (or leave) meanwhile
     python ft_scenarios.py checkpoint OUT_DIR ROWS                # node 2 dies while writing a checkpoint
 
 Every node pushes ones into its own column of a (ROWS, num_nodes) table, to 16 distinct random
@@ -15,6 +15,7 @@ every (ROWS // HOT)-th row is replicated on every node (pskv.Replicate); after a
 each survivor writes its replicas of them (OUT_DIR/replica-R.npy). With LOCALIZE = 1 every node
 localizes 20 random keys every 25 pushes (server.readers: it becomes their reader, or is declined),
 and each survivor writes the keys it reads and its copies of them (OUT_DIR/reader-R-{keys,rows}.npy).
+Node LEAVER (if >= 0) waits for its pushes after its 301st and calls node.leave().
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def hot_keys(rows: int, hot: int) -> np.ndarray:
     return np.arange(0, rows, rows // hot, dtype=np.int64) if hot else np.zeros(0, np.int64)
 
 
-def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0, localize: int = 0) -> None:
+def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0, localize: int = 0, leaver: int = -1) -> None:
     with pskv.init() as node:
         n = node.num_nodes
         extra = {"replicate": pskv.Replicate(keys=hot_keys(rows, hot))} if hot else {}
@@ -67,6 +68,15 @@ def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0, local
             pending.append((table.push(keys, values), keys))
             if i == 200:
                 print("storm running", flush=True)
+            if node.rank == leaver and i == 300:  # node.leave(): its pushes complete, then it is out
+                while pending:
+                    fut, k = pending.popleft()
+                    fut.wait()
+                    os.write(acked, k.astype(np.int64).tobytes())
+                worker.close()
+                node.leave()
+                print(f"node {node.rank} left after {i + 1} pushes", flush=True)
+                return
             while len(pending) > 8 or (pending and pending[0][0].done()):
                 fut, k = pending.popleft()
                 fut.wait()
@@ -132,6 +142,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "checkpoint":
         checkpoint(Path(sys.argv[2]), int(sys.argv[3]))
     elif sys.argv[1] == "storm":
-        storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), *map(int, sys.argv[6:8]))
+        storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), *map(int, sys.argv[6:9]))
     else:
         raise SystemExit(f"unknown scenario {sys.argv[1]!r}")

@@ -153,14 +153,9 @@ class Checkpointer:
 
     def _drain(self, timeout: float) -> None:
         """Wait until every request this node sent so far is answered (the cut)."""
-        mark = self._tracker.issued()
-        deadline = time.monotonic() + timeout
-        while self._tracker.low_watermark() < mark:
-            self._check()
-            if time.monotonic() > deadline:
-                raise CheckpointError(f"node {self.rank}: requests sent before the checkpoint were not answered "
-                                      f"within {timeout:g} s; the checkpoint was not taken")
-            time.sleep(0.001)
+        if not self._tracker.drain(self._check, timeout):
+            raise CheckpointError(f"node {self.rank}: requests sent before the checkpoint were not answered "
+                                  f"within {timeout:g} s; the checkpoint was not taken")
 
     def _write_shards(self, path: Path) -> dict:
         """This node's files of every table, and its part file (node-R.json) naming them."""

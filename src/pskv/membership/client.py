@@ -8,7 +8,8 @@ import time
 from typing import Callable
 
 from ..config import NodeConfig
-from ..errors import BarrierTimeout, CollectiveStalled, CoordinatorUnreachable, Fenced, NodeFailure, TableMismatch
+from ..errors import (BarrierTimeout, ClusterError, CollectiveStalled, CoordinatorUnreachable, Fenced, NodeFailure,
+                      TableMismatch)
 from ..net.wire import FROM_COORDINATOR, Header, Kind, control, control_payload
 from .view import View
 
@@ -45,6 +46,7 @@ class CoordinatorClient:
         self._answered: set[int] = set()  # seqs whose TABLE_OK came (a new coordinator may send it again)
         self._clock_report = (0, 0)  # the last (clock, seq) reported
         self._bye_sent = False
+        self._leave: str | None = None  # node.leave(): None, "asked", "left", or the coordinator's refusal
         self._barrier_gen = 0
         self._released: set[int] = set()
         self._arrivals: dict[str, list[int]] = {}  # barrier generation -> ranks arrived (from TICKs)
@@ -105,6 +107,18 @@ class CoordinatorClient:
         except (NodeFailure, CoordinatorUnreachable, TimeoutError):
             return False
         return True
+
+    def leave(self, timeout: float | None) -> None:
+        """Ask to leave the cluster for good (backups); returns once the others went on without this
+        node. Raises ClusterError if the coordinator refused (it says why) or `timeout` passed."""
+        with self._cond:
+            self._leave = "asked"
+        self._send(Kind.LEAVE)
+        self._wait(lambda: self._leave != "asked", timeout,
+                   lambda: ClusterError(f"node {self.rank}: the coordinator did not let it leave within {timeout} s"))
+        with self._cond:
+            if self._leave != "left":
+                raise ClusterError(f"node {self.rank} cannot leave: {self._leave}")
 
     def abort(self, reason: str) -> None:
         self._send(Kind.ABORT, {"reason": reason})
@@ -167,11 +181,17 @@ class CoordinatorClient:
                 self._arrivals = payload.get("barriers", {})
             elif kind == Kind.ABORT:
                 self._abort = str(payload.get("reason", "unknown reason"))
+            elif kind == Kind.LEFT and self._leave == "asked":
+                self._leave = str(payload.get("error", "refused"))
+            elif kind == Kind.MEMBERSHIP and payload.get("left") and int(payload["dead"]) == self.rank:
+                self._leave = "left"
             self._cond.notify_all()
         if kind == Kind.GLOBAL_CLOCK and self._on_clock is not None:
             self._on_clock(int(payload["clock"]))
         if kind == Kind.TICK and "low" in payload and self._on_low is not None:
             self._on_low({int(r): int(w) for r, w in payload["low"].items()})
+        if kind == Kind.MEMBERSHIP and self._leave == "left":
+            return  # we left: the others went on without us, as we asked
         if kind == Kind.MEMBERSHIP:
             alive = [int(r) for r in payload["alive"]]
             if self.rank not in alive:
@@ -193,7 +213,7 @@ class CoordinatorClient:
 
     def check(self, now: float) -> None:
         """Send a heartbeat when due; declare the coordinator dead after failure_timeout of silence."""
-        if not self.view.welcomed or self.failure is not None or self._shutdown_ok:
+        if not self.view.welcomed or self.failure is not None or self._shutdown_ok or self._leave == "left":
             return
         if now - self._last_check > self.config.failure_timeout / 2:
             # this process itself did not run (SIGSTOP, a swap storm): the silence is ours, not the

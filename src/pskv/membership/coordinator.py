@@ -11,6 +11,7 @@
     node  -- HEARTBEAT / ABORT --->   coordinator    silence > failure_timeout or ABORT: NODE_FAILED{rank}
                                                      with backups: MEMBERSHIP{epoch, alive, dead}
     node  -- SYNCED{epoch} ------->   coordinator    every range it backs up is filled again
+    node  -- LEAVE --------------->   coordinator    with backups: MEMBERSHIP{..., left} without it, or LEFT{error}
     coordinator -- TICK (every heartbeat_interval) -> nodes: a silent coordinator is a failure too
     coordinator -- STALLED{reason, missing} -> nodes: a table declaration or barrier that some
                    nodes did not join within collective_timeout, or left (BYE) without joining
@@ -57,7 +58,7 @@ class Coordinator:
         self._thread = threading.Thread(target=self._run, name="pskv-coord", daemon=True)
         # state below: pskv-coord only
         self._addresses: dict[int, str] = {}
-        self._state: dict[int, str] = {}  # rank -> "alive" | "bye" | "failed"
+        self._state: dict[int, str] = {}  # rank -> "alive" | "bye" | "failed" | "left"
         self._last_seen: dict[int, float] = {}
         self._decls: dict[int, dict[int, dict]] = {}  # seq -> rank -> table config
         self._decls_done: set[int] = set()  # seqs answered with TABLE_OK
@@ -153,6 +154,7 @@ class Coordinator:
     def _handlers(self) -> dict:
         return {Kind.TABLE_DECL: self._decl, Kind.BARRIER: self._barrier, Kind.BYE: self._bye,
                 Kind.CLOCK: self._clock, Kind.HEARTBEAT: self._heartbeat, Kind.SYNCED: self._synced_in,
+                Kind.LEAVE: self._leave,
                 Kind.ABORT: lambda r, p: self._fail(r, p.get("reason", "aborted"))}
 
     def _send(self, rank: int, kind: Kind, payload: dict | None = None) -> None:
@@ -295,7 +297,28 @@ class Coordinator:
         if rank in self._addresses:
             self._send(rank, Kind.NODE_FAILED, self._failure_payload(rank))  # if it only stalled, it learns why
 
-    def _survivable(self, rank: int, reason: str) -> bool:
+    def _leave(self, rank: int, p: dict) -> None:
+        """node.leave(): with backups, a new epoch without `rank` if every key range keeps a whole copy
+        on the others (as for a death, but no failure); else LEFT{error}, and it stays."""
+        error = None
+        if not self.config.backups or self._chains is None:
+            error = "leaving needs backups >= 1 (pskv.init(backups=1)): without, its rows have no other copy"
+        elif rank == self.host_rank:
+            error = f"node {rank} runs the coordinator; it cannot leave (start the cluster with pskv launch)"
+        elif self._stalled:
+            error = "the cluster is stopping"
+        else:
+            lost = [r for r, whole in enumerate(self._whole) if not whole - {rank}]
+            if lost:
+                error = (f"key range(s) {lost} would have no whole copy without node {rank} (copies are still "
+                         "being filled after an earlier change); try again in a moment")
+        if error is not None:
+            self._send(rank, Kind.LEFT, {"error": error})
+            return
+        self._state[rank] = "left"
+        self._survivable(rank, "it left the cluster", left=True)
+
+    def _survivable(self, rank: int, reason: str, left: bool = False) -> bool:
         """With backups: go on without `rank` in a new epoch (MEMBERSHIP) if every key range still
         has a whole copy on a live node; False: the cluster must stop (NODE_FAILED)."""
         if not self.config.backups or self._stalled or self._chains is None:
@@ -311,9 +334,9 @@ class Coordinator:
             return False
         self._epoch += 1
         self._chains = Chains(self.num_nodes, self.config.backups, live)
-        payload = {"epoch": self._epoch, "alive": sorted(live), "dead": rank, "reason": reason}
-        log.warning("coordinator: node %d failed (%s); membership epoch %d goes on with nodes %s", rank, reason,
-                    self._epoch, sorted(live))
+        payload = {"epoch": self._epoch, "alive": sorted(live), "dead": rank, "reason": reason, "left": left}
+        log.warning("coordinator: node %d %s; membership epoch %d goes on with nodes %s", rank,
+                    "left" if left else f"failed ({reason})", self._epoch, sorted(live))
         self._broadcast(Kind.MEMBERSHIP, payload, states=("alive", "bye"))
         self._send(rank, Kind.MEMBERSHIP, payload)  # if it only stalled, it learns it is out
         for seq in sorted(self._decls):

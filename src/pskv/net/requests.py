@@ -246,6 +246,18 @@ class RequestTracker:
             if p is not None:
                 p.retry = retry
 
+    def drain(self, check: Callable[[], None], timeout: float) -> bool:
+        """Wait until every request registered so far is complete; `check()` raises the node's failure
+        meanwhile. False if `timeout` passed first."""
+        mark = self.issued()
+        deadline = time.monotonic() + timeout
+        while self.low_watermark() < mark:
+            check()
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
     def issued(self) -> int:
         """The id the next request will get: every request registered so far has a lower one."""
         with self._lock:

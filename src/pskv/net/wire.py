@@ -91,6 +91,8 @@ class Kind(enum.IntEnum):
     SYNCED = 36  # node -> coordinator: every range this node backs up in `epoch` is filled again
     MOVED = 37  # node -> nodes: the coordinator's node went silent; this node runs it now (membership.takeover)
     REJOIN = 38  # node -> a coordinator that took over: what this node knows and waits for
+    LEAVE = 39  # node -> coordinator: take me out for good (node.leave, backups); a MEMBERSHIP without it says yes
+    LEFT = 40  # coordinator -> node: the LEAVE was refused, and why
 
 
 _KINDS = {int(k): k for k in Kind}
@@ -105,7 +107,8 @@ READER = 16  # flag: a CHAIN or SNAPSHOT for a reader's copy (server.readers); a
 READERS = 32  # flag: a SNAPSHOT carries each key's reader, (n,) int64, after the applied writes
 AGGREGATION = frozenset({Kind.AGG_PUSH})  # handled by Server, served by server.aggregate.Owner
 FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRIER_RELEASE, Kind.SHUTDOWN_OK,
-                              Kind.NODE_FAILED, Kind.ABORT, Kind.GLOBAL_CLOCK, Kind.STALLED, Kind.MEMBERSHIP})
+                              Kind.NODE_FAILED, Kind.ABORT, Kind.GLOBAL_CLOCK, Kind.STALLED, Kind.MEMBERSHIP,
+                              Kind.LEFT})
 BACKUPS = frozenset({Kind.CHAIN, Kind.SNAPSHOT, Kind.SUBSCRIBE})
 _WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS
 _WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH,

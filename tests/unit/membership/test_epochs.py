@@ -62,7 +62,7 @@ def test_coordinator_goes_on_without_a_dead_node_once_copies_are_whole(make_coor
     together(*[f.join for f in fakes])
     coord.report_failure(3, "process was killed by SIGKILL")
     wait_until(lambda: all(seen[r] for r in (0, 1, 2)), what="MEMBERSHIP epoch 2")
-    assert seen[0][0] == {"epoch": 2, "alive": [0, 1, 2], "dead": 3, "reason": "process was killed by SIGKILL"}
+    assert seen[0][0] == {"epoch": 2, "alive": [0, 1, 2], "dead": 3, "reason": "process was killed by SIGKILL", "left": False}
     assert not any(f.failures for f in fakes[:3])
     for f in fakes[:3]:
         f.client.synced(2)
