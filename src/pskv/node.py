@@ -267,6 +267,7 @@ class Node:
                               "rows have no other copy")
         wait = timeout or self.config.collective_timeout
         self.catalog.flush_buffers()
+        self._replica_sync.flush(wait)  # its changes of replicated keys reach the others first
         if not self.tracker.drain(self.health.check, wait):
             raise ClusterError(f"node {self.rank}: its requests were not answered within {wait:g} s; it did not leave")
         self.client.leave(wait)

@@ -1,6 +1,6 @@
 """Randomized failover: seeded clusters with backups lose nodes at random moments of a push storm
 (which node, how many, when, which updater, who runs the coordinator, replicated keys or not,
-localizes meanwhile or not), and
+localizes meanwhile or not; or a node leaves instead, node.leave()), and
 the survivors must end with exactly the acknowledged pushes (tests/fault/test_backups.py checks).
 
     make stress                                            # STRESS_FAULT_SEEDS seeds (default 12)
@@ -37,18 +37,24 @@ def _scenario(seed: int) -> dict:
     return {"nodes": nodes, "backups": backups, "updater": rng.choice(["add", "adagrad"]),
             "coordinator": rng.choice([True, "node0"]), "hot": rng.choice([0, 20]),
             "victims": rng.sample(range(nodes), kills), "delay": rng.uniform(0.0, 0.8),
-            "localize": rng.choice([0, 1])}
+            "localize": rng.choice([0, 1]), "leave": rng.random() < 0.25}  # leave: the first victim leaves instead
 
 
 def _failover(cluster_factory, tmp_path, seed: int) -> None:
     sc = _scenario(seed)
     print(f"\nfailover seed {seed}: {sc}", flush=True)
+    leaver = -1
+    if sc["leave"]:  # node.leave() of one node, not the one that runs the coordinator
+        leaver = sc["victims"][0] if sc["victims"][0] != 0 or sc["coordinator"] is True else 1
+        sc["victims"] = [leaver]
     cluster, out = _storm(cluster_factory, tmp_path, sc["nodes"], sc["updater"], changes=len(sc["victims"]),
-                          backups=sc["backups"], coordinator=sc["coordinator"], hot=sc["hot"], localize=sc["localize"])
-    _running(cluster, sc["victims"][0])
-    time.sleep(sc["delay"])
-    for victim in sc["victims"]:
-        cluster.kill(victim)
+                          backups=sc["backups"], coordinator=sc["coordinator"], hot=sc["hot"], localize=sc["localize"],
+                          leaver=leaver)
+    if leaver < 0:
+        _running(cluster, sc["victims"][0])
+        time.sleep(sc["delay"])
+        for victim in sc["victims"]:
+            cluster.kill(victim)
     survivors = sorted(set(range(sc["nodes"])) - set(sc["victims"]))
     _survivors_finish(cluster, 1 + len(sc["victims"]), survivors)
     hot = np.arange(0, ROWS, ROWS // sc["hot"]) if sc["hot"] else None
