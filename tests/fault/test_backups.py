@@ -95,23 +95,24 @@ def _check(out: Path, nodes: int, dead: list[int], updater: str = "add", hot: np
         assert (np.load(path)[cold] == final[bounds[r]:bounds[r + 1]][cold]).all(), f"{path.name} differs from its head"
 
 
-def test_kill_during_push_storm_three_nodes(cluster_factory, tmp_path):
-    """SIGKILL of node 2 while all three push: nodes 0 and 1 finish; exact sums; launch status 0."""
-    cluster, out = _storm(cluster_factory, tmp_path, 3)
-    _running(cluster, 2)
-    cluster.kill(2)
-    _survivors_finish(cluster, 2, [0, 1])
-    _check(out, 3, dead=[2])
-
-
-def test_kill_middle_node_adagrad_four_nodes(cluster_factory, tmp_path):
-    """SIGKILL of node 1 of 4 on an Adagrad table: its range moves to node 2, node 3 becomes a backup;
-    every row equals a replay of the acknowledged pushes, and every copy its head."""
-    cluster, out = _storm(cluster_factory, tmp_path, 4, updater="adagrad")
-    _running(cluster, 1)
-    cluster.kill(1)
-    _survivors_finish(cluster, 2, [0, 2, 3])
-    _check(out, 4, dead=[1], updater="adagrad")
+@pytest.mark.parametrize("nodes,victim,updater,coordinator", [
+    (3, 2, "add", True),  # nodes 0 and 1 finish; launch status 0
+    (4, 1, "adagrad", True),  # its range moves to node 2, node 3 becomes a backup; rows equal a replay
+    (3, 0, "add", True),  # under the launcher (which runs the coordinator) node 0 is no special node
+    (3, 0, "add", "node0"),  # no launcher: node 0 runs the coordinator, and node 1 takes it over
+], ids=["three-nodes", "adagrad-four-nodes", "node-zero", "coordinator-node"])
+def test_one_kill_during_push_storm(cluster_factory, tmp_path, nodes, victim, updater, coordinator):
+    """SIGKILL of one node while every node pushes: the survivors finish in epoch 2; every row of a
+    survivor equals a replay of its acknowledged pushes, the dead node's hold at least its acknowledged
+    ones and none twice, and every copy equals its head. When node 0 ran the coordinator, node 1 takes
+    it over after failure_timeout, the others rejoin it, and the barriers after the storm work under it."""
+    cluster, out = _storm(cluster_factory, tmp_path, nodes, updater=updater, coordinator=coordinator)
+    _running(cluster, victim)
+    cluster.kill(victim)
+    _survivors_finish(cluster, 2, [r for r in range(nodes) if r != victim])
+    if coordinator == "node0":
+        assert "node 1 takes it over" in cluster.output(1), cluster.logs_tail()
+    _check(out, nodes, dead=[victim], updater=updater)
 
 
 def test_two_kills_in_a_row(cluster_factory, tmp_path):
@@ -136,27 +137,6 @@ def test_two_backups_two_kills_at_once(cluster_factory, tmp_path):
     cluster.kill(2)
     _survivors_finish(cluster, 3, [0, 3])
     _check(out, 4, dead=[1, 2])
-
-
-def test_kill_node_zero(cluster_factory, tmp_path):
-    """Under the launcher (which runs the coordinator) node 0 is no special node: its death is survived."""
-    cluster, out = _storm(cluster_factory, tmp_path, 3)
-    _running(cluster, 0)
-    cluster.kill(0)
-    _survivors_finish(cluster, 2, [1, 2])
-    _check(out, 3, dead=[0])
-
-
-def test_kill_node_running_the_coordinator(cluster_factory, tmp_path):
-    """No launcher: node 0's process runs the coordinator. SIGKILL of node 0: after failure_timeout
-    node 1 takes the coordinator over, the others rejoin it, node 0's ranges move; the barriers
-    after the storm work under the new coordinator and the sums are exact."""
-    cluster, out = _storm(cluster_factory, tmp_path, 3, coordinator="node0")
-    _running(cluster, 0)
-    cluster.kill(0)
-    _survivors_finish(cluster, 2, [1, 2])
-    assert "node 1 takes it over" in cluster.output(1), cluster.logs_tail()
-    _check(out, 3, dead=[0])
 
 
 def test_kill_with_replicated_hot_keys(cluster_factory, tmp_path):

@@ -216,7 +216,7 @@ class Part:
 
     def save(self, users: pskv.Table):
         """Write this part's user factors and biases to the users table (a Future)."""
-        return users.set(self.me + self.local * self.workers, np.column_stack([self.U, self.bu])[self.local])
+        return users.set(self.me + self.local * self.workers, np.column_stack([self.U[self.local], self.bu[self.local]]))
 
     def load(self, users: pskv.Table) -> "Part":
         """Take this part's user factors and biases from the users table (what their last worker saved)."""

@@ -58,11 +58,7 @@ class Succession:
     def possible(self) -> bool:
         """Whether the coordinator runs in a node (not a launcher) and backups can cover its death."""
         host = self.view.coordinator_host
-        return bool(self.view.backups) and host is not None and host != self.view.rank and self.successor() is not None
-
-    def successor(self) -> int | None:
-        """The node that takes the coordinator over first: the lowest live rank but its host."""
-        return min(self.candidates(), default=None)
+        return bool(self.view.backups) and host is not None and host != self.view.rank and bool(self.candidates())
 
     def candidates(self) -> list[int]:
         """Who takes the coordinator over, in turn: candidate k does after (k + 1) failure_timeouts of

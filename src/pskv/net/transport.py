@@ -258,11 +258,11 @@ class Transport:
             outboxes = self._local.outboxes = {}
         where = (rank, port) if port else rank
         box = outboxes.get(where)
-        url = self._addresses.get(rank)
         if box is not None:
-            if rank != COORDINATOR or box.url == url:  # only the coordinator moves (membership.takeover)
+            if rank != COORDINATOR or box.url == self._addresses.get(rank):  # only the coordinator moves (takeover)
                 return box
             box.flush()
+        url = self._addresses.get(rank)
         if url is None:
             raise TransportError(f"no address known for node {rank}; the cluster has not been joined yet")
         if port:
