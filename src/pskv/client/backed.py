@@ -15,8 +15,10 @@ not applied twice (server.chain.Applied), and a key answered twice counts once (
 their chain keeps current (server.readers).
 
 Threads and ownership: made by the calling thread; `on_part` runs where its replies arrive
-(pskv-server, or the caller's own reply box for a blocking pull), `retry` in pskv-server. Both
-touch `answered`; an update lost between them only sends a key once more.
+(pskv-server, or the caller's own reply box for a blocking pull), `retry` in pskv-server, and in
+the calling thread too when the membership changed while it sent (the change's retry may have run
+before the last parts were sent, to the old heads). Both touch `answered`; an update lost between
+them only sends a key once more.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool
                                            retry=req.retry)
     if direct:
         req.reply_to = ctx.endpoint.reply_box()
-    dest = ctx.chains().heads[st.ranges.manager_of(keys)]
+    chains = ctx.chains()
+    dest = chains.heads[st.ranges.manager_of(keys)]
     st.remote_keys += len(keys)
     for d, idx, pk, pv in route.parts(keys, values, dest, ctx.num_nodes):
         if idx is None:  # the caller's arrays: keep copies for a resend
@@ -115,6 +118,8 @@ def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool
             req.send(d, pk, pv, gpos)
         else:
             req.send(d, pk, pv, idx if gpos is None else gpos[idx])
+    if ctx.chains() is not chains:  # a membership change came while we sent: its retry may have missed parts
+        req.retry()
     if req.reply_to:
         fut.pumped_by(ctx.endpoint.pump)
     return fut
@@ -127,9 +132,12 @@ def subscribe(table, rid: int, keys: np.ndarray) -> None:
     ctx, st = table._ctx, table._state
 
     def send(keys: np.ndarray) -> None:
-        heads = ctx.chains().heads[st.ranges.manager_of(keys)]
+        chains = ctx.chains()
+        heads = chains.heads[st.ranges.manager_of(keys)]
         for head in np.unique(heads):
             ctx.endpoint.request(int(head), Kind.SUBSCRIBE, table.spec.table_id, rid, keys=keys[heads == head])
+        if ctx.chains() is not chains:  # a membership change came while we sent (see `request`)
+            retry()
 
     def retry() -> None:
         left = keys[st.shard.slot[keys] == INCOMING]

@@ -79,27 +79,33 @@ class ReplicaSync:
         keys, deltas = replicas.take_deltas(threshold)
         if not len(keys) or self._num_nodes == 1:
             return None
-        others = [r for r in self._members() if r != self.rank]
+        members = self._members()
+        others = [r for r in members if r != self.rank]
         if not others:
             return None
         tracker = self._endpoint.tracker
         answered: set[int] = set()
+        lock = threading.Lock()  # retry may run in pskv-server and in this thread at once
 
         def on_part(sender: int, _payload) -> None:
-            answered.add(sender)
+            with lock:
+                answered.add(sender)
 
         def retry() -> None:
             """A membership change (backups): a node that died will not answer; count it as done."""
             alive = set(self._members())
-            for r in others:
-                if r not in alive and r not in answered:
-                    answered.add(r)
-                    tracker.on_reply(rid, len(keys), r)
+            with lock:
+                dead = [r for r in others if r not in alive and r not in answered]
+                answered.update(dead)
+            for r in dead:
+                tracker.on_reply(rid, len(keys), r)
 
         rid, fut = tracker.new_request(len(keys) * len(others), on_part=on_part, retry=retry,
                                        desc=f"replica sync of table {s.spec.name!r}")
         for r in others:
             self._endpoint.request(r, Kind.REPLICA_SYNC, s.spec.table_id, rid, copy=True, keys=keys, values=deltas)
+        if self._members() != members:  # a membership change came while we sent: its retry may have run first
+            retry()
         replicas.syncs += 1
         replicas.keys_sent += len(keys)
         return fut
