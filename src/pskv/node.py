@@ -215,10 +215,11 @@ class Node:
         per round, mshadow-ps). The keywords of earlier releases still work, with a DeprecationWarning."""
         self.health.check()
         options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
-        if self.config.backups and options.aggregate is not None:
-            raise ConfigError(f"table {name!r}: aggregate= does not work with backups yet; declare it "
-                              "without it, or start the cluster with backups=0")
         consistency = self.consistency if consistency is None else as_consistency(consistency)
+        if self.config.backups and options.aggregate is not None and consistency.staleness != float("inf"):
+            raise ConfigError(f"table {name!r}: with backups an aggregated table applies each node's sums as "
+                              f"they come (consistency=pskv.Async()), not {consistency!r}: a BSP round's "
+                              "partial sums would die with its owner; declare it with consistency=pskv.Async()")
         spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
                          table_id=self.catalog.next_id(name))
         saved, mismatch = self._restorer.match(spec.config()) if self._restorer is not None else (None, None)

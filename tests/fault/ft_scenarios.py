@@ -2,6 +2,7 @@
 
     python ft_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES [HOT [LOCALIZE [LEAVER]]]  # nodes die (or leave) meanwhile
     python ft_scenarios.py checkpoint OUT_DIR ROWS                # node 2 dies while writing a checkpoint
+    python ft_scenarios.py aggregate OUT_DIR ROWS CHANGES         # an aggregated table; a node dies meanwhile
 
 Every node pushes ones into its own column of a (ROWS, num_nodes) table, to 16 distinct random
 keys of every key range at a time (so a row's column is a function of how many pushes reached
@@ -108,6 +109,72 @@ def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0, local
         print("storm finished", flush=True)
 
 
+def aggregate(out: Path, rows: int, expected: int) -> None:
+    """An aggregated table (pskv.NodeAggregate, async) with backups: 2 threads per node push ones
+    into the node's column of the same 16 keys each round (the node's sum: 2 per key and round),
+    then pull them; a pulled row's own column must be exactly 2 x the rounds of this node that
+    included the key. Thread 0 logs each round's keys (sent-R, acked-R once its pull returned).
+    Rounds go on until CHANGES membership changes were seen and 150 more rounds ran; then the
+    survivors save the table halved (final.npy) and their backup copies, as `storm` does."""
+    import threading
+
+    with pskv.init() as node:
+        n, rank = node.num_nodes, node.rank
+        try:  # BSP rounds of an aggregated table are not kept by backups: refused, with what to do
+            node.table("bsp", rows, 1, aggregate=pskv.NodeAggregate(), consistency=pskv.BSP())
+        except pskv.ConfigError as exc:
+            print(f"refused: {exc}", flush=True)
+        node.table("w", rows, n, aggregate=pskv.NodeAggregate(), consistency=pskv.Async())
+        changes = []
+        node.on_membership_change(changes.append)
+        sent = os.open(out / f"sent-{rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        acked = os.open(out / f"acked-{rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        meet = threading.Barrier(2, timeout=120)
+        plan = {"stop": False, "seen_at": None, "wrong": 0, "rounds": 0}
+
+        def work(worker) -> None:
+            table = worker.table("w")
+            rng = np.random.default_rng(rank)  # the same keys in both threads, round by round
+            counts = np.zeros(rows, np.int64)
+            values = np.zeros((16, n), np.float32)
+            values[:, rank] = 1.0
+            for i in range(_MAX_PUSHES):
+                if i % 50 == 0:  # both threads stop at the same round (else one would wait for the other)
+                    if worker.thread == 0:
+                        if plan["seen_at"] is None and len(changes) >= expected:
+                            plan["seen_at"] = i
+                        plan["stop"] = plan["seen_at"] is not None and i - plan["seen_at"] >= 150
+                    meet.wait()
+                    if plan["stop"]:
+                        break
+                keys = rng.choice(rows, 16, replace=False)
+                if worker.thread == 0:
+                    os.write(sent, keys.astype(np.int64).tobytes())
+                table.push(keys, values)
+                got = table.pull(keys)
+                counts[keys] += 1
+                if worker.thread == 0:
+                    os.write(acked, keys.astype(np.int64).tobytes())
+                    plan["wrong"] += int((got[:, rank] != 2 * counts[keys]).sum())
+                    plan["rounds"] = i + 1
+                if i == 200 and worker.thread == 0:
+                    print("storm running", flush=True)
+
+        node.run(work, threads=2)
+        print(f"aggregated rounds {plan['rounds']}, wrong rows pulled {plan['wrong']}, members {node.members}",
+              flush=True)
+        worker = node.worker()
+        worker.barrier()
+        table = worker.table("w")
+        if rank == min(node.members):
+            np.save(out / "final.npy", table.pull(np.arange(rows)) / 2)
+        for (t, r), copy in node.server.chain._backup.items():
+            np.save(out / f"backup-{rank}-{r}.npy", copy.read(np.arange(copy.start, copy.stop))[0] / 2)
+        worker.barrier()
+        worker.close()
+        print("storm finished", flush=True)
+
+
 def checkpoint(out: Path, rows: int) -> None:
     """Every node pushes, then checkpoints; node 2 is SIGKILLed while writing its files. The others
     take the checkpoint again without it; the lowest live node saves the table as it was then."""
@@ -141,6 +208,8 @@ def checkpoint(out: Path, rows: int) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "checkpoint":
         checkpoint(Path(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1] == "aggregate":
+        aggregate(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "storm":
         storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), *map(int, sys.argv[6:9]))
     else:

@@ -238,3 +238,25 @@ def test_leave_without_backups_is_a_config_error():
     with pskv.init() as node:
         with pytest.raises(pskv.ConfigError, match="leave\\(\\) needs backups"):
             node.leave()
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_aggregated_table_kill(cluster_factory, tmp_path, victim):
+    """aggregate=pskv.NodeAggregate() with backups: each node's per-round sum of its two threads is a
+    chain-replicated push whose tail answers with the rows after it. A node dies (node 0: it also
+    runs nothing special here, its ranges move); the survivors' rounds all complete, every pulled
+    row is exactly what the node's own rounds made it, and the final table holds every completed
+    round once."""
+    out = tmp_path / "out"
+    out.mkdir()
+    cluster = cluster_factory(3, [sys.executable, SCENARIOS, "aggregate", str(out), str(ROWS), "1"],
+                              backups=1, failure_timeout=FAILURE_TIMEOUT)
+    _running(cluster, victim)
+    cluster.kill(victim)
+    survivors = [r for r in range(3) if r != victim]
+    _survivors_finish(cluster, 2, survivors)
+    for rank in survivors:
+        assert "wrong rows pulled 0," in cluster.output(rank), cluster.logs_tail()
+        assert "refused: table 'bsp': with backups an aggregated table" in cluster.output(rank)
+        assert "consistency=pskv.Async()" in cluster.output(rank)
+    _check(out, 3, dead=[victim])

@@ -31,6 +31,11 @@ Aggregated tables keep their static placement (no localize, no replication); eac
 four (rows, dim) buffers for the table (two rounds of sums and two of results), so aggregate
 dense models of moderate size (mshadow-ps's layers), not 100M-row embeddings.
 
+With backups (async tables only; node.table refuses BSP/SSP) level 2 is the chain instead of
+`Owner`: a node's sums are a push to the range's head (client.backed: replicated, at most once,
+sent again after a membership change) with flag ROWS, and the chain's tail answers with the rows
+after it (server.chain).
+
 Level 1 lives here (`Aggregator`, client side); level 2 in pskv.server.aggregate (`Owner`), which
 the node hands in: this module does not import the server.
 
@@ -55,7 +60,9 @@ from ..catalog import TableState
 from ..errors import AggregationError, ProtocolError, RequestStalled, TableError
 from ..net.requests import Future
 from ..net.wire import Header, Kind, Payload
+from . import backed
 from .context import Context
+from .table import Table
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -110,6 +117,7 @@ class Aggregator:
         self._error: BaseException | None = None  # a level-2 failure; every later call raises it
         self._lock = threading.Lock()  # guards all of the above; never held while resolving or sending
         self._send_lock = threading.Lock()  # rounds of a key leave in order; taken before _lock
+        self._table = None  # with backups: a client.table.Table for client.backed requests (made at first use)
         self.rounds = 0  # key-rounds completed on this node (stats)
         self.messages = 0  # AGG_PUSH messages sent
 
@@ -225,6 +233,9 @@ class Aggregator:
     def _level2(self, keys_list: list, rounds_list: list, sums_list: list) -> None:
         """Under _send_lock: send each batch of completed rounds to the owners (or apply it here)."""
         for keys, rounds, sums in zip(keys_list, rounds_list, sums_list):  # a batch: distinct keys
+            if self._ctx.chains() is not None:
+                self._send_backed(keys, rounds, np.ascontiguousarray(sums))
+                continue
             owners = self._state.ranges.manager_of(keys)
             for o in np.unique(owners):
                 sel = owners == o
@@ -243,6 +254,17 @@ class Aggregator:
         several = (rounds != rounds[0]).any()  # keys in different rounds: one round per key (8 bytes each)
         self._ctx.endpoint.request(owner, Kind.AGG_PUSH, self.spec.table_id, rid, part=int(rounds[0]), keys=keys,
                                    values=sums, rounds=rounds if several else None)
+
+    def _send_backed(self, keys: np.ndarray, rounds: np.ndarray, sums: np.ndarray) -> None:
+        """With backups: the node's sums are pushes to their ranges' heads like any other
+        (client.backed: chain-replicated, at most once, sent again after a membership change); the
+        chain's tail answers with the rows after them (flag ROWS), which complete the rounds."""
+        if self._table is None:
+            self._table = Table(self._ctx, self._state, None)
+        out = np.empty((len(keys), self.spec.dim), self.spec.dtype)  # (n, dim) the rows after the sums
+        fut = backed.request(self._table, Kind.PUSH, keys, sums, out, None, False, rows=True)
+        self.messages += 1
+        fut.add_done_callback(lambda f: self._on_request_done(f) if f.exception() else self._deliver(keys, rounds, out))
 
     # ---- results (pskv-server, or a worker thread for this node's own keys) -----------------------
     def _on_reply(self, keys: np.ndarray, rounds: np.ndarray, sender: int, payload) -> None:
@@ -321,7 +343,8 @@ class Aggregator:
             raise self._error
 
     def _check_table(self) -> None:
-        if self._state.shard.replicas is not None or not self._state.shard.static:
+        moved = not self._state.shard.static and self._ctx.chains() is None  # (with backups: ranges taken over)
+        if self._state.shard.replicas is not None or moved:
             raise TableError(f"table {self.spec.name!r}: an aggregated table cannot be replicated or localized")
 
     def __repr__(self) -> str:

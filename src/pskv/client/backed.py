@@ -28,7 +28,7 @@ import numpy as np
 from .. import kernels
 from ..errors import ProtocolError
 from ..net.requests import Credit, Future
-from ..net.wire import Kind
+from ..net.wire import ROWS, Kind
 from ..placement import route
 from ..store.shard import INCOMING
 
@@ -36,15 +36,16 @@ from ..store.shard import INCOMING
 class BackedRequest:
     """One pull/push/set of a cluster with backups: its parts and which keys were answered."""
 
-    __slots__ = ("table", "kind", "out", "rid", "parts", "reply_to")
+    __slots__ = ("table", "kind", "out", "rid", "parts", "reply_to", "flags")
 
-    def __init__(self, table, kind: Kind, out) -> None:
+    def __init__(self, table, kind: Kind, out, flags: int = 0) -> None:
         self.table = table  # the client.table.Table that sent it
         self.kind = kind
-        self.out = out  # (n, dim) the caller's result for pulls
+        self.out = out  # (n, dim) the caller's result for pulls (and pushes with flag ROWS)
         self.rid = 0
         self.parts: list[tuple] = []  # part -> (keys, values or None, positions in out or None, answered (m,) bool)
         self.reply_to = 0
+        self.flags = flags  # ROWS: a push that wants the rows after it (client.aggregate)
 
     def send(self, dest: int, keys: np.ndarray, values, gpos) -> None:
         """A new part: keep copies of its arrays (the caller may reuse its own), and send it."""
@@ -52,7 +53,7 @@ class BackedRequest:
         self.parts.append((keys, values, gpos, np.zeros(len(keys), bool)))
         t = self.table
         t._ctx.endpoint.request(dest, self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
-                                reply_to=self.reply_to, keys=keys, values=values)
+                                reply_to=self.reply_to, flags=self.flags, keys=keys, values=values)
 
     def on_part(self, sender: int, payload) -> Credit | None:
         """Write a reply's rows (pulls); count only the keys no earlier reply answered."""
@@ -67,10 +68,11 @@ class BackedRequest:
             raise ProtocolError(f"node {sender} answered positions outside part {header.part}")
         new = ~answered[pos]
         answered[pos] = True
-        if self.kind == Kind.PULL and new.any():
+        if (self.kind == Kind.PULL or self.flags & ROWS) and new.any():
             t = self.table
             if p.values is None or p.values.shape != (len(pos), t.dim) or p.values.dtype != t.dtype:
-                raise ProtocolError(f"node {sender} answered a pull on table {t.name!r} with rows that do not fit")
+                raise ProtocolError(f"node {sender} answered a {self.kind.name.lower()} on table {t.name!r} with rows "
+                                    "that do not fit")
             fresh = pos[new]
             kernels.put_rows(self.out, fresh if gpos is None else gpos[fresh], np.ascontiguousarray(p.values[new]))
         return Credit(int(new.sum()))
@@ -88,12 +90,14 @@ class BackedRequest:
             for d in np.unique(dest):
                 sel = left[dest == d]
                 t._ctx.endpoint.request(int(d), self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
-                                        reply_to=self.reply_to, keys=keys[sel], positions=sel,
+                                        reply_to=self.reply_to, flags=self.flags, keys=keys[sel], positions=sel,
                                         values=None if values is None else values[sel])
 
 
-def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool) -> Future:
-    """Serve or send `keys` of `table` on a cluster with backups (see the module docstring)."""
+def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool, rows: bool = False) -> Future:
+    """Serve or send `keys` of `table` on a cluster with backups (see the module docstring).
+    `rows`: a push whose Future's result is `out` filled with the rows after it (from the chain's
+    tail: the aggregated tables' level 2, client.aggregate)."""
     st = table._state
     ctx = table._ctx
     n = len(keys)
@@ -104,7 +108,7 @@ def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool
             return Future.completed(out, table._desc(kind))
         keys = keys[miss]
         gpos = miss if gpos is None else gpos[miss]
-    req = BackedRequest(table, kind, out)
+    req = BackedRequest(table, kind, out, ROWS if rows else 0)
     req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=table._desc(kind),
                                            retry=req.retry)
     if direct:

@@ -37,11 +37,11 @@ class Endpoint:
 
     # ---- sending ------------------------------------------------------------------------------------
     def request(self, dest: int, kind: Kind, table: int, rid: int, *, part: int = 0, dim: int = 0, copy: bool = False,
-                reply_to: int = 0, **arrays) -> None:
+                reply_to: int = 0, flags: int = 0, **arrays) -> None:
         """Send part `part` of this node's tracked request `rid` to node `dest`; its replies come to
         this node's inbox, or with `reply_to`, to that reply box (see `pump`)."""
         self.tracker.sent_to(rid, dest)
-        self.send(dest, Header(kind, table=table, request_id=rid, part=part, dim=dim, origin=self.rank,
+        self.send(dest, Header(kind, table=table, request_id=rid, part=part, dim=dim, flags=flags, origin=self.rank,
                                reply_to=reply_to), copy=copy, **arrays)
 
     def reply(self, to: Header, kind: Kind, *, n_keys: int = 0, **arrays) -> None:

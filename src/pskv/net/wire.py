@@ -105,6 +105,7 @@ ROUNDS = 4  # flag: an AGG_PUSH carries an int64 round per key after the values 
 SET = 8  # flag: a CHAIN message carries a set (else a push)
 READER = 16  # flag: a CHAIN or SNAPSHOT for a reader's copy (server.readers); a SUBSCRIBE passed down a chain
 READERS = 32  # flag: a SNAPSHOT carries each key's reader, (n,) int64, after the applied writes
+ROWS = 64  # flag: a PUSH (and its CHAIN hops) whose writer wants the rows after it: the tail answers PULL_REPLY
 AGGREGATION = frozenset({Kind.AGG_PUSH})  # handled by Server, served by server.aggregate.Owner
 FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRIER_RELEASE, Kind.SHUTDOWN_OK,
                               Kind.NODE_FAILED, Kind.ABORT, Kind.GLOBAL_CLOCK, Kind.STALLED, Kind.MEMBERSHIP,

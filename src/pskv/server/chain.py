@@ -9,6 +9,10 @@ backup's rows and updater state equal the head's bit for bit. Chain, not primary
 message per member and no waiting state at the head, and it fits pskv's replies, which always go
 straight to the origin (the tail answers, as any owner does).
 
+A write with flag ROWS (an aggregated table's round sums, client.aggregate) is answered with the
+tail's rows after it (PULL_REPLY, not ACK); a tail still waiting for its snapshot holds those
+answers until the snapshot is in, since its copy is not whole before.
+
 At-most-once: a write is identified by (origin, request id, part); each range keeps the ids it
 applied (`Applied`, replicated with the range), and a write that comes again is passed on, not
 applied. Origins send again every unanswered write after a membership change (client.backed), so
@@ -41,7 +45,7 @@ import numpy as np
 from .. import kernels
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
-from ..net.wire import READER, SET, Header, Kind, Payload
+from ..net.wire import READER, ROWS, SET, Header, Kind, Payload
 from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard
@@ -111,6 +115,7 @@ class Chain:
         self._backup: dict[tuple[int, int], Shard] = {}  # (table, range) -> its copy here (not headed here)
         self._applied: dict[tuple[int, int], Applied] = {}  # (table, range) -> writes applied, here
         self._filling: set[tuple[int, int]] = set()  # (table, range) whose snapshot has not come yet
+        self._rows_waiting: dict[tuple[int, int], list] = {}  # (table, range) filling -> ROWS answers held for it
         self.readers = Readers()  # localize with backups: who holds a kept-current copy of each key (server.readers)
         self._read_applied: dict[tuple[int, int], Applied] = {}  # (table, range) -> writes applied to our reader copies
         self.snapshots_sent = 0
@@ -152,8 +157,8 @@ class Chain:
             if head != self.rank:
                 self._forward(head, header, k, pos, v)
                 continue
-            fresh = self._apply(header, header.kind == Kind.SET, r, k, v, shard)
-            self._pass(header, chains, r, k, pos, v, header.kind == Kind.SET, fresh, shard)
+            self._apply(header, header.kind == Kind.SET, r, k, v, shard)
+            self._pass(header, chains, r, k, pos, v, header.kind == Kind.SET, shard, shard)
 
     def _ranges(self, table: int) -> KeyRanges:
         ranges = self._key_ranges.get(table)
@@ -187,8 +192,8 @@ class Chain:
         copy = self._backup.get((header.table, r))
         if copy is None:
             raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r} (epoch {self._epoch()})")
-        fresh = self._apply(header, is_set, r, keys, p.values, copy)
-        self._pass(header, self._chains(), r, keys, p.positions, p.values, is_set, fresh, main)
+        self._apply(header, is_set, r, keys, p.values, copy)
+        self._pass(header, self._chains(), r, keys, p.positions, p.values, is_set, copy, main)
 
     def _apply(self, header: Header, is_set: bool, r: int, keys, values, shard: Shard) -> bool:
         """Apply a write unless it was applied here before; True if it was applied now."""
@@ -204,20 +209,30 @@ class Chain:
         applied.add(write)
         return True
 
-    def _answer(self, header: Header, n: int, positions) -> None:
-        """The write is on every copy of these keys: the writer may go on."""
+    def _answer(self, header: Header, n: int, positions, keys=None, held: Shard | None = None, r: int = -1) -> None:
+        """The write is on every copy of these keys: the writer may go on (flag ROWS: with the rows
+        after it, from `held`, our copy of range r, which equals the head's once its snapshot came;
+        until then the answer waits for it)."""
+        kind, rows = Kind.ACK, None
+        if header.flags & ROWS and (header.table, r) in self._filling:
+            self._rows_waiting.setdefault((header.table, r), []).append((header, n, positions, keys))
+            return
+        if header.flags & ROWS and held is not None:
+            kind, rows = Kind.PULL_REPLY, np.empty((n, held.spec.dim), held.spec.dtype)  # (n, dim)
+            held.pull(keys, rows)
         if header.origin == self.rank:
-            self._endpoint.reply_here(header, Kind.ACK, n_keys=n, positions=positions)
+            self._endpoint.reply_here(header, kind, n_keys=n, positions=positions, values=rows)
         else:
-            self._endpoint.reply(header, Kind.ACK, n_keys=n, positions=positions)
+            self._endpoint.reply(header, kind, n_keys=n, positions=positions, values=rows)
 
-    def _pass(self, header: Header, chains: Chains, r: int, keys, positions, values, is_set: bool, fresh: bool,
+    def _pass(self, header: Header, chains: Chains, r: int, keys, positions, values, is_set: bool, held: Shard,
               main: Shard) -> None:
+        """A write applied to `held`, our copy of range r: on down the chain, or answered at its tail."""
         nxt = chains.successor(r, self.rank)
         if nxt < 0:  # the tail: the write is on every member; then on readers' copies (server.readers)
             readers = self.readers.of(header.table, keys)
             if (readers < 0).all():
-                self._answer(header, len(keys), positions)
+                self._answer(header, len(keys), positions, keys, held, r)
                 return
             pos = np.arange(len(keys)) if positions is None else np.asarray(positions, np.int64)
             for reader in np.unique(readers):
@@ -239,7 +254,7 @@ class Chain:
                                         values=None if values is None else values[sel])
             return
         h = Header(Kind.CHAIN, table=header.table, request_id=header.request_id, part=header.part, dim=header.dim,
-                   flags=SET if is_set else 0, origin=header.origin)
+                   flags=(SET if is_set else 0) | (header.flags & ROWS), origin=header.origin)
         self._endpoint.send(nxt, h, keys=keys, positions=positions, values=values)
 
     # ---- membership (pskv-server) ---------------------------------------------------------------
@@ -273,6 +288,7 @@ class Chain:
                     if (table, r) not in self._backup:
                         self._backup[(table, r)] = _fresh(spec, self._ranges(table), r, self.rank)
                     self._filling.add((table, r))
+            self._rows_waiting = {tr: held for tr, held in self._rows_waiting.items() if tr in self._filling}
             self._maybe_synced()
 
     def _promote(self, table: int, r: int, copy: Shard, main: Shard) -> None:
@@ -324,6 +340,8 @@ class Chain:
         else:  # the new tail: readers may have missed writes a dead member was passing to them
             self._refresh_readers(table, r, keys, p.values, p.state, p.applied)
         self._filling.discard((table, r))
+        for header, n, positions, waiting in self._rows_waiting.pop((table, r), []):
+            self._answer(header, n, positions, waiting, copy, r)
         self._maybe_synced()
 
     # ---- readers: localize with backups (server.readers) ------------------------------------------

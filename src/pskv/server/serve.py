@@ -26,7 +26,7 @@ from .. import _hooks, kernels
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
-from ..net.wire import BACKUPS, POSITIONS, REQUESTS, Header, Kind, Payload, unpack
+from ..net.wire import BACKUPS, POSITIONS, REQUESTS, ROWS, Header, Kind, Payload, unpack
 from ..placement import route
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard, Store
@@ -171,8 +171,8 @@ class Server:
         shard = self._store.get(header.table)
         if shard is not None:
             shard.forwards += len(keys)
-        self._endpoint.forward(target, header, POSITIONS | hops << _HOP_SHIFT, keys=keys, positions=positions,
-                               values=values)
+        self._endpoint.forward(target, header, POSITIONS | header.flags & ROWS | hops << _HOP_SHIFT, keys=keys,
+                               positions=positions, values=values)
 
     # ---- backups, replication and aggregation ------------------------------------------------------
     def _chain(self, header: Header, p: Payload, shard: Shard) -> None:
