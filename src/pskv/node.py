@@ -109,6 +109,8 @@ class Node:
                                               lambda epoch: self.client.synced(epoch))
         self._on_membership: list[Callable[[list[int]], None]] = []
         self._dispatcher = Dispatcher(self._transport, self.rank, self.view.admit)
+        if chain is not None:
+            self._dispatcher.at_burst_end(chain.batches.flush)
         self.succession = None
         if chain is not None:
             self.succession = Succession(self.view, self.config, self._transport, self._dispatcher.release_held,
@@ -171,6 +173,8 @@ class Node:
         """pskv-server, at MEMBERSHIP: new chains, promoted ranges and snapshots, held messages,
         requests sent again to the new heads, then the user's callbacks."""
         epoch, dead = int(payload["epoch"]), int(payload["dead"])
+        if self.server.chain is not None:
+            self.server.chain.batches.flush()  # what this epoch passed on leaves stamped with it
         previous = self.view.change(epoch, [int(r) for r in payload["alive"]])
         if previous is not None and self.server.chain is not None:
             self.server.chain.on_membership(previous, self.store.get)

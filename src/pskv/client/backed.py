@@ -63,6 +63,10 @@ class BackedRequest:
         if header.part >= len(self.parts):
             raise ProtocolError(f"node {sender} answered part {header.part} of a request with {len(self.parts)} parts")
         keys, _, gpos, answered = self.parts[header.part]
+        if p.positions is None and self.kind != Kind.PULL and not self.flags:  # a whole write part (most acks)
+            new = len(keys) - int(answered.sum()) if answered.any() else len(keys)
+            answered[:] = True
+            return Credit(new)
         pos = np.arange(len(keys)) if p.positions is None else np.asarray(p.positions, np.int64)
         if len(pos) and (pos.min() < 0 or pos.max() >= len(keys)):
             raise ProtocolError(f"node {sender} answered positions outside part {header.part}")

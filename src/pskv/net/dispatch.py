@@ -44,6 +44,7 @@ class Dispatcher:
         self._admit = admit
         self._handlers: dict[Kind, Callable[[Header, list], None]] = {}
         self._duties: list[Callable[[float], None]] = []
+        self._burst_end: list[Callable[[], None]] = []  # fn() before each flush (e.g. batched CHAINs and ACKs)
         self._held: list[list] = []  # frames of messages that came before our WELCOME
         self.dropped = 0  # messages dropped as garbage or from another cluster
         self.fenced = 0  # messages dropped because their sender is no member any more
@@ -56,6 +57,15 @@ class Dispatcher:
 
     def every(self, duty: Callable[[float], None]) -> None:
         self._duties.append(duty)
+
+    def at_burst_end(self, fn: Callable[[], None]) -> None:
+        """Call fn() at the end of every burst, before what was held back leaves (server.batches)."""
+        self._burst_end.append(fn)
+
+    def _flush(self) -> None:
+        for fn in self._burst_end:
+            fn()
+        self._transport.flush()
 
     def run(self, stop: threading.Event) -> None:
         """The loop of pskv-server, until `stop` is set. What the handlers send during one burst
@@ -73,11 +83,11 @@ class Dispatcher:
                         log.exception("node %d: error while dispatching a message", self.rank)
                     burst += 1
                     frames = self._transport.recv_nowait() if burst < _BURST else None
-                self._transport.flush()
+                self._flush()
                 now = time.monotonic()
                 for duty in self._duties:
                     duty(now)
-                self._transport.flush()
+                self._flush()
             except Exception:  # garbage must never kill the server thread
                 self.dropped += 1
                 log.exception("node %d: error while dispatching a message", self.rank)

@@ -19,7 +19,7 @@ from typing import Callable
 from ..errors import ProtocolError, RemoteError
 from .requests import RequestTracker
 from .transport import Transport
-from .wire import REPLIES, Header, Kind, encode, frame_bytes, unpack, unpack_header
+from .wire import BATCH, REPLIES, Header, Kind, encode, frame_bytes, split, unpack, unpack_header
 
 HANDLES = REPLIES  # the kinds `on_reply` takes
 
@@ -116,5 +116,12 @@ class Endpoint:
             payload = unpack(header, frames)
         except ProtocolError as exc:
             self.tracker.on_reply(header.request_id, 0, header.sender, error=exc)
+            return
+        if header.flags & BATCH:  # the acks of several writes (server.batches)
+            try:
+                for one, part in split(header, payload):
+                    self.tracker.on_reply(one.request_id, one.n_keys, header.sender, (one, part))
+            except ProtocolError:
+                self.dropped += 1
             return
         self.tracker.on_reply(header.request_id, header.n_keys, header.sender, (header, payload))

@@ -51,7 +51,7 @@ import numpy as np
 from ..errors import ProtocolError
 
 MAGIC = b"PSKV"
-VERSION = 4  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups)
+VERSION = 5  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups); 5: BATCH
 COORDINATOR = -1  # the `sender`/destination rank of the coordinator
 
 
@@ -106,11 +106,13 @@ SET = 8  # flag: a CHAIN message carries a set (else a push)
 READER = 16  # flag: a CHAIN or SNAPSHOT for a reader's copy (server.readers); a SUBSCRIBE passed down a chain
 READERS = 32  # flag: a SNAPSHOT carries each key's reader, (n,) int64, after the applied writes
 ROWS = 64  # flag: a PUSH (and its CHAIN hops) whose writer wants the rows after it: the tail answers PULL_REPLY
+BATCH = 128  # flag: a CHAIN or ACK carrying several writes, described by a (m, 5) int64 frame last (see `split`)
 AGGREGATION = frozenset({Kind.AGG_PUSH})  # handled by Server, served by server.aggregate.Owner
 FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRIER_RELEASE, Kind.SHUTDOWN_OK,
                               Kind.NODE_FAILED, Kind.ABORT, Kind.GLOBAL_CLOCK, Kind.STALLED, Kind.MEMBERSHIP,
                               Kind.LEFT})
 BACKUPS = frozenset({Kind.CHAIN, Kind.SNAPSHOT, Kind.SUBSCRIBE})
+_BATCHED = frozenset({Kind.CHAIN, Kind.ACK})  # the kinds a BATCH may be
 _WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS
 _WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH,
                           Kind.CHAIN, Kind.SNAPSHOT})
@@ -187,6 +189,7 @@ class Payload(NamedTuple):
     rounds: np.ndarray | None = None  # (n,) int64 round of each key of an AGG_PUSH with flag ROUNDS
     applied: np.ndarray | None = None  # (m, 3) int64 (origin, request id, part) of a SNAPSHOT
     readers: np.ndarray | None = None  # (n,) int64 reader of each key of a SNAPSHOT with flag READERS
+    writes: np.ndarray | None = None  # (m, 5) int64 (origin, request id, part, keys, flags) of a BATCH
 
 
 def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
@@ -201,7 +204,8 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     has_rounds = bool(header.flags & ROUNDS) and kind == Kind.AGG_PUSH
     has_applied = kind == Kind.SNAPSHOT
     has_readers = has_applied and bool(header.flags & READERS)
-    expected = 1 + has_keys + has_pos + has_values + has_state + has_rounds + has_applied + has_readers
+    has_writes = bool(header.flags & BATCH) and kind in _BATCHED
+    expected = 1 + has_keys + has_pos + has_values + has_state + has_rounds + has_applied + has_readers + has_writes
     if len(frames) != expected:
         raise ProtocolError(f"{header!r} has {len(frames)} frames, expected {expected}")
     keys = positions = values = state = None
@@ -232,11 +236,34 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
         return Payload(keys, positions, values, state, None, applied, readers)
     if has_rounds:
         return Payload(keys, positions, values, state, _view(frames[i], np.dtype(np.int64), (header.n_keys,), header))
+    if has_writes:
+        buf = frames[i].buffer if hasattr(frames[i], "buffer") else memoryview(frames[i])
+        writes = _view(frames[i], np.dtype(np.int64), (buf.nbytes // 40, 5), header)
+        return Payload(keys, positions, values, state, writes=writes)
     return Payload(keys, positions, values, state)
 
 
+def split(header: Header, p: Payload):
+    """The writes of a BATCH message, one (Header, Payload) each, as if each had come alone (views,
+    no copy). Raises ProtocolError when the counts do not add up."""
+    w = p.writes
+    if w is None or p.positions is None or (p.keys is not None and len(p.keys) != len(p.positions)):
+        raise ProtocolError(f"{header!r}: a batch without its writes or positions")
+    counts = w[:, 3]
+    if len(counts) and (counts.min() < 0 or int(counts.sum()) != len(p.positions)):
+        raise ProtocolError(f"{header!r}: its writes name {int(counts.sum())} keys, it carries {len(p.positions)}")
+    start = 0
+    for origin, rid, part, n, flags in w.tolist():
+        stop = start + n
+        h = Header(header.kind, header.cluster, header.sender, header.table, rid, part, n, header.dim, header.dtype,
+                   header.key_dtype, flags, origin, 0, header.epoch)
+        yield h, Payload(None if p.keys is None else p.keys[start:stop], p.positions[start:stop],
+                         None if p.values is None else p.values[start:stop], None)
+        start = stop
+
+
 def encode(header: Header, keys=None, positions=None, values=None, state=None, rounds=None, applied=None,
-           readers=None) -> list:
+           readers=None, writes=None) -> list:
     """The frames of a data message (the inverse of `unpack`): the header, packed last, gets its
     key count, dtypes and flags from the arrays it carries. Arrays travel as they are (contiguous)."""
     frames: list = [None]
@@ -261,6 +288,9 @@ def encode(header: Header, keys=None, positions=None, values=None, state=None, r
     if readers is not None:
         header.flags |= READERS
         frames.append(np.ascontiguousarray(readers, np.int64))
+    if writes is not None:
+        header.flags |= BATCH
+        frames.append(np.ascontiguousarray(writes, np.int64).reshape(-1, 5))
     frames[0] = header.pack()
     return frames
 

@@ -45,11 +45,12 @@ import numpy as np
 from .. import kernels
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
-from ..net.wire import READER, ROWS, SET, Header, Kind, Payload
+from ..net.wire import BATCH, READER, ROWS, SET, Header, Kind, Payload, split
 from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard
 from ..store.spec import TableSpec
+from .batches import Batches
 from .readers import Readers
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class Chain:
         self._applied: dict[tuple[int, int], Applied] = {}  # (table, range) -> writes applied, here
         self._filling: set[tuple[int, int]] = set()  # (table, range) whose snapshot has not come yet
         self._rows_waiting: dict[tuple[int, int], list] = {}  # (table, range) filling -> ROWS answers held for it
+        self.batches = Batches(endpoint)  # CHAIN hops and ACKs of a burst, one message per link (server.batches)
         self.readers = Readers()  # localize with backups: who holds a kept-current copy of each key (server.readers)
         self._read_applied: dict[tuple[int, int], Applied] = {}  # (table, range) -> writes applied to our reader copies
         self.snapshots_sent = 0
@@ -144,8 +146,9 @@ class Chain:
         its chain, forward the others to their head."""
         chains = self._chains()
         ranges = self._ranges(header.table)
-        owners = ranges.manager_of(keys)
-        lo, hi = int(owners.min()), int(owners.max())
+        one = ranges.one_manager(keys)  # (the common case: a request part is one range's keys)
+        owners = None if one >= 0 else ranges.manager_of(keys)
+        lo, hi = (one, one) if one >= 0 else (int(owners.min()), int(owners.max()))
         for r in range(lo, hi + 1):
             sel = None if lo == hi else np.flatnonzero(owners == r)
             if sel is not None and not len(sel):
@@ -171,14 +174,22 @@ class Chain:
         return self._chains().heads[self._ranges(table).manager_of(keys)]
 
     def on_chain(self, header: Header, p: Payload, main: Shard) -> None:
-        """CHAIN: a write our predecessor in a range's chain applied; apply it to our copy, pass it on
-        (flag READER: to our reader's copy of some of its keys, then answer the writer)."""
+        """CHAIN: a write our predecessor in a range's chain applied (flag BATCH: several, in order)."""
+        if header.flags & BATCH:
+            for one, part in split(header, p):
+                self._on_write(one, part, main)
+        else:
+            self._on_write(header, p, main)
+
+    def _on_write(self, header: Header, p: Payload, main: Shard) -> None:
+        """Apply one write our predecessor applied to our copy, pass it on (flag READER: to our
+        reader's copy of some of its keys, then answer the writer)."""
         keys = np.asarray(p.keys, np.int64)
         ranges = self._ranges(header.table)
-        r = int(ranges.manager_of(keys[:1])[0])
-        lo, hi = kernels.key_range(keys)
-        if hi >= ranges.bounds[r + 1]:
-            raise ProtocolError(f"{header!r}: keys {lo}..{hi} span more than key range {r}")
+        r = ranges.one_manager(keys)
+        if r < 0:
+            lo, hi = kernels.key_range(keys)
+            raise ProtocolError(f"{header!r}: keys {lo}..{hi} span more than one key range")
         is_set = bool(header.flags & SET)
         if header.flags & READER:
             held = main.slot[keys] >= 0  # a copy not here (yet, or any more) has the write from the chain
@@ -222,6 +233,8 @@ class Chain:
             held.pull(keys, rows)
         if header.origin == self.rank:
             self._endpoint.reply_here(header, kind, n_keys=n, positions=positions, values=rows)
+        elif rows is None:
+            self.batches.ack(header, n, positions)
         else:
             self._endpoint.reply(header, kind, n_keys=n, positions=positions, values=rows)
 
@@ -250,12 +263,11 @@ class Chain:
                 else:
                     h = Header(Kind.CHAIN, table=header.table, request_id=header.request_id, part=header.part,
                                dim=header.dim, flags=READER | (SET if is_set else 0), origin=header.origin)
-                    self._endpoint.send(int(reader), h, keys=keys[sel], positions=pos[sel],
+                    self._send(int(reader), h, keys=keys[sel], positions=pos[sel],
                                         values=None if values is None else values[sel])
             return
-        h = Header(Kind.CHAIN, table=header.table, request_id=header.request_id, part=header.part, dim=header.dim,
-                   flags=(SET if is_set else 0) | (header.flags & ROWS), origin=header.origin)
-        self._endpoint.send(nxt, h, keys=keys, positions=positions, values=values)
+        self.batches.chain(nxt, header.table, header.origin, header.request_id, header.part,
+                           (SET if is_set else 0) | (header.flags & ROWS), keys, positions, values)
 
     # ---- membership (pskv-server) ---------------------------------------------------------------
     def on_membership(self, previous: Chains, main: Callable[[int], Shard]) -> None:
@@ -311,7 +323,7 @@ class Chain:
 
     def _send_snapshot(self, table, r, dest, keys, rows, state, applied) -> None:
         h = Header(Kind.SNAPSHOT, table=table, part=r, origin=self.rank)
-        self._endpoint.send(dest, h, keys=keys, values=rows, state=state, applied=applied,
+        self._send(dest, h, keys=keys, values=rows, state=state, applied=applied,
                             readers=self.readers.of(table, keys))
         self.snapshots_sent += 1
 
@@ -377,7 +389,7 @@ class Chain:
         if nxt >= 0:
             h = Header(Kind.SUBSCRIBE, table=header.table, request_id=header.request_id, flags=READER,
                        origin=header.origin)
-            self._endpoint.send(nxt, h, keys=keys)
+            self._send(nxt, h, keys=keys)
             return
         copy = main if chains.heads[r] == self.rank else self._backup.get((header.table, r))
         if copy is None:
@@ -389,7 +401,7 @@ class Chain:
         if header.origin == self.rank:
             self._install_reader(h, keys, rows, state, applied, main)
         else:
-            self._endpoint.send(header.origin, h, keys=keys, values=rows, state=state, applied=applied)
+            self._send(header.origin, h, keys=keys, values=rows, state=state, applied=applied)
 
     def _refresh_readers(self, table: int, r: int, keys, rows, state, applied) -> None:
         """The tail after a membership change changed range r's chain: send every other reader of its
@@ -398,7 +410,7 @@ class Chain:
         for reader in np.unique(readers[(readers >= 0) & (readers != self.rank)]).tolist():
             sel = readers == reader
             h = Header(Kind.SNAPSHOT, table=table, part=r, flags=READER, origin=reader)
-            self._endpoint.send(reader, h, keys=keys[sel], values=rows[sel], state=None if state is None else state[sel],
+            self._send(reader, h, keys=keys[sel], values=rows[sel], state=None if state is None else state[sel],
                                 applied=applied)
 
     def _install_reader(self, header: Header, keys, rows, state, applied, main: Shard) -> None:
@@ -416,6 +428,11 @@ class Chain:
             mine.add(tuple(write))
         for rid, count in main.arrived().items():
             self._endpoint.tracker.on_reply(rid, count, header.sender)
+
+    def _send(self, dest: int, header: Header, **arrays) -> None:
+        """Send down a chain (or to a reader) after the writes batched so far: one order per link."""
+        self.batches.flush()
+        self._endpoint.send(dest, header, **arrays)
 
     def _maybe_synced(self) -> None:
         if not self._filling:

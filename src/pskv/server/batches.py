@@ -1,0 +1,90 @@
+"""Batches: the CHAIN hops and ACKs that pskv-server sends during one burst leave as one message
+per link at the burst's end (backups, server.chain).
+
+Under load a head passes many writes down the same link in one burst, and a tail answers many
+writes of the same origin. Each as a message of its own costs a header, a dispatch and a handler
+call at the receiver for a few keys: with backups that was most of a push's cost. `Batches` keeps
+them in the order they were made and sends, at `flush`, one CHAIN per (successor, table) and one
+ACK per (origin, table), with flag BATCH and a (m, 5) frame describing the writes; the receiver
+splits them (wire.split) and handles each write as if it had come alone. A link with one write
+gets a plain message.
+
+Order: the dispatcher flushes at the end of every burst, and server.chain flushes before it sends
+anything else down a chain (a SNAPSHOT, a reader's copy) and before a membership change, so what
+crosses a link still crosses it in the order it was applied.
+
+Threads and ownership: pskv-server only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..net.endpoint import Endpoint
+from ..net.wire import Header, Kind
+
+
+class Batches:
+    def __init__(self, endpoint: Endpoint) -> None:
+        self._endpoint = endpoint
+        self._chain: dict[tuple[int, int], list] = {}  # (successor, table) -> [(origin, rid, part, flags, keys, pos, values)]
+        self._acks: dict[tuple[int, int], list] = {}  # (origin, table) -> [(rid, part, n, positions or None)]
+        self.writes = 0  # writes and acks that left in a batch of two or more
+        self.messages = 0  # batch messages sent
+
+    def chain(self, dest: int, table: int, origin: int, rid: int, part: int, flags: int, keys, positions,
+              values) -> None:
+        """A write to pass on to `dest`, the next member of its range's chain."""
+        self._chain.setdefault((dest, table), []).append((origin, rid, part, flags, keys, positions, values))
+
+    def ack(self, to: Header, n: int, positions) -> None:
+        """Tell `to`'s origin that n keys of its write are on every copy."""
+        if to.reply_to:  # answered in the origin's reply box: not batched
+            self._endpoint.reply(to, Kind.ACK, n_keys=n, positions=positions)
+            return
+        self._acks.setdefault((to.origin, to.table), []).append((to.request_id, to.part, n, positions))
+
+    def flush(self) -> None:
+        """Send what this burst made, one message per link."""
+        if self._chain:
+            chain, self._chain = self._chain, {}
+            for (dest, table), writes in chain.items():
+                self._send_chain(dest, table, writes)
+        if self._acks:
+            acks, self._acks = self._acks, {}
+            for (origin, table), writes in acks.items():
+                self._send_acks(origin, table, writes)
+
+    def _send_chain(self, dest: int, table: int, writes: list) -> None:
+        if len(writes) == 1:
+            origin, rid, part, flags, keys, positions, values = writes[0]
+            h = Header(Kind.CHAIN, table=table, request_id=rid, part=part, dim=values.shape[1], flags=flags,
+                       origin=origin)
+            self._endpoint.send(dest, h, keys=keys, positions=positions, values=values)
+            return
+        described = np.array([(o, rid, part, len(k), flags) for o, rid, part, flags, k, _, _ in writes], np.int64)
+        positions = np.concatenate([np.arange(len(k), dtype=np.int64) if pos is None else pos
+                                    for _, _, _, _, k, pos, _ in writes])
+        values = np.concatenate([v for *_, v in writes])
+        keys = np.concatenate([k for _, _, _, _, k, _, _ in writes])
+        h = Header(Kind.CHAIN, table=table, dim=values.shape[1])
+        self._endpoint.send(dest, h, keys=keys, positions=positions, values=values, writes=described)
+        self.writes += len(writes)
+        self.messages += 1
+
+    def _send_acks(self, origin: int, table: int, writes: list) -> None:
+        if len(writes) == 1:
+            rid, part, n, positions = writes[0]
+            self._endpoint.reply(Header(Kind.CHAIN, table=table, request_id=rid, part=part, origin=origin), Kind.ACK,
+                                 n_keys=n, positions=positions)
+            return
+        described = np.array([(origin, rid, part, n, 0) for rid, part, n, _ in writes], np.int64)
+        positions = np.concatenate([np.arange(n, dtype=np.int64) if pos is None else np.asarray(pos, np.int64)
+                                    for _, _, n, pos in writes])
+        self._endpoint.send(origin, Header(Kind.ACK, table=table, origin=origin), positions=positions,
+                            writes=described)
+        self.writes += len(writes)
+        self.messages += 1
+
+    def __repr__(self) -> str:
+        return f"<Batches writes={self.writes} messages={self.messages}>"
