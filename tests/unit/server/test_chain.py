@@ -18,9 +18,23 @@ def test_applied_records_prunes_and_travels():
     assert (0, 5, 1) in applied and (0, 5, 2) not in applied and (1, 5, 0) not in applied
     copy = Applied.of(applied.array())  # what a SNAPSHOT carries
     assert len(copy) == 4 and (2, 3, 0) in copy
-    copy.prune({0: 9})  # origin 0 has nothing pending below request 9: 5.x can never come again
-    assert (0, 5, 0) not in copy and (0, 9, 0) in copy and (2, 3, 0) in copy
+    copy.prune({0: 9})  # origin 0 has nothing pending below request 9: 5.x are forgotten, known complete
+    assert len(copy) == 2 and (0, 9, 0) in copy and (2, 3, 0) in copy and (0, 5, 0) in copy
     assert Applied().array().shape == (0, 3)
+
+
+def test_applied_floor_keeps_late_copies_out():
+    """After pruning, a late copy of a write below the origin's low watermark (a resend still on
+    its way when the first copy completed) is still a duplicate, here and on a node filled by a
+    snapshot of this record."""
+    applied = Applied()
+    applied.add((0, 5, 0))
+    applied.prune({0: 9, 1: 3})
+    assert (0, 5, 0) in applied and (0, 8, 4) in applied and (0, 9, 0) not in applied and (1, 2, 0) in applied
+    applied.prune({0: 7})  # a watermark never goes back
+    assert (0, 8, 0) in applied
+    copy = Applied.of(applied.array())
+    assert (0, 5, 0) in copy and (1, 2, 7) in copy and (1, 3, 0) not in copy and len(copy) == 0
 
 
 def test_tracker_counts_credit_not_reply_size():
