@@ -1,4 +1,4 @@
-"""server/chain.py's at-most-once record, and the tracker's side of resends (net/requests.py)."""
+"""server/applied.py and server/chain.py: the at-most-once record, and the tracker's side of resends (net/requests.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pskv.net.requests import Credit, RequestTracker
-from pskv.server.chain import Applied
+from pskv.server.applied import Applied
 
 pytestmark = pytest.mark.timeout(30)
 
