@@ -33,6 +33,12 @@ def sums(node: pskv.Node, threads: int, steps: int = 1500) -> None:
     """Thousands of concurrent async pushes from every thread of every node end in exact sums."""
     node.table("a", rows=ROWS, dim=3)
     node.table("b", rows=ROWS, dim=1, dtype="float64", init=pskv.Constant(2.0))
+    expected = np.zeros((ROWS, 3))  # every push of every thread of every node, once per node
+    for r in range(node.num_nodes):
+        for t in range(threads):
+            for step in range(steps):
+                keys, vals = _updates(r, t, step, 3)
+                np.add.at(expected, keys, vals)
 
     def train(w: pskv.Worker) -> None:
         a, b = w.table("a"), w.table("b")
@@ -43,12 +49,6 @@ def sums(node: pskv.Node, threads: int, steps: int = 1500) -> None:
             if step % 100 == 0:
                 a.pull_async(keys)  # reads in flight with the pushes
         w.barrier()
-        expected = np.zeros((ROWS, 3))
-        for r in range(w.num_nodes):
-            for t in range(threads):
-                for step in range(steps):
-                    keys, vals = _updates(r, t, step, 3)
-                    np.add.at(expected, keys, vals)
         order = np.random.default_rng(w.thread).permutation(ROWS)
         assert np.array_equal(a.pull(order), expected[order]), "table a: sums differ"
         assert np.array_equal(b.pull(np.arange(ROWS))[:, 0], expected[:, 0] + 2.0), "table b: sums differ"
