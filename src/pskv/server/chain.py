@@ -46,7 +46,7 @@ import numpy as np
 from .. import kernels
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
-from ..net.wire import BATCH, READER, ROWS, SET, Header, Kind, Payload, split
+from ..net.wire import READER, ROWS, SET, Header, Kind, Payload
 from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard
@@ -138,16 +138,9 @@ class Chain:
         return self._chains().heads[self._ranges(table).manager_of(keys)]
 
     def on_chain(self, header: Header, p: Payload, main: Shard) -> None:
-        """CHAIN: a write our predecessor in a range's chain applied (flag BATCH: several, in order)."""
-        if header.flags & BATCH:
-            for one, part in split(header, p):
-                self._on_write(one, part, main)
-        else:
-            self._on_write(header, p, main)
-
-    def _on_write(self, header: Header, p: Payload, main: Shard) -> None:
-        """Apply one write our predecessor applied to our copy, pass it on (flag READER: to our
-        reader's copy of some of its keys, then answer the writer)."""
+        """CHAIN: a write our predecessor in a range's chain applied (one of a BATCH: server.serve
+        splits it); apply it to our copy, pass it on (flag READER: to our reader's copy of some of
+        its keys, then answer the writer)."""
         keys = np.asarray(p.keys, np.int64)
         ranges = self._ranges(header.table)
         r = ranges.one_manager(keys)

@@ -26,7 +26,7 @@ from .. import _hooks, kernels
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
-from ..net.wire import BACKUPS, POSITIONS, REQUESTS, ROWS, Header, Kind, Payload, unpack
+from ..net.wire import BACKUPS, BATCH, POSITIONS, REQUESTS, ROWS, Header, Kind, Payload, split, unpack
 from ..placement import route
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard, Store
@@ -179,7 +179,13 @@ class Server:
         """CHAIN, SNAPSHOT and SUBSCRIBE: a range's backups and readers (server.chain, server.readers)."""
         if self.chain is None:
             raise ProtocolError(f"{header!r}: node {self.rank} runs without backups")
-        if header.kind == Kind.CHAIN:
+        if header.kind == Kind.CHAIN and header.flags & BATCH:  # several writes: each fails on its own
+            for one, part in split(header, p):
+                try:
+                    self.chain.on_chain(one, part, shard)
+                except Exception as exc:  # noqa: BLE001 - answered with an ERROR to that write's origin
+                    self.reject(one, exc)
+        elif header.kind == Kind.CHAIN:
             self.chain.on_chain(header, p, shard)
         elif header.kind == Kind.SNAPSHOT:
             self.chain.on_snapshot(header, p, shard)
