@@ -149,12 +149,15 @@ class Chain:
             raise ProtocolError(f"{header!r}: keys {lo}..{hi} span more than one key range")
         is_set = bool(header.flags & SET)
         if header.flags & READER:
-            held = main.slot[keys] >= 0  # a copy not here (yet, or any more) has the write from the chain
-            applied = self._read_applied.setdefault((header.table, r), Applied())
-            write = (header.origin, header.request_id, header.part)
-            if write not in applied:  # (a write that comes again is answered again, not applied)
-                _write(main, is_set, keys[held], None if p.values is None else p.values[held])
-                applied.add(write)
+            # A reader copy of a range we head now (we were its first backup and took it over) is
+            # our copy as a member, which has every write an earlier tail passed on: answer only.
+            if int(self._chains().heads[r]) != self.rank:
+                held = main.slot[keys] >= 0  # a copy not here (yet, or any more) has the write from the chain
+                applied = self._read_applied.setdefault((header.table, r), Applied())
+                write = (header.origin, header.request_id, header.part)
+                if write not in applied:  # (a write that comes again is answered again, not applied)
+                    _write(main, is_set, keys[held], None if p.values is None else p.values[held])
+                    applied.add(write)
             self._answer(header, len(keys), p.positions)
             return
         copy = self._backup.get((header.table, r))
@@ -212,9 +215,9 @@ class Chain:
                 elif reader == self.rank:  # our own reader copy, beside our copy as a member
                     applied = self._read_applied.setdefault((header.table, r), Applied())
                     write = (header.origin, header.request_id, header.part)
-                    if write not in applied:  # (a write our reader copy got before from an earlier tail)
-                        held = sel[main.slot[keys[sel]] >= 0]
-                        _write(main, is_set, keys[held], None if values is None else values[held])
+                    if held is not main and write not in applied:  # (at the head, main is that copy)
+                        mine = sel[main.slot[keys[sel]] >= 0]
+                        _write(main, is_set, keys[mine], None if values is None else values[mine])
                         applied.add(write)
                     self._answer(header, len(sel), pos[sel])
                 else:
