@@ -415,8 +415,10 @@ class Runner:
 
     def op_pull(self, name: str, keys: np.ndarray, asynchronous: bool) -> None:
         if name == "s":
-            # under relocation this thread's later writes may overtake its pull (no order across routes)
-            expect = self._s_expect(keys, clocked=True, later=asynchronous and self.plan.relocate)
+            # this thread's later writes may overtake its async pull: under relocation (no order across
+            # routes), and under BSP/SSP, where another thread's flush of the push buffer sends them on
+            # that thread's socket (no order with ours; a blocking pull is answered before they exist)
+            expect = self._s_expect(keys, clocked=True, later=asynchronous and (self.plan.relocate or self.plan.sync))
             if asynchronous:
                 self.pending.append((self.t["s"].pull_async(keys), lambda got: self._check_s(keys, got, expect)))
             else:

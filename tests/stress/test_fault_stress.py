@@ -6,7 +6,8 @@ the survivors must end with exactly the acknowledged pushes (tests/fault/test_ba
     make stress                                            # STRESS_FAULT_SEEDS seeds (default 12)
     PSKV_STRESS_SEED=7 .venv/bin/python -m pytest -m stress tests/stress/test_fault_stress.py
 
-`test_failover_slice` (three fixed seeds; 3009: a reader of keys that it heads after a leave) runs in `make test`.
+`test_failover_slice` (two fixed seeds, each once a bug: 11, a request sent while a node left; 3009,
+a reader of keys that it heads after a leave) runs in `make test`.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _failover(cluster_factory, tmp_path, seed: int) -> None:
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("seed", [3, 11, 3009])
+@pytest.mark.parametrize("seed", [11, 3009])
 def test_failover_slice(cluster_factory, tmp_path, seed):
     _failover(cluster_factory, tmp_path, seed)
 
