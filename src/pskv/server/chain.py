@@ -377,6 +377,8 @@ class Chain:
         """Our copy of keys we read (a SNAPSHOT with flag READER from the tail): install it, wake the
         localize that waits for them."""
         r = header.part
+        if int(self._chains().heads[r]) == self.rank:  # a copy sent before we took the range over: ours,
+            return  # the head's, is whole and newer (installing it would undo writes we applied since)
         held = main.slot[keys] >= 0
         if held.any():  # sent again after a membership change: the tail's copy is at least as new
             main.overwrite(keys[held], rows[held], None if state is None else state[held])
