@@ -206,12 +206,12 @@ def assign(data, keys, offset, rows):
 
 
 @_jit
-def touched_stripes(keys, offset, mask):
-    """mask[s] = True for every stripe s = (key - offset) % len(mask) that `keys` touch."""
-    m = mask.shape[0]
-    mask[:] = False
+def touched_stripes(keys, stripes):
+    """A bitmask with bit s set for every stripe s = key % stripes (<= 63) that `keys` touch."""
+    bits = 0
     for i in range(keys.shape[0]):
-        mask[(keys[i] - offset) % m] = True
+        bits |= 1 << (keys[i] % stripes)
+    return bits
 
 
 @_jit

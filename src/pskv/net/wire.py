@@ -245,7 +245,8 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
 
 def split(header: Header, p: Payload):
     """The writes of a BATCH message, one (Header, Payload) each, as if each had come alone (views,
-    no copy). Raises ProtocolError when the counts do not add up."""
+    no copy): a write gets its positions only if its flags have POSITIONS (the others cover their
+    whole part). Raises ProtocolError when the counts do not add up."""
     w = p.writes
     if w is None or p.positions is None or (p.keys is not None and len(p.keys) != len(p.positions)):
         raise ProtocolError(f"{header!r}: a batch without its writes or positions")
@@ -256,8 +257,9 @@ def split(header: Header, p: Payload):
     for origin, rid, part, n, flags in w.tolist():
         stop = start + n
         h = Header(header.kind, header.cluster, header.sender, header.table, rid, part, n, header.dim, header.dtype,
-                   header.key_dtype, flags, origin, 0, header.epoch)
-        yield h, Payload(None if p.keys is None else p.keys[start:stop], p.positions[start:stop],
+                   header.key_dtype, flags & ~POSITIONS, origin, 0, header.epoch)
+        yield h, Payload(None if p.keys is None else p.keys[start:stop],
+                         p.positions[start:stop] if flags & POSITIONS else None,
                          None if p.values is None else p.values[start:stop], None)
         start = stop
 

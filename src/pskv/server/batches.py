@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..net.endpoint import Endpoint
-from ..net.wire import Header, Kind
+from ..net.wire import POSITIONS, Header, Kind
 
 
 class Batches:
@@ -62,7 +62,8 @@ class Batches:
                        origin=origin)
             self._endpoint.send(dest, h, keys=keys, positions=positions, values=values)
             return
-        described = np.array([(o, rid, part, len(k), flags) for o, rid, part, flags, k, _, _ in writes], np.int64)
+        described = np.array([(o, rid, part, len(k), flags if pos is None else flags | POSITIONS)
+                              for o, rid, part, flags, k, pos, _ in writes], np.int64)
         positions = np.concatenate([np.arange(len(k), dtype=np.int64) if pos is None else pos
                                     for _, _, _, _, k, pos, _ in writes])
         values = np.concatenate([v for *_, v in writes])
@@ -78,7 +79,8 @@ class Batches:
             self._endpoint.reply(Header(Kind.CHAIN, table=table, request_id=rid, part=part, origin=origin), Kind.ACK,
                                  n_keys=n, positions=positions)
             return
-        described = np.array([(origin, rid, part, n, 0) for rid, part, n, _ in writes], np.int64)
+        described = np.array([(origin, rid, part, n, 0 if pos is None else POSITIONS) for rid, part, n, pos in writes],
+                             np.int64)
         positions = np.concatenate([np.arange(n, dtype=np.int64) if pos is None else np.asarray(pos, np.int64)
                                     for _, _, n, pos in writes])
         self._endpoint.send(origin, Header(Kind.ACK, table=table, origin=origin), positions=positions,

@@ -119,7 +119,7 @@ class Chain:
                 continue
             k = keys if sel is None else keys[sel]
             v = p.values if sel is None else p.values[sel]
-            pos = _positions(p.positions, sel, len(keys))
+            pos = _positions(p.positions, sel)
             head = int(chains.heads[r])
             if head != self.rank:
                 self._forward(head, header, k, pos, v)
@@ -420,12 +420,14 @@ class Chain:
 
 
 def _fresh(spec: TableSpec, ranges: KeyRanges, r: int, rank: int) -> Shard:
-    """Range r's rows as they start (a row's initial value depends only on table and row)."""
-    return Shard(spec, *ranges.manager_range(r), rank)
+    """Range r's rows as they start (a row's initial value depends only on table and row); one
+    lock: only pskv-server writes a copy (its rows reach the main shard by `_promote`)."""
+    return Shard(spec, *ranges.manager_range(r), rank, stripes=1)
 
 
-def _positions(positions: np.ndarray | None, sel: np.ndarray | None, n: int) -> np.ndarray:
-    """The positions in the request part of the keys `sel` of a message with `positions`."""
+def _positions(positions: np.ndarray | None, sel: np.ndarray | None) -> np.ndarray | None:
+    """The positions in the request part of the keys `sel` (None: all) of a message with
+    `positions` (None: the whole part); None for a whole part (its answer credits every key)."""
     if sel is None:
-        return np.arange(n, dtype=np.int64) if positions is None else positions
+        return positions
     return sel if positions is None else positions[sel]

@@ -35,8 +35,10 @@ INCOMING = -2
 class Shard:
     """One table on this node: the rows it owns (any keys), and the manager map of [start, stop)."""
 
-    def __init__(self, spec: TableSpec, start: int, stop: int, rank: int, fill: bool = True) -> None:
-        """`fill=False`: leave the rows unset (a checkpoint is about to overwrite them all)."""
+    def __init__(self, spec: TableSpec, start: int, stop: int, rank: int, fill: bool = True,
+                 stripes: int = STRIPES) -> None:
+        """`fill=False`: leave the rows unset (a checkpoint is about to overwrite them all).
+        `stripes=1`: one lock (a copy only pskv-server writes, such as a backup's: server.chain)."""
         self.spec = spec
         self.start = start
         self.stop = stop
@@ -59,7 +61,9 @@ class Shard:
         self.replicas: Replicas | None = None  # hot keys copied on every node (set by the node)
         self.forwards = 0  # keys this node passed on (counted by the server thread)
         self.relocated_in = 0  # keys that moved here
-        self._locks = [threading.Lock() for _ in range(STRIPES)]
+        self._locks = [threading.Lock() for _ in range(stripes)]
+        self._all = _Held(self._locks)
+        self._some: dict[int, _Held] = {}  # stripe bitmask -> its locks (made once each)
         self._waiters: list[tuple[int, np.ndarray]] = []  # localize requests: (request id, keys incoming for it)
         self._waiters_lock = threading.Lock()  # guards _waiters; checked against slot under it
 
@@ -238,11 +242,13 @@ class Shard:
 
     def _locked(self, keys: np.ndarray | None) -> "_Held":
         """The stripe locks of `keys` (all of them for None or many keys), as a context manager."""
-        if keys is None or len(keys) >= _ALL_STRIPES_FROM:
-            return _Held(self._locks)
-        mask = np.empty(STRIPES, np.bool_)
-        kernels.touched_stripes(keys, 0, mask)
-        return _Held([self._locks[s] for s in np.flatnonzero(mask).tolist()])
+        if keys is None or len(keys) >= _ALL_STRIPES_FROM or len(self._locks) == 1:
+            return self._all
+        bits = kernels.touched_stripes(keys, len(self._locks))
+        held = self._some.get(bits)
+        if held is None:  # (a race here only makes the same list twice)
+            held = self._some[bits] = _Held([lock for s, lock in enumerate(self._locks) if bits >> s & 1])
+        return held
 
     def __repr__(self) -> str:
         owned = int((self.slot >= 0).sum())

@@ -38,7 +38,7 @@ def test_chain_batch_splits_into_the_writes_in_order():
         assert (one.kind, one.table, one.origin, one.request_id, one.part, one.flags, one.n_keys) == \
             (Kind.CHAIN, 4, origin, rid, part, flags, len(keys))
         assert p.keys.tolist() == keys.tolist() and (p.values == values).all()
-        assert p.positions.tolist() == (list(range(len(keys))) if pos is None else pos.tolist())
+        assert (p.positions is None) if pos is None else p.positions.tolist() == pos.tolist()  # whole parts: none
 
 
 def test_one_write_per_link_goes_plain():
@@ -60,7 +60,7 @@ def test_acks_of_one_origin_complete_each_request_once():
     origin, _ = recording_endpoint(0)
     got = []
     first, f1 = origin.tracker.new_request(3, on_part=lambda s, payload: got.append(
-        (s, payload[0].part, payload[1].positions.tolist())))
+        (s, payload[0].part, payload[1].positions)))
     second, f2 = origin.tracker.new_request(2)
     tail, transport = recording_endpoint(2)
     batches = Batches(tail)
@@ -74,7 +74,7 @@ def test_acks_of_one_origin_complete_each_request_once():
     assert h.kind == Kind.ACK and h.flags & BATCH and h.sender == 2
     assert not f1.done() and not f2.done()
     origin.on_reply(h, frames)
-    assert f1.done() and f2.done() and got == [(2, 0, [0, 1, 2])]
+    assert f1.done() and f2.done() and got == [(2, 0, None)]  # the whole part: no positions
 
 
 def test_a_batch_whose_counts_do_not_add_up_is_refused():
