@@ -15,7 +15,8 @@ the first time it sends there (an `Outbox`), so no socket is ever shared and no 
 while sending (a worker's request goes straight onto the wire, saving the queue hop to an io
 thread). Small messages travel packed, one frame each; the pskv-server thread holds its small
 messages back during a burst and sends them packed together (see net.outbox). Messages from one
-thread to one destination arrive in order. `close()` runs after all sending threads have stopped;
+thread to one destination arrive in order. The inbox is also bound in-process, and a node's
+messages to itself (with backups, a write to a range it heads) go there, not through TCP. `close()` runs after all sending threads have stopped;
 it closes every socket with LINGER 0 (sockets to the coordinator linger briefly so a final BYE is
 delivered).
 Assumes: dict operations are atomic under the GIL.
@@ -127,6 +128,8 @@ class Transport:
                 self.port = port
             else:
                 self.port = self._inbox.bind_to_random_port(zmq_url(host, 0).rsplit(":", 1)[0])
+            self._inproc = f"inproc://pskv-inbox-{id(self)}"  # this node's messages to itself skip TCP
+            self._inbox.bind(self._inproc)
         except zmq.ZMQError as exc:
             self._inbox.close(linger=0)
             self._terminate()
@@ -267,6 +270,8 @@ class Transport:
             raise TransportError(f"no address known for node {rank}; the cluster has not been joined yet")
         if port:
             url = f"{url.rsplit(':', 1)[0]}:{port}"
+        elif url == zmq_url(self.host, self.port):
+            url = self._inproc
         with self._lock:
             if self._closed:
                 raise TransportError("transport is closed")
