@@ -150,6 +150,7 @@ class Updater:
     if they keep per-row state); `_params()` lists the constructor arguments for `config()` and `repr()`."""
 
     name: str = ""
+    in_order = False  # True: one apply of two updates concatenated equals applying them one after the other, bit for bit
 
     def state_width(self, dim: int) -> int:
         """Columns of per-row state this rule keeps for a table of width `dim`; 0 means none."""
@@ -213,6 +214,7 @@ class Add(Updater):
     """w += g. The default rule: a scatter-add with no sort."""
 
     name = "add"
+    in_order = True
 
     def _apply(self, data, state, idx, upd) -> None:
         _scatter_add(data, idx, upd, data.dtype.type(1.0))
@@ -231,6 +233,7 @@ class SGD(Updater):
     """w -= lr * g. Linear, so duplicates scatter directly (rounding may differ from summing first)."""
 
     name = "sgd"
+    in_order = True
 
     def __init__(self, lr: float = 0.01) -> None:
         self.lr = _positive("lr", lr)

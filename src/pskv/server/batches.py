@@ -42,7 +42,11 @@ class Batches:
         if to.reply_to:  # answered in the origin's reply box: not batched
             self._endpoint.reply(to, Kind.ACK, n_keys=n, positions=positions)
             return
-        self._acks.setdefault((to.origin, to.table), []).append((to.request_id, to.part, n, positions))
+        self.ack_write(to.origin, to.table, to.request_id, to.part, n, positions)
+
+    def ack_write(self, origin: int, table: int, rid: int, part: int, n: int, positions) -> None:
+        """`ack` of a write that names no reply box (a write of a CHAIN batch), by its id."""
+        self._acks.setdefault((origin, table), []).append((rid, part, n, positions))
 
     def flush(self) -> None:
         """Send what this burst made, one message per link."""

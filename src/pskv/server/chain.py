@@ -46,7 +46,7 @@ import numpy as np
 from .. import kernels
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
-from ..net.wire import READER, ROWS, SET, Header, Kind, Payload
+from ..net.wire import POSITIONS, READER, ROWS, SET, Header, Kind, Payload
 from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard
@@ -165,6 +165,49 @@ class Chain:
             raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r} (epoch {self._epoch()})")
         self._apply(header, is_set, r, keys, p.values, copy)
         self._pass(header, self._chains(), r, keys, p.positions, p.values, is_set, copy, main)
+
+    def on_chain_batch(self, header: Header, p: Payload, main: Shard) -> bool:
+        """A BATCH of CHAIN writes, all pushes to one range we back up, none seen before, with an
+        updater that applies in order (`Updater.in_order`): applied in one call, which equals
+        applying them one by one; passed on or answered write by write. False, with nothing
+        done, for any other batch (server.serve then splits it)."""
+        w = p.writes
+        keys = np.asarray(p.keys, np.int64)
+        counts = w[:, 3]
+        if p.positions is None or len(p.positions) != len(keys) or counts.min() < 0 or int(counts.sum()) != len(keys):
+            return False  # (split says what is wrong with it)
+        if not len(keys) or (w[:, 4] & (SET | ROWS | READER)).any():
+            return False
+        r = self._ranges(header.table).one_manager(keys)
+        copy = self._backup.get((header.table, r)) if r >= 0 else None
+        applied = self._applied.get((header.table, r))
+        if copy is None or applied is None or not copy.spec.updater.in_order:
+            return False
+        ids = [tuple(one) for one in w[:, :3].tolist()]  # [(origin, rid, part)]
+        if len(set(ids)) != len(ids) or any(one in applied for one in ids):  # (a resend may follow its first copy)
+            return False
+        if len(copy.push(keys, p.values)):
+            raise ProtocolError(f"node {self.rank} should hold every key of key range {r} of {copy.spec.name!r} "
+                                f"but does not (epoch {self._epoch()})")
+        chains = self._chains()
+        nxt = chains.successor(r, self.rank)
+        tail_plain = nxt < 0 and not (self.readers.of(header.table, keys) >= 0).any()
+        start = 0
+        for (origin, rid, part), n, flags in zip(ids, counts.tolist(), w[:, 4].tolist()):
+            applied.add((origin, rid, part))
+            stop = start + n
+            pos = p.positions[start:stop] if flags & POSITIONS else None
+            if nxt >= 0:
+                self.batches.chain(nxt, header.table, origin, rid, part, 0, keys[start:stop], pos,
+                                   p.values[start:stop])
+            elif tail_plain and origin != self.rank:
+                self.batches.ack_write(origin, header.table, rid, part, n, pos)
+            else:
+                one = Header(Kind.CHAIN, table=header.table, request_id=rid, part=part, n_keys=n, dim=header.dim,
+                             origin=origin, epoch=header.epoch)
+                self._pass(one, chains, r, keys[start:stop], pos, p.values[start:stop], False, copy, main)
+            start = stop
+        return True
 
     def _apply(self, header: Header, is_set: bool, r: int, keys, values, shard: Shard) -> bool:
         """Apply a write unless it was applied here before; True if it was applied now."""

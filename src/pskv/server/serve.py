@@ -180,6 +180,8 @@ class Server:
         if self.chain is None:
             raise ProtocolError(f"{header!r}: node {self.rank} runs without backups")
         if header.kind == Kind.CHAIN and header.flags & BATCH:  # several writes: each fails on its own
+            if self.chain.on_chain_batch(header, p, shard):  # (or all at once, when that is the same)
+                return
             for one, part in split(header, p):
                 try:
                     self.chain.on_chain(one, part, shard)

@@ -5,8 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers import recording_endpoint
+from pskv import updaters
 from pskv.net.requests import Credit, RequestTracker
+from pskv.net.wire import Kind, split, unpack, unpack_header
+from pskv.placement.chains import Chains
+from pskv.placement.ranges import KeyRanges
 from pskv.server.applied import Applied
+from pskv.server.batches import Batches
+from pskv.server.chain import Chain
+from pskv.store.shard import Shard
+from pskv.store.spec import TableSpec, Zeros
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -100,3 +109,56 @@ def test_snapshot_carries_readers_on_the_wire():
     assert header.flags & READERS
     p = unpack(header, frames)
     assert p.readers.tolist() == [-1, 4, 5] and p.applied.shape == (1, 3) and p.values.shape == (3, 2)
+
+
+def _backup_of_range_0(updater):
+    """Node 1 of 3 with backups=1: the tail of range 0 (head 0); a table of 30 rows, dim 2."""
+    endpoint, transport = recording_endpoint(1)
+    chains = Chains(3, 1, {0, 1, 2})
+    chain = Chain(endpoint, lambda: chains, lambda: 1, lambda *a: None, lambda epoch: None)
+    spec = TableSpec("w", 30, 2, np.float32, updaters.get(updater), Zeros(), table_id=4)
+    ranges = KeyRanges(30, 3)
+    main = Shard(spec, *ranges.manager_range(1), 1)
+    chain.add_table(spec, main, ranges)
+    return chain, transport, main
+
+
+def _batch(writes):
+    """A CHAIN BATCH from node 0 as node 1 receives it: [(origin, rid, part, keys, positions, values)]."""
+    endpoint, transport = recording_endpoint(0)
+    batches = Batches(endpoint)
+    for origin, rid, part, keys, pos, values in writes:
+        batches.chain(1, 4, origin, rid, part, 0, np.array(keys), pos, np.asarray(values, np.float32))
+    batches.flush()
+    (_, frames), = transport.sent
+    header = unpack_header(bytes(frames[0]))
+    return header, unpack(header, [bytes(f) if not isinstance(f, np.ndarray) else f for f in frames])
+
+
+@pytest.mark.parametrize("updater,at_once", [("add", True), ("sgd", True), ("adagrad", False)])
+def test_a_batch_of_pushes_applies_at_once_as_one_by_one(updater, at_once):
+    """A backup applies a CHAIN batch of pushes in one call where the updater allows it
+    (`in_order`): its rows equal those of the same writes applied one by one, bit for bit, and
+    every write is acknowledged to its origin (node 2's batched ACK, node 1's own answered here)."""
+    rng = np.random.default_rng(5)
+    writes = [(2, 10 + i, i % 2, rng.integers(0, 10, 4), None, rng.normal(size=(4, 2))) for i in range(6)]
+    writes.append((1, 40, 0, [3, 3, 9], np.array([0, 2, 5]), rng.normal(size=(3, 2))))  # ours, some positions
+    batched, transport, main = _backup_of_range_0(updater)
+    header, p = _batch(writes)
+    assert batched.on_chain_batch(header, p, main) is at_once
+    if not at_once:
+        for one, part in split(header, p):
+            batched.on_chain(one, part, main)
+    single, _, main2 = _backup_of_range_0(updater)
+    for one, part in split(*_batch(writes)):
+        single.on_chain(one, part, main2)
+    (a,), (b,) = batched.copies(4), single.copies(4)
+    assert a.data.tobytes() == b.data.tobytes() and a.data.any()
+    batched.batches.flush()
+    acked = [(rank, unpack_header(bytes(frames[0])).kind) for rank, frames in transport.sent]
+    assert acked == [(2, Kind.ACK)]
+    header, p = _batch(writes[:2])  # both seen before: not applied again, one by one (acked again)
+    assert batched.on_chain_batch(header, p, main) is False
+    for one, part in split(header, p):
+        batched.on_chain(one, part, main)
+    assert a.data.tobytes() == b.data.tobytes() and batched.duplicates == 2
