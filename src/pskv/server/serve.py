@@ -26,7 +26,7 @@ from .. import _hooks, kernels
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
-from ..net.wire import BACKUPS, BATCH, POSITIONS, REQUESTS, ROWS, Header, Kind, Payload, split, unpack
+from ..net.wire import BACKUPS, BATCH, REQUESTS, ROWS, Header, Kind, Payload, split, unpack
 from ..placement import route
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard, Store
@@ -171,7 +171,9 @@ class Server:
         shard = self._store.get(header.table)
         if shard is not None:
             shard.forwards += len(keys)
-        self._endpoint.forward(target, header, POSITIONS | header.flags & ROWS | hops << _HOP_SHIFT, keys=keys,
+        # (positions None: the whole part, e.g. a chain's write forwarded to its range's head; encode
+        # sets flag POSITIONS when there are some)
+        self._endpoint.forward(target, header, header.flags & ROWS | hops << _HOP_SHIFT, keys=keys,
                                positions=positions, values=values)
 
     # ---- backups, replication and aggregation ------------------------------------------------------

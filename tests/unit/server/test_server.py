@@ -178,3 +178,18 @@ def test_declined_localize_completes_and_forwards_what_waited():
     assert (shard.slot[keys] == -1).all() and fut.done()
     assert [(r, unpack_header(f[0]).kind) for r, f in sent] == [(0, Kind.PUSH)]  # on to the manager
     assert server.relocation._deferred == {}
+
+
+def test_a_whole_part_forwarded_travels_without_positions():
+    """A write part forwarded whole (a chain's head moved: server.chain) leaves without positions,
+    and decodes; with positions it carries them (and the hop count)."""
+    server, _, sent = _server()
+    header = Header(Kind.PUSH, cluster=7, sender=0, origin=0, table=1, request_id=5, part=2, dim=DIM)
+    values = np.ones((2, DIM), np.float32)
+    server.forward(2, header, np.array([21, 22]), None, values)
+    server.forward(2, header, np.array([23]), np.array([4]), values[:1])
+    (d1, f1), (d2, f2) = sent
+    h1, h2 = unpack_header(bytes(f1[0])), unpack_header(bytes(f2[0]))
+    p1, p2 = unpack(h1, f1), unpack(h2, f2)
+    assert (d1, h1.part, h1.flags & POSITIONS, p1.positions, p1.keys.tolist()) == (2, 2, 0, None, [21, 22])
+    assert (d2, h2.flags & POSITIONS, p2.positions.tolist(), h2.flags >> 8) == (2, POSITIONS, [4], 1)
