@@ -68,6 +68,7 @@ from .options import TableOptions
 from .placement.hot import hot_keys
 from .server import serve
 from .server.aggregate import Owner
+from .server.rounds import Rounds
 from .server.chain import Chain
 from .server.serve import Server
 from .store.replicas import Replicas
@@ -220,10 +221,6 @@ class Node:
         self.health.check()
         options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
         consistency = self.consistency if consistency is None else as_consistency(consistency)
-        if self.config.backups and options.aggregate is not None and consistency.staleness != float("inf"):
-            raise ConfigError(f"table {name!r}: with backups an aggregated table applies each node's sums as "
-                              f"they come (consistency=pskv.Async()), not {consistency!r}: a BSP round's "
-                              "partial sums would die with its owner; declare it with consistency=pskv.Async()")
         spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
                          table_id=self.catalog.next_id(name))
         saved, mismatch = self._restorer.match(spec.config()) if self._restorer is not None else (None, None)
@@ -290,15 +287,22 @@ class Node:
         left unset for a checkpoint to fill)."""
         ranges = self.view.key_ranges(spec.rows)
         shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank, fill)
+        asynchronous = consistency.staleness == float("inf")
+        rounds = options.aggregate is not None and not asynchronous and self.server.chain is not None
         if self.server.chain is not None:
-            self.server.chain.add_table(spec, shard, ranges)
+            self.server.chain.add_table(spec, shard, ranges, rounds=rounds)
         loc_cache = np.full(spec.rows if options.placement.location_caches else 0, -1, np.int64)
         state = TableState(spec, ranges, shard, options, consistency, loc_cache)
         config = {**spec.config(), "consistency": consistency.spec}
         if options.aggregate is not None:
-            owner = Owner(spec, shard, self.num_nodes, consistency.staleness == float("inf"), self.endpoint)
-            state.aggregator = Aggregator(self._ctx, state, owner)
-            self.server.aggregators[spec.table_id] = state.aggregator.serve
+            if rounds:  # level 2 at each range's head, rounds replicated (server.rounds)
+                level2 = Rounds(spec, self.num_nodes, self.server.chain, shard, self.endpoint, lambda: self.view.alive)
+                state.aggregator = Aggregator(self._ctx, state, None)
+                self.server.aggregators[spec.table_id] = level2.serve
+            else:
+                owner = Owner(spec, shard, self.num_nodes, asynchronous, self.endpoint)
+                state.aggregator = Aggregator(self._ctx, state, owner)
+                self.server.aggregators[spec.table_id] = state.aggregator.serve
             config["aggregate"] = "node"
         elif consistency.synchronous:
             capacity = options.cache.capacity(spec.rows)

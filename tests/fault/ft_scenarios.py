@@ -2,7 +2,9 @@
 
     python ft_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES [HOT [LOCALIZE [LEAVER]]]  # nodes die (or leave) meanwhile
     python ft_scenarios.py checkpoint OUT_DIR ROWS                # node 2 dies while writing a checkpoint
-    python ft_scenarios.py aggregate OUT_DIR ROWS CHANGES         # an aggregated table; a node dies meanwhile
+    python ft_scenarios.py aggregate OUT_DIR ROWS CHANGES [VICTIM [ACKED]] # an aggregated table; a node dies
+    # meanwhile (with VICTIM: BSP, node VICTIM dies; ACKED = N: it kills itself when the tail acknowledged
+    # the N-th round write it headed, before it answers the nodes: server.rounds)
 
 Every node pushes ones into its own column of a (ROWS, num_nodes) table, to 16 distinct random
 keys of every key range at a time (so a row's column is a function of how many pushes reached
@@ -31,7 +33,12 @@ import numpy as np
 import pskv
 
 _MAX_PUSHES = 200_000
+_BSP_ROUNDS = 400
 _AFTER_CHANGE = 300
+
+
+def table_id(node, name: str) -> int:
+    return node.catalog.get(name).spec.table_id
 
 
 def hot_keys(rows: int, hot: int) -> np.ndarray:
@@ -109,22 +116,33 @@ def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0, local
         print("storm finished", flush=True)
 
 
-def aggregate(out: Path, rows: int, expected: int) -> None:
+def aggregate(out: Path, rows: int, expected: int, victim: int = -1, kill_after: int = 0) -> None:
     """An aggregated table (pskv.NodeAggregate, async) with backups: 2 threads per node push ones
     into the node's column of the same 16 keys each round (the node's sum: 2 per key and round),
     then pull them; a pulled row's own column must be exactly 2 x the rounds of this node that
     included the key. Thread 0 logs each round's keys (sent-R, acked-R once its pull returned).
     Rounds go on until CHANGES membership changes were seen and 150 more rounds ran; then the
-    survivors save the table halved (final.npy) and their backup copies, as `storm` does."""
+    survivors save the table halved (final.npy) and their backup copies, as `storm` does.
+    With `victim` >= 0 the table is BSP: every node pushes the same keys each round (a round of a
+    key completes with every live node's sum), for _BSP_ROUNDS rounds; a pulled row's columns of
+    every node but the victim must be exactly 2 x this node's rounds of the key."""
+    import signal
     import threading
 
-    with pskv.init() as node:
+    from pskv import _hooks
+
+    bsp = victim >= 0
+    written = []
+
+    def die(node: int, keys) -> None:
+        written.append(node)
+        if node == victim and len(written) == kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    with _hooks.installed("rounds.written", die), pskv.init() as node:
         n, rank = node.num_nodes, node.rank
-        try:  # BSP rounds of an aggregated table are not kept by backups: refused, with what to do
-            node.table("bsp", rows, 1, aggregate=pskv.NodeAggregate(), consistency=pskv.BSP())
-        except pskv.ConfigError as exc:
-            print(f"refused: {exc}", flush=True)
-        node.table("w", rows, n, aggregate=pskv.NodeAggregate(), consistency=pskv.Async())
+        node.table("w", rows, n, aggregate=pskv.NodeAggregate(), consistency=pskv.BSP() if bsp else pskv.Async())
+        others = [r for r in range(n) if r != victim]
         changes = []
         node.on_membership_change(changes.append)
         sent = os.open(out / f"sent-{rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -134,12 +152,12 @@ def aggregate(out: Path, rows: int, expected: int) -> None:
 
         def work(worker) -> None:
             table = worker.table("w")
-            rng = np.random.default_rng(rank)  # the same keys in both threads, round by round
+            rng = np.random.default_rng(0 if bsp else rank)  # the same keys in both threads (BSP: all nodes)
             counts = np.zeros(rows, np.int64)
             values = np.zeros((16, n), np.float32)
             values[:, rank] = 1.0
-            for i in range(_MAX_PUSHES):
-                if i % 50 == 0:  # both threads stop at the same round (else one would wait for the other)
+            for i in range(_BSP_ROUNDS if bsp else _MAX_PUSHES):
+                if not bsp and i % 50 == 0:  # both threads stop at the same round (else one would wait for the other)
                     if worker.thread == 0:
                         if plan["seen_at"] is None and len(changes) >= expected:
                             plan["seen_at"] = i
@@ -155,7 +173,7 @@ def aggregate(out: Path, rows: int, expected: int) -> None:
                 counts[keys] += 1
                 if worker.thread == 0:
                     os.write(acked, keys.astype(np.int64).tobytes())
-                    plan["wrong"] += int((got[:, rank] != 2 * counts[keys]).sum())
+                    plan["wrong"] += int((got[:, others if bsp else [rank]] != 2 * counts[keys, None]).sum())
                     plan["rounds"] = i + 1
                 if i == 200 and worker.thread == 0:
                     print("storm running", flush=True)
@@ -163,6 +181,8 @@ def aggregate(out: Path, rows: int, expected: int) -> None:
         node.run(work, threads=2)
         print(f"aggregated rounds {plan['rounds']}, wrong rows pulled {plan['wrong']}, members {node.members}",
               flush=True)
+        level2 = getattr(node.server.aggregators[table_id(node, "w")], "__self__", None)
+        print(f"level 2: {level2!r}", flush=True)
         worker = node.worker()
         worker.barrier()
         table = worker.table("w")
@@ -209,7 +229,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "checkpoint":
         checkpoint(Path(sys.argv[2]), int(sys.argv[3]))
     elif sys.argv[1] == "aggregate":
-        aggregate(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        aggregate(Path(sys.argv[2]), int(sys.argv[3]), *map(int, sys.argv[4:7]))
     elif sys.argv[1] == "storm":
         storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), *map(int, sys.argv[6:9]))
     else:

@@ -5,6 +5,7 @@ applied twice, and every backup copy equals its head bit for bit (tests/fault/ft
 from __future__ import annotations
 
 import signal
+import re
 import sys
 from pathlib import Path
 
@@ -256,6 +257,35 @@ def test_aggregated_table_kill(cluster_factory, tmp_path, victim=0):
     _survivors_finish(cluster, 2, survivors)
     for rank in survivors:
         assert "wrong rows pulled 0," in cluster.output(rank), cluster.logs_tail()
-        assert "refused: table 'bsp': with backups an aggregated table" in cluster.output(rank)
-        assert "consistency=pskv.Async()" in cluster.output(rank)
+    _check(out, 3, dead=[victim])
+
+
+@pytest.mark.parametrize("acked", [0, 150], ids=["killed", "after-its-round-write"])
+def test_aggregated_bsp_table_kill(cluster_factory, tmp_path, acked, victim=0):
+    """A BSP aggregated table with backups: every node pushes the same keys each round, and a
+    round of a key completes with every live node's sum, at its range's head, as one replicated
+    write (server.rounds). Node 0 dies mid-run (its ranges, and the coordinator, move): SIGKILLed
+    by the test, or by itself once the tail acknowledged its 150th round write, before it answered
+    the nodes (the new head then answers their sums of that round at once). The survivors' 400
+    rounds all complete; every pulled row holds exactly 2 x the rounds of the key in each
+    survivor's column (the rounds included both); the final table holds each survivor's rounds
+    once, the dead node's acknowledged ones, and backups equal heads."""
+    out = tmp_path / "out"
+    out.mkdir()
+    cluster = cluster_factory(3, [sys.executable, SCENARIOS, "aggregate", str(out), str(ROWS), "1", str(victim),
+                                  str(acked)], backups=1, failure_timeout=FAILURE_TIMEOUT)
+    if not acked:
+        _running(cluster, victim)
+        cluster.kill(victim)
+    survivors = [r for r in range(3) if r != victim]
+    _survivors_finish(cluster, 2, survivors)
+    for rank in survivors:
+        assert "aggregated rounds 400, wrong rows pulled 0," in cluster.output(rank), cluster.logs_tail()
+    level2 = [re.search(r"<Rounds table='w' completed=(\d+) waiting=0 answered_again=(\d+)>", cluster.output(r))
+              for r in survivors]
+    assert all(level2), cluster.logs_tail()
+    completed, again = [int(m.group(1)) for m in level2], [int(m.group(2)) for m in level2]
+    assert min(completed) > 0 and sum(completed) > 400 * 16 // 2, completed  # (at least their own ranges')
+    if acked:
+        assert sum(again) > 0, again  # the round node 0 wrote but never answered: answered by its new head
     _check(out, 3, dead=[victim])

@@ -31,10 +31,12 @@ Aggregated tables keep their static placement (no localize, no replication); eac
 four (rows, dim) buffers for the table (two rounds of sums and two of results), so aggregate
 dense models of moderate size (mshadow-ps's layers), not 100M-row embeddings.
 
-With backups (async tables only; node.table refuses BSP/SSP) level 2 is the chain instead of
-`Owner`: a node's sums are a push to the range's head (client.backed: replicated, at most once,
-sent again after a membership change) with flag ROWS, and the chain's tail answers with the rows
-after it (server.chain).
+With backups level 2 is the chain instead of `Owner`. Async: a node's sums are a push to the
+range's head (client.backed: replicated, at most once, sent again after a membership change)
+with flag ROWS, and the chain's tail answers with the rows after it (server.chain). BSP/SSP: the
+sums, with their rounds, go to the range's head the same way (kind AGG_PUSH), which collects every
+live node's, applies the total as a replicated write and answers once the tail has it
+(server.rounds).
 
 Level 1 lives here (`Aggregator`, client side); level 2 in pskv.server.aggregate (`Owner`), which
 the node hands in: this module does not import the server.
@@ -262,7 +264,10 @@ class Aggregator:
         if self._table is None:
             self._table = Table(self._ctx, self._state, None)
         out = np.empty((len(keys), self.spec.dim), self.spec.dtype)  # (n, dim) the rows after the sums
-        fut = backed.request(self._table, Kind.PUSH, keys, sums, out, None, False, rows=True)
+        if self._state.consistency.synchronous:  # BSP/SSP: the head collects every node's sums (server.rounds)
+            fut = backed.request(self._table, Kind.AGG_PUSH, keys, sums, out, None, False, rows=True, rounds=rounds)
+        else:
+            fut = backed.request(self._table, Kind.PUSH, keys, sums, out, None, False, rows=True)
         self.messages += 1
         fut.add_done_callback(lambda f: self._on_request_done(f) if f.exception() else self._deliver(keys, rounds, out))
 

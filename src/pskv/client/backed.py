@@ -36,24 +36,25 @@ from ..store.shard import INCOMING
 class BackedRequest:
     """One pull/push/set of a cluster with backups: its parts and which keys were answered."""
 
-    __slots__ = ("table", "kind", "out", "rid", "parts", "reply_to", "flags")
+    __slots__ = ("table", "kind", "out", "rid", "parts", "reply_to", "flags")  # (kind AGG_PUSH: with rounds)
 
     def __init__(self, table, kind: Kind, out, flags: int = 0) -> None:
         self.table = table  # the client.table.Table that sent it
         self.kind = kind
         self.out = out  # (n, dim) the caller's result for pulls (and pushes with flag ROWS)
         self.rid = 0
-        self.parts: list[tuple] = []  # part -> (keys, values or None, positions in out or None, answered (m,) bool)
+        self.parts: list[tuple] = []  # part -> (keys, values or None, positions in out or None, answered (m,) bool,
+        #                                       rounds (m,) or None: an aggregated table's, server.rounds)
         self.reply_to = 0
         self.flags = flags  # ROWS: a push that wants the rows after it (client.aggregate)
 
-    def send(self, dest: int, keys: np.ndarray, values, gpos) -> None:
+    def send(self, dest: int, keys: np.ndarray, values, gpos, rounds=None) -> None:
         """A new part: keep copies of its arrays (the caller may reuse its own), and send it."""
         part = len(self.parts)
-        self.parts.append((keys, values, gpos, np.zeros(len(keys), bool)))
+        self.parts.append((keys, values, gpos, np.zeros(len(keys), bool), rounds))
         t = self.table
         t._ctx.endpoint.request(dest, self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
-                                reply_to=self.reply_to, flags=self.flags, keys=keys, values=values)
+                                reply_to=self.reply_to, flags=self.flags, keys=keys, values=values, rounds=rounds)
 
     def on_part(self, sender: int, payload) -> Credit | None:
         """Write a reply's rows (pulls); count only the keys no earlier reply answered."""
@@ -62,7 +63,7 @@ class BackedRequest:
         header, p = payload
         if header.part >= len(self.parts):
             raise ProtocolError(f"node {sender} answered part {header.part} of a request with {len(self.parts)} parts")
-        keys, _, gpos, answered = self.parts[header.part]
+        keys, _, gpos, answered, _ = self.parts[header.part]
         if p.positions is None and self.kind != Kind.PULL and not self.flags:  # a whole write part (most acks)
             new = len(keys) - int(answered.sum()) if answered.any() else len(keys)
             answered[:] = True
@@ -86,7 +87,7 @@ class BackedRequest:
         their range's head now, keeping the request id and part (positions name the keys)."""
         t = self.table
         heads = t._ctx.chains().heads
-        for part, (keys, values, _, answered) in enumerate(self.parts):
+        for part, (keys, values, _, answered, rounds) in enumerate(self.parts):
             left = np.flatnonzero(~answered)
             if not len(left):
                 continue
@@ -95,13 +96,16 @@ class BackedRequest:
                 sel = left[dest == d]
                 t._ctx.endpoint.request(int(d), self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
                                         reply_to=self.reply_to, flags=self.flags, keys=keys[sel], positions=sel,
-                                        values=None if values is None else values[sel])
+                                        values=None if values is None else values[sel],
+                                        rounds=None if rounds is None else rounds[sel])
 
 
-def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool, rows: bool = False) -> Future:
+def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool, rows: bool = False,
+            rounds: np.ndarray | None = None) -> Future:
     """Serve or send `keys` of `table` on a cluster with backups (see the module docstring).
     `rows`: a push whose Future's result is `out` filled with the rows after it (from the chain's
-    tail: the aggregated tables' level 2, client.aggregate)."""
+    tail: the aggregated tables' level 2, client.aggregate). `rounds` (kind AGG_PUSH): the round
+    of each key, for a BSP/SSP aggregated table's level 2 (server.rounds)."""
     st = table._state
     ctx = table._ctx
     n = len(keys)
@@ -123,9 +127,9 @@ def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool
     for d, idx, pk, pv in route.parts(keys, values, dest, ctx.num_nodes):
         if idx is None:  # the caller's arrays: keep copies for a resend
             pk, pv = np.array(pk, np.int64), None if pv is None else np.array(pv)
-            req.send(d, pk, pv, gpos)
+            req.send(d, pk, pv, gpos, rounds)
         else:
-            req.send(d, pk, pv, idx if gpos is None else gpos[idx])
+            req.send(d, pk, pv, idx if gpos is None else gpos[idx], None if rounds is None else rounds[idx])
     if ctx.chains() is not chains:  # a membership change came while we sent: its retry may have missed parts
         req.retry()
     if req.reply_to:

@@ -51,7 +51,8 @@ import numpy as np
 from ..errors import ProtocolError
 
 MAGIC = b"PSKV"
-VERSION = 5  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups); 5: BATCH
+VERSION = 6  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups); 5: BATCH;
+# 6: a batch's writes flag their positions; CHAIN and SNAPSHOT flag ROUNDS (aggregated BSP tables with backups)
 COORDINATOR = -1  # the `sender`/destination rank of the coordinator
 
 
@@ -101,7 +102,8 @@ REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR})
 RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC})
 POSITIONS = 1  # flag: a positions frame follows the keys (requests) or the header (replies)
 STATE = 2  # flag: a TRANSFER carries updater state after the values
-ROUNDS = 4  # flag: an AGG_PUSH carries an int64 round per key after the values (else all are `part`)
+ROUNDS = 4  # flag: an AGG_PUSH (or a SNAPSHOT) carries an int64 round per key after the values (state); a CHAIN
+# write with it completes a round of its keys (server.rounds), and carries no such frame
 SET = 8  # flag: a CHAIN message carries a set (else a push)
 READER = 16  # flag: a CHAIN or SNAPSHOT for a reader's copy (server.readers); a SUBSCRIBE passed down a chain
 READERS = 32  # flag: a SNAPSHOT carries each key's reader, (n,) int64, after the applied writes
@@ -186,7 +188,7 @@ class Payload(NamedTuple):
     positions: np.ndarray | None  # (n,) int64 positions within the request part, or None: all, in order
     values: np.ndarray | None  # (n, dim), read-only view
     state: np.ndarray | None  # (n, width) updater state of a TRANSFER
-    rounds: np.ndarray | None = None  # (n,) int64 round of each key of an AGG_PUSH with flag ROUNDS
+    rounds: np.ndarray | None = None  # (n,) int64 round of each key of an AGG_PUSH (SNAPSHOT) with flag ROUNDS
     applied: np.ndarray | None = None  # (m, 3) int64 (origin, request id, part) of a SNAPSHOT
     readers: np.ndarray | None = None  # (n,) int64 reader of each key of a SNAPSHOT with flag READERS
     writes: np.ndarray | None = None  # (m, 5) int64 (origin, request id, part, keys, flags) of a BATCH
@@ -201,7 +203,7 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     has_pos = bool(header.flags & POSITIONS) and kind not in RELOCATION
     has_values = kind in _WITH_VALUES
     has_state = bool(header.flags & STATE) and kind in (Kind.TRANSFER, Kind.SNAPSHOT)
-    has_rounds = bool(header.flags & ROUNDS) and kind == Kind.AGG_PUSH
+    has_rounds = bool(header.flags & ROUNDS) and kind in (Kind.AGG_PUSH, Kind.SNAPSHOT)
     has_applied = kind == Kind.SNAPSHOT
     has_readers = has_applied and bool(header.flags & READERS)
     has_writes = bool(header.flags & BATCH) and kind in _BATCHED
@@ -228,14 +230,18 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     if has_state:
         state = _view(frames[i], values.dtype, (header.n_keys, state_width), header)
         i += 1
+    rounds = None
+    if has_rounds:
+        rounds = _view(frames[i], np.dtype(np.int64), (header.n_keys,), header)
+        i += 1
     if has_applied:
         buf = frames[i].buffer if hasattr(frames[i], "buffer") else memoryview(frames[i])
         rows = buf.nbytes // 24
         applied = _view(frames[i], np.dtype(np.int64), (rows, 3), header)
         readers = _view(frames[i + 1], np.dtype(np.int64), (header.n_keys,), header) if has_readers else None
-        return Payload(keys, positions, values, state, None, applied, readers)
+        return Payload(keys, positions, values, state, rounds, applied, readers)
     if has_rounds:
-        return Payload(keys, positions, values, state, _view(frames[i], np.dtype(np.int64), (header.n_keys,), header))
+        return Payload(keys, positions, values, state, rounds)
     if has_writes:
         buf = frames[i].buffer if hasattr(frames[i], "buffer") else memoryview(frames[i])
         writes = _view(frames[i], np.dtype(np.int64), (buf.nbytes // 40, 5), header)

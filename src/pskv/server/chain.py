@@ -46,7 +46,7 @@ import numpy as np
 from .. import kernels
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
-from ..net.wire import POSITIONS, READER, ROWS, SET, Header, Kind, Payload
+from ..net.wire import POSITIONS, READER, ROUNDS, ROWS, SET, Header, Kind, Payload
 from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard
@@ -84,13 +84,18 @@ class Chain:
         self.batches = Batches(endpoint)  # CHAIN hops and ACKs of a burst, one message per link (server.batches)
         self.readers = Readers()  # localize with backups: who holds a kept-current copy of each key (server.readers)
         self._read_applied: dict[tuple[int, int], Applied] = {}  # (table, range) -> writes applied to our reader copies
+        self._rounds: dict[int, np.ndarray] = {}  # table id -> (rows,) rounds completed per key (server.rounds)
+        self._listeners: list[Callable[[], None]] = []  # fn() after each membership change
         self.snapshots_sent = 0
         self.duplicates = 0  # writes that came again and were not applied again
 
     # ---- tables (main thread) -------------------------------------------------------------------
-    def add_table(self, spec: TableSpec, main: Shard, ranges: KeyRanges) -> None:
-        """A table is being declared: hold the ranges this node heads (beyond its own) and backs up."""
+    def add_table(self, spec: TableSpec, main: Shard, ranges: KeyRanges, rounds: bool = False) -> None:
+        """A table is being declared: hold the ranges this node heads (beyond its own) and backs up.
+        `rounds`: count each key's completed rounds on every copy (server.rounds)."""
         with self._lock:
+            if rounds:
+                self._rounds[spec.table_id] = np.zeros(spec.rows, np.int64)
             self._specs[spec.table_id] = spec
             self._key_ranges[spec.table_id] = ranges
             self.readers.add_table(spec.table_id, spec.rows)
@@ -137,6 +142,10 @@ class Chain:
         """(n,) int64 the node that heads each key's range now."""
         return self._chains().heads[self._ranges(table).manager_of(keys)]
 
+    def manager_of(self, table: int, keys: np.ndarray) -> np.ndarray:
+        """(n,) int64 the key range of each key."""
+        return self._ranges(table).manager_of(keys)
+
     def on_chain(self, header: Header, p: Payload, main: Shard) -> None:
         """CHAIN: a write our predecessor in a range's chain applied (one of a BATCH: server.serve
         splits it); apply it to our copy, pass it on (flag READER: to our reader's copy of some of
@@ -163,7 +172,8 @@ class Chain:
         copy = self._backup.get((header.table, r))
         if copy is None:
             raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r} (epoch {self._epoch()})")
-        self._apply(header, is_set, r, keys, p.values, copy)
+        if self._apply(header, is_set, r, keys, p.values, copy) and header.flags & ROUNDS:
+            self._rounds[header.table][keys] += 1
         self._pass(header, self._chains(), r, keys, p.positions, p.values, is_set, copy, main)
 
     def on_chain_batch(self, header: Header, p: Payload, main: Shard) -> bool:
@@ -176,7 +186,7 @@ class Chain:
         counts = w[:, 3]
         if p.positions is None or len(p.positions) != len(keys) or counts.min() < 0 or int(counts.sum()) != len(keys):
             return False  # (split says what is wrong with it)
-        if not len(keys) or (w[:, 4] & (SET | ROWS | READER)).any():
+        if not len(keys) or (w[:, 4] & (SET | ROWS | READER | ROUNDS)).any():
             return False
         r = self._ranges(header.table).one_manager(keys)
         copy = self._backup.get((header.table, r)) if r >= 0 else None
@@ -208,6 +218,28 @@ class Chain:
                 self._pass(one, chains, r, keys[start:stop], pos, p.values[start:stop], False, copy, main)
             start = stop
         return True
+
+    # ---- rounds of aggregated BSP/SSP tables (server.rounds, pskv-server) ----------------------------
+    def rounds(self, table: int) -> np.ndarray:
+        """(rows,) int64 the rounds completed per key, on this node's copies (the same on every copy)."""
+        return self._rounds[table]
+
+    def write_round(self, header: Header, keys: np.ndarray, sums: np.ndarray, main: Shard) -> bool:
+        """At the head of the range of `keys`: apply a completed round (the nodes' sums; header: a
+        CHAIN write of this node with flag ROUNDS), count it, and pass it down the chain; again
+        (after a membership change) it is passed on only. False if this node no longer heads it."""
+        r = self._ranges(header.table).one_manager(keys)
+        chains = self._chains()
+        if r < 0 or int(chains.heads[r]) != self.rank:
+            return False
+        if self._apply(header, False, r, keys, sums, main):
+            self._rounds[header.table][keys] += 1
+        self._pass(header, chains, r, keys, None, sums, False, main, main)
+        return True
+
+    def on_change(self, fn: Callable[[], None]) -> None:
+        """Call fn() in pskv-server after each membership change, once the chains are set up."""
+        self._listeners.append(fn)
 
     def _apply(self, header: Header, is_set: bool, r: int, keys, values, shard: Shard) -> bool:
         """Apply a write unless it was applied here before; True if it was applied now."""
@@ -270,7 +302,7 @@ class Chain:
                                         values=None if values is None else values[sel])
             return
         self.batches.chain(nxt, header.table, header.origin, header.request_id, header.part,
-                           (SET if is_set else 0) | (header.flags & ROWS), keys, positions, values)
+                           (SET if is_set else 0) | (header.flags & (ROWS | ROUNDS)), keys, positions, values)
 
     # ---- membership (pskv-server) ---------------------------------------------------------------
     def on_membership(self, previous: Chains, main: Callable[[int], Shard]) -> None:
@@ -305,6 +337,8 @@ class Chain:
                     self._filling.add((table, r))
             self._rows_waiting = {tr: held for tr, held in self._rows_waiting.items() if tr in self._filling}
             self._maybe_synced()
+        for fn in self._listeners:
+            fn()
 
     def _promote(self, table: int, r: int, copy: Shard, main: Shard) -> None:
         keys = np.arange(copy.start, copy.stop, dtype=np.int64)
@@ -326,8 +360,9 @@ class Chain:
 
     def _send_snapshot(self, table, r, dest, keys, rows, state, applied) -> None:
         h = Header(Kind.SNAPSHOT, table=table, part=r, origin=self.rank)
-        self._send(dest, h, keys=keys, values=rows, state=state, applied=applied,
-                            readers=self.readers.of(table, keys))
+        counts = self._rounds.get(table)
+        self._send(dest, h, keys=keys, values=rows, state=state, applied=applied, readers=self.readers.of(table, keys),
+                   rounds=None if counts is None else counts[keys])
         self.snapshots_sent += 1
 
     def on_snapshot(self, header: Header, p: Payload, main: Shard) -> None:
@@ -343,6 +378,8 @@ class Chain:
             raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r}")
         copy.overwrite(keys, p.values, p.state)
         self._applied[(table, r)] = Applied.of(p.applied)
+        if p.rounds is not None and table in self._rounds:
+            self._rounds[table][keys] = p.rounds
         if p.readers is not None:
             self.readers.set(table, keys, p.readers)
             mine = (np.asarray(p.readers) == self.rank) & (main.slot[keys] >= 0)
