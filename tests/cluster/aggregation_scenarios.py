@@ -95,6 +95,12 @@ def sgd(node: pskv.Node, threads: int, model: str) -> None:
         np.testing.assert_allclose(t.pull(np.arange(ROWS)), ref[STEPS], rtol=1e-5, atol=1e-5)
 
     node.run(train, threads=threads)
+    if node.config.backups:  # our copy of the other range equals its head's rows, bit for bit
+        copies = node.server.chain.copies(node.catalog.get("w").spec.table_id)
+        assert copies, "no backup copy here"
+        for copy in copies:
+            keys = np.arange(copy.start, copy.stop)
+            assert np.array_equal(copy.read(keys)[0], node.worker().table("w").pull(keys)), "backup differs from head"
     print(f"sgd ok node={node.rank} model={model}")
 
 
