@@ -89,3 +89,21 @@ def recording_endpoint(rank: int, tracker=None, cluster: int = 7):
     from pskv.net.requests import RequestTracker
     transport = RecordingTransport()
     return Endpoint(rank, transport, tracker or RequestTracker(), lambda: cluster), transport
+
+
+def replay_pushes(updater: str, nodes: int, most: int):
+    """(most + 1,) float32 the first column of a (1, nodes) row of `updater` after m pushes of a 1 there
+    (m = 0..most), applied one by one: what a row's column must be after m acknowledged pushes."""
+    import numpy as np
+    import pskv
+    up = pskv.updaters.get(updater)
+    row = np.zeros((1, nodes), np.float32)
+    state = np.zeros((1, up.state_width(nodes)), np.float32)
+    up.init_state(state)
+    g = np.zeros((1, nodes), np.float32)
+    g[0, 0] = 1.0
+    values = [row[0, 0]]
+    for _ in range(most):
+        up.apply(row, state, np.zeros(1, np.int64), g)
+        values.append(row[0, 0])
+    return np.array(values, np.float32)

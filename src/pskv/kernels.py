@@ -42,10 +42,11 @@ def _key_range(keys):
 
 
 @_jit
-def route(keys, slot, bounds, owner, my_start, me, cache, dest):
-    """dest[i]: where key i goes. me: owned here (slot >= 0); len(bounds) - 1: in transfer to this
-    node (slot -2: goes through our own server, which queues it); else the location cache's guess,
-    the owner for keys this node manages, or the key's manager."""
+def route(keys, slot, bounds, managers, owner, me, here, cache, dest):
+    """dest[i]: where key i goes. me: owned here (slot >= 0); `here`: in transfer to this node (slot
+    -2: goes through our own server, which queues it); else the location cache's guess, the owner
+    for keys this node manages (owner[k] >= 0), the node it handed their range to (owner[k] <= -2:
+    node -2 - owner[k]), or the key's manager (managers[range])."""
     nodes = bounds.shape[0] - 1
     use_cache = cache.shape[0] > 0
     for i in range(keys.shape[0]):
@@ -54,11 +55,13 @@ def route(keys, slot, bounds, owner, my_start, me, cache, dest):
         if s >= 0:
             dest[i] = me
         elif s == -2:
-            dest[i] = nodes
+            dest[i] = here
         elif use_cache and cache[k] >= 0:
             dest[i] = cache[k]
-        elif bounds[me] <= k < bounds[me + 1]:
-            dest[i] = owner[k - my_start]
+        elif owner[k] >= 0:
+            dest[i] = owner[k]
+        elif owner[k] <= -2:
+            dest[i] = -2 - owner[k]
         else:
             lo = 0
             hi = nodes - 1
@@ -68,7 +71,7 @@ def route(keys, slot, bounds, owner, my_start, me, cache, dest):
                     lo = mid
                 else:
                     hi = mid - 1
-            dest[i] = lo
+            dest[i] = managers[lo]
 
 
 @_jit

@@ -31,6 +31,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 import weakref
 import zlib
 from typing import Callable
@@ -66,7 +67,7 @@ from .net.transport import Transport
 from .net.wire import COORDINATOR
 from .options import TableOptions
 from .placement.hot import hot_keys
-from .server import serve
+from .server import handoff, serve
 from .server.aggregate import Owner
 from .server.rounds import Rounds
 from .server.chain import Chain
@@ -94,7 +95,8 @@ class Node:
         self._transport.set_address(COORDINATOR, self.config.coordinator)
         self.tracker = RequestTracker(health=self.health.check)
         self.endpoint = Endpoint(self.rank, self._transport, self.tracker, lambda: self.view.cluster,
-                                 epoch=lambda: self.view.epoch, admit=lambda h: h.sender in self.view.alive)
+                                 epoch=lambda: self.view.epoch,
+                                 admit=lambda h: h.sender in self.view.alive or h.sender in self.view.leaving)
         self.store = Store()
         self.catalog = Catalog(self.rank)
         self.consistency = as_consistency(config.consistency)  # the default of this node's tables
@@ -143,6 +145,8 @@ class Node:
         self._dispatcher.every(self.client.check)
         self._next_expiry = 0.0  # pskv-server: when to look for stalled requests next
         self._dispatcher.every(self._expire)
+        self._drain_mark: tuple[int, int] | None = None  # (epoch, request id): report DRAINED once below it
+        self._dispatcher.every(self._report_drained)
         self._thread = threading.Thread(target=self._dispatcher.run, args=(self._stop,), name=f"pskv-server-{self.rank}",
                                         daemon=True)
         self._thread.start()
@@ -176,9 +180,16 @@ class Node:
         epoch, dead = int(payload["epoch"]), int(payload["dead"])
         if self.server.chain is not None:
             self.server.chain.batches.flush()  # what this epoch passed on leaves stamped with it
-        previous = self.view.change(epoch, [int(r) for r in payload["alive"]])
+        previous = self.view.change(epoch, [int(r) for r in payload["alive"]], payload.get("managers"),
+                                    [int(r) for r in payload.get("leaving", ())])
         if previous is not None and self.server.chain is not None:
             self.server.chain.on_membership(previous, self.store.get)
+        if "managers" in payload:  # without backups: ranges changed hands; nothing may route to who left
+            for state in self.catalog.tables():
+                state.ranges = self.view.key_ranges(state.spec.rows)
+                if state.loc_cache.size:
+                    state.loc_cache[np.isin(state.loc_cache, list(self.view.leaving))] = -1
+            self._drain_mark = (epoch, self.tracker.issued())
         self._dispatcher.release_held()
         resent = self.tracker.retry_all()
         what = "left" if payload.get("left") else f"failed ({payload.get('reason')})"
@@ -257,24 +268,68 @@ class Node:
         return self._checkpointer.take(directory, keep, extra, timeout or self.config.collective_timeout)
 
     def leave(self, timeout: float | None = None) -> None:
-        """Leave a running cluster for good, then close this node (backups >= 1; call it when this
-        node's workers are done). Every request this node sent completes first; then the others go
-        on without it in a new membership epoch, as when a node dies, but with nothing lost: its
-        ranges are served by their backups, which copy them on (`node.on_membership_change` fires
-        on the others). Raises ConfigError without backups, ClusterError when the coordinator
-        refuses (this node runs it, or a range would lose its last whole copy: try again)."""
+        """Leave a running cluster for good, then close this node (call it when this node's workers
+        are done). Every request this node sent completes first; then the others go on without it
+        in a new membership epoch (`node.on_membership_change` fires on them), with nothing lost.
+        With backups its ranges are served by their backups, which copy them on, as when a node
+        dies. Without, it first hands every row it owns (with updater state) and every key range it
+        manages to the others (server.handoff), and it forwards whatever still reaches it until
+        the others drained their requests. Raises ClusterError when the coordinator refuses (this
+        node runs it, another node is leaving, a range would lose its last whole copy: try again),
+        ConfigError for aggregated tables without backups."""
         self.health.check()
-        if not self.config.backups:
-            raise ConfigError(f"node {self.rank}: leave() needs backups >= 1 (pskv.init(backups=1)); without, its "
-                              "rows have no other copy")
+        aggregated = [s.spec.name for s in self.catalog.tables() if s.aggregator is not None]
+        if not self.config.backups and aggregated:
+            raise ConfigError(f"node {self.rank}: leave() without backups cannot move the aggregation state of "
+                              f"table(s) {aggregated} (pskv.NodeAggregate); start the cluster with backups=1")
         wait = timeout or self.config.collective_timeout
         self.catalog.flush_buffers()
         self._replica_sync.flush(wait)  # its changes of replicated keys reach the others first
         if not self.tracker.drain(self.health.check, wait):
             raise ClusterError(f"node {self.rank}: its requests were not answered within {wait:g} s; it did not leave")
-        self.client.leave(wait)
+        if self.config.backups:
+            self.client.leave(wait)
+        else:
+            plan = self.client.leave_plan(wait)
+            self._hand_over(plan, wait)
+            self.client.leave_handed(plan, wait)
         log.info("node %d left the cluster", self.rank)
         self._teardown()
+
+    def _hand_over(self, plan: list[int], timeout: float) -> None:
+        """Without backups: give every row and key range away (server.handoff) and wait for the ACKs.
+        It runs in pskv-server, which alone writes the manager maps."""
+        started: list = []
+
+        def hand_over() -> None:
+            try:
+                tables = [(s.spec.table_id, handoff.give(s.shard, s.ranges, self.rank, plan))
+                          for s in self.catalog.tables()]
+                total = sum(m[-1] for _, messages in tables for m in messages)
+                rid, fut = self.tracker.new_request(total, desc=f"node {self.rank} hands its rows over (leave)")
+                for table, messages in tables:
+                    handoff.send(self.endpoint, table, rid, messages)
+                started.append(fut)
+            except BaseException as exc:  # noqa: BLE001 - raised in the leaving thread
+                started.append(exc)
+
+        self._dispatcher.soon(hand_over)
+        deadline = time.monotonic() + timeout
+        while not started:
+            self.health.check()
+            if time.monotonic() > deadline:
+                raise ClusterError(f"node {self.rank}: its server did not start the handover within {timeout:g} s")
+            time.sleep(0.001)
+        if isinstance(started[0], BaseException):
+            raise started[0]
+        started[0].wait(timeout)
+
+    def _report_drained(self, now: float) -> None:
+        """pskv-server: after a node left, tell the coordinator once every earlier request is answered."""
+        mark = self._drain_mark
+        if mark is not None and self.tracker.low_watermark() >= mark[1]:
+            self._drain_mark = None
+            self.client.drained(mark[0])
 
     @property
     def restored(self) -> dict:
@@ -287,6 +342,9 @@ class Node:
         left unset for a checkpoint to fill)."""
         ranges = self.view.key_ranges(spec.rows)
         shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank, fill)
+        for r in ranges.managed_by(self.rank):
+            if r != self.rank:  # a range whose first manager left the cluster before this table came
+                shard.adopt(*ranges.range_bounds(r), self.rank, fill)
         asynchronous = consistency.staleness == float("inf")
         rounds = options.aggregate is not None and not asynchronous and self.server.chain is not None
         if self.server.chain is not None:

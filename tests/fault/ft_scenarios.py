@@ -108,7 +108,7 @@ def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0, local
         if node.rank == min(node.members):
             np.save(out / "final.npy", table.pull(np.arange(rows)))
         chain = node.server.chain
-        for (t, r), copy in chain._backup.items():
+        for (t, r), copy in (chain._backup.items() if chain is not None else ()):
             keys = np.arange(copy.start, copy.stop)
             np.save(out / f"backup-{node.rank}-{r}.npy", copy.read(keys)[0])
         worker.barrier()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import pskv
-from helpers import wait_until
+from helpers import replay_pushes, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -48,21 +48,6 @@ def _counts(out: Path, name: str, rank: int) -> np.ndarray:
     return np.bincount(np.fromfile(out / f"{name}-{rank}", np.int64), minlength=ROWS)
 
 
-def _replay(updater: str, nodes: int, most: int) -> np.ndarray:
-    """(most + 1,) the value of a row's column after m pushes of 1 (m = 0..most), applied one by one."""
-    up = pskv.updaters.get(updater)
-    row = np.zeros((1, nodes), np.float32)
-    state = np.zeros((1, up.state_width(nodes)), np.float32)
-    up.init_state(state)
-    g = np.zeros((1, nodes), np.float32)
-    g[0, 0] = 1.0
-    values = [row[0, 0]]
-    for _ in range(most):
-        up.apply(row, state, np.zeros(1, np.int64), g)
-        values.append(row[0, 0])
-    return np.array(values, np.float32)
-
-
 def _check(out: Path, nodes: int, dead: list[int], updater: str = "add", hot: np.ndarray | None = None) -> None:
     """Survivors' columns: exactly their acknowledged pushes. The dead's: at least their acknowledged
     ones, at most what they sent (in flight when they died); on replicated (`hot`) rows, whatever
@@ -73,7 +58,7 @@ def _check(out: Path, nodes: int, dead: list[int], updater: str = "add", hot: np
         synced[hot] = True
     sent = {r: _counts(out, "sent", r) for r in range(nodes)}
     acked = {r: _counts(out, "acked", r) for r in range(nodes)}
-    replay = _replay(updater, nodes, int(max(s.max() for s in sent.values())))
+    replay = replay_pushes(updater, nodes, int(max(s.max() for s in sent.values())))
     for r in range(nodes):
         col = final[:, r]
         if r not in dead:
@@ -235,9 +220,12 @@ def test_node_leaves_in_the_middle_of_a_push_storm(cluster_factory, tmp_path):
     assert len(sent) == len(acked) == 301 * 16
 
 
-def test_leave_without_backups_is_a_config_error():
+def test_the_last_member_cannot_leave_and_aggregated_tables_need_backups():
     with pskv.init() as node:
-        with pytest.raises(pskv.ConfigError, match="leave\\(\\) needs backups"):
+        with pytest.raises(pskv.ClusterError, match="it is the last member; call shutdown"):
+            node.leave()
+        node.table("agg", 10, 2, aggregate=pskv.NodeAggregate())
+        with pytest.raises(pskv.ConfigError, match=r"cannot move the aggregation state of table\(s\) \['agg'\]"):
             node.leave()
 
 

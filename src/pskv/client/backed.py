@@ -91,7 +91,7 @@ class BackedRequest:
             left = np.flatnonzero(~answered)
             if not len(left):
                 continue
-            dest = heads[t._state.ranges.manager_of(keys[left])]
+            dest = heads[t._state.ranges.range_of(keys[left])]
             for d in np.unique(dest):
                 sel = left[dest == d]
                 t._ctx.endpoint.request(int(d), self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
@@ -122,7 +122,7 @@ def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool
     if direct:
         req.reply_to = ctx.endpoint.reply_box()
     chains = ctx.chains()
-    dest = chains.heads[st.ranges.manager_of(keys)]
+    dest = chains.heads[st.ranges.range_of(keys)]
     st.remote_keys += len(keys)
     for d, idx, pk, pv in route.parts(keys, values, dest, ctx.num_nodes):
         if idx is None:  # the caller's arrays: keep copies for a resend
@@ -145,7 +145,7 @@ def subscribe(table, rid: int, keys: np.ndarray) -> None:
 
     def send(keys: np.ndarray) -> None:
         chains = ctx.chains()
-        heads = chains.heads[st.ranges.manager_of(keys)]
+        heads = chains.heads[st.ranges.range_of(keys)]
         for head in np.unique(heads):
             ctx.endpoint.request(int(head), Kind.SUBSCRIBE, table.spec.table_id, rid, keys=keys[heads == head])
         if ctx.chains() is not chains:  # a membership change came while we sent (see `request`)

@@ -337,24 +337,25 @@ class Table:
         if direct:
             req.reply_to = self._ctx.endpoint.reply_box()
         st = self._state
+        ranges = st.ranges  # (read once: a membership change puts a new one in its place)
         # nothing moved here and one manager holds every key: skip per-key routing (correct even if
         # other nodes moved some of the keys: their manager forwards them)
-        dest = st.ranges.one_manager(keys) if st.shard.static and not st.loc_cache.size else -1
+        dest = ranges.one_manager(keys) if st.shard.static and not st.loc_cache.size else -1
         if dest >= 0:
-            self._part(req, dest, keys, values, gpos, copy)
-        else:  # each key to where it lives (or may live); `num_nodes`: on its way here
-            hops = route.next_hops(keys, st.shard, st.ranges, self._ctx.rank, st.loc_cache)
-            for d, idx, pk, pv in route.parts(keys, values, hops, self._ctx.num_nodes + 1):
+            self._part(req, dest, keys, values, gpos, copy, ranges.nodes)
+        else:  # each key to where it lives (or may live); `ranges.nodes`: on its way here
+            hops = route.next_hops(keys, st.shard, ranges, self._ctx.rank, st.loc_cache)
+            for d, idx, pk, pv in route.parts(keys, values, hops, ranges.nodes + 1):
                 if idx is None:
-                    self._part(req, d, pk, pv, gpos, copy)
+                    self._part(req, d, pk, pv, gpos, copy, ranges.nodes)
                 else:
-                    self._part(req, d, pk, pv, idx if gpos is None else gpos[idx], False)
+                    self._part(req, d, pk, pv, idx if gpos is None else gpos[idx], False, ranges.nodes)
         if req.reply_to and req.parts:
             fut.pumped_by(self._ctx.endpoint.pump)
         self._track(fut)
         return fut
 
-    def _part(self, req, dest, keys, values, gpos, copy) -> None:
+    def _part(self, req, dest, keys, values, gpos, copy, incoming) -> None:
         me = self._ctx.rank
         if dest == me:
             miss = self._local(req.kind, keys, values, req.out, gpos)
@@ -368,7 +369,7 @@ class Table:
             keys, values = keys[miss], None if values is None else values[miss]
             gpos = miss if gpos is None else gpos[miss]
             copy = False
-        elif dest == self._ctx.num_nodes:
+        elif dest == incoming:
             dest = me  # on their way here: our server queues them until they land
         req.parts.append((gpos, keys if self._state.loc_cache.size else None))
         self._state.remote_keys += len(keys)

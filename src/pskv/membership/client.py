@@ -46,7 +46,9 @@ class CoordinatorClient:
         self._answered: set[int] = set()  # seqs whose TABLE_OK came (a new coordinator may send it again)
         self._clock_report = (0, 0)  # the last (clock, seq) reported
         self._bye_sent = False
-        self._leave: str | None = None  # node.leave(): None, "asked", "left", or the coordinator's refusal
+        self._leave: str | None = None  # node.leave(): None, "asked", "left", or the coordinator's refusal;
+        # without backups "asked", "go" (self._plan: range -> manager), "handed", "done"
+        self._plan: list[int] | None = None
         self._barrier_gen = 0
         self._released: set[int] = set()
         self._arrivals: dict[str, list[int]] = {}  # barrier generation -> ranks arrived (from TICKs)
@@ -120,6 +122,33 @@ class CoordinatorClient:
             if self._leave != "left":
                 raise ClusterError(f"node {self.rank} cannot leave: {self._leave}")
 
+    def leave_plan(self, timeout: float) -> list[int]:
+        """Without backups, step 1: ask to leave; returns the range -> manager map to hand over to.
+        Raises ClusterError if the coordinator refused (it says why)."""
+        with self._cond:
+            self._leave, self._plan = "asked", None
+        self._send(Kind.LEAVE, {"phase": "ask"})
+        self._wait(lambda: self._leave != "asked", timeout,
+                   lambda: ClusterError(f"node {self.rank}: the coordinator did not answer its leave within {timeout} s"))
+        with self._cond:
+            if self._leave != "go":
+                error, self._leave = self._leave, None
+                raise ClusterError(f"node {self.rank} cannot leave: {error}")
+            return list(self._plan)
+
+    def leave_handed(self, managers: list[int], timeout: float) -> None:
+        """Without backups, step 2: the rows are handed over; returns once the others went on without
+        this node and no request of theirs can still reach it."""
+        with self._cond:
+            self._leave = "handed"
+        self._send(Kind.LEAVE, {"phase": "ready", "managers": managers})
+        self._wait(lambda: self._leave == "done", timeout,
+                   lambda: ClusterError(f"node {self.rank}: the others did not let it go within {timeout} s"))
+
+    def drained(self, epoch: int) -> None:
+        """Every request this node made before membership epoch `epoch` is answered (a node left)."""
+        self._send(Kind.DRAINED, {"epoch": int(epoch)})
+
     def abort(self, reason: str) -> None:
         self._send(Kind.ABORT, {"reason": reason})
 
@@ -182,19 +211,24 @@ class CoordinatorClient:
             elif kind == Kind.ABORT:
                 self._abort = str(payload.get("reason", "unknown reason"))
             elif kind == Kind.LEFT and self._leave == "asked":
-                self._leave = str(payload.get("error", "refused"))
+                if "go" in payload:
+                    self._leave, self._plan = "go", [int(m) for m in payload["go"]]
+                else:
+                    self._leave = str(payload.get("error", "refused"))
+            elif kind == Kind.LEFT and payload.get("done") and self._leave in ("handed", "left"):
+                self._leave = "done"
             elif kind == Kind.MEMBERSHIP and payload.get("left") and int(payload["dead"]) == self.rank:
-                self._leave = "left"
+                self._leave = "left" if self._leave == "asked" else self._leave
             self._cond.notify_all()
         if kind == Kind.GLOBAL_CLOCK and self._on_clock is not None:
             self._on_clock(int(payload["clock"]))
         if kind == Kind.TICK and "low" in payload and self._on_low is not None:
             self._on_low({int(r): int(w) for r, w in payload["low"].items()})
-        if kind == Kind.MEMBERSHIP and self._leave == "left":
+        if kind == Kind.MEMBERSHIP and self._leave in ("left", "done"):
             return  # we left: the others went on without us, as we asked
         if kind == Kind.MEMBERSHIP:
             alive = [int(r) for r in payload["alive"]]
-            if self.rank not in alive:
+            if self.rank not in alive and self.rank not in payload.get("leaving", ()):
                 self._fail(Fenced(f"node {self.rank} was taken out of the cluster in membership epoch "
                                   f"{payload['epoch']} ({payload.get('reason')}); the others went on without it, "
                                   "so it must not serve or change anything any more", self.rank))
@@ -213,7 +247,7 @@ class CoordinatorClient:
 
     def check(self, now: float) -> None:
         """Send a heartbeat when due; declare the coordinator dead after failure_timeout of silence."""
-        if not self.view.welcomed or self.failure is not None or self._shutdown_ok or self._leave == "left":
+        if not self.view.welcomed or self.failure is not None or self._shutdown_ok or self._leave in ("left", "done"):
             return
         if now - self._last_check > self.config.failure_timeout / 2:
             # this process itself did not run (SIGSTOP, a swap storm): the silence is ours, not the

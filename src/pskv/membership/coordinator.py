@@ -12,6 +12,10 @@
                                                      with backups: MEMBERSHIP{epoch, alive, dead}
     node  -- SYNCED{epoch} ------->   coordinator    every range it backs up is filled again
     node  -- LEAVE --------------->   coordinator    with backups: MEMBERSHIP{..., left} without it, or LEFT{error}
+                                                     without: LEFT{go: range -> new manager}; the node
+                                                     hands its rows and ranges over (server.handoff), then
+    node  -- LEAVE{ready} -------->   coordinator    MEMBERSHIP{..., managers, leaving}; every member
+    node  -- DRAINED{epoch} ------>   coordinator    answers once its earlier requests are; then LEFT{done}
     coordinator -- TICK (every heartbeat_interval) -> nodes: a silent coordinator is a failure too
     coordinator -- STALLED{reason, missing} -> nodes: a table declaration or barrier that some
                    nodes did not join within collective_timeout, or left (BYE) without joining
@@ -58,7 +62,7 @@ class Coordinator:
         self._thread = threading.Thread(target=self._run, name="pskv-coord", daemon=True)
         # state below: pskv-coord only
         self._addresses: dict[int, str] = {}
-        self._state: dict[int, str] = {}  # rank -> "alive" | "bye" | "failed" | "left"
+        self._state: dict[int, str] = {}  # rank -> "alive" | "bye" | "failed" | "leaving" | "left"
         self._last_seen: dict[int, float] = {}
         self._decls: dict[int, dict[int, dict]] = {}  # seq -> rank -> table config
         self._decls_done: set[int] = set()  # seqs answered with TABLE_OK
@@ -75,6 +79,8 @@ class Coordinator:
         self._chains: Chains | None = None  # backups: the chains of this epoch
         self._whole: list[set[int]] = []  # backups: range -> the nodes whose copy of it is whole
         self._low: dict[int, int] = {}  # rank -> its low watermark of request ids (from heartbeats)
+        self._managers = list(range(num_nodes))  # key range -> its manager (changes when a node leaves, no backups)
+        self._leaving: dict[int, dict] = {}  # without backups: rank -> {"epoch", "drained"} of a node handing over
         self.failures: list[tuple[int, str]] = []  # (rank, reason), for the launcher's report
 
     def start(self) -> "Coordinator":
@@ -154,7 +160,7 @@ class Coordinator:
     def _handlers(self) -> dict:
         return {Kind.TABLE_DECL: self._decl, Kind.BARRIER: self._barrier, Kind.BYE: self._bye,
                 Kind.CLOCK: self._clock, Kind.HEARTBEAT: self._heartbeat, Kind.SYNCED: self._synced_in,
-                Kind.LEAVE: self._leave,
+                Kind.LEAVE: self._leave, Kind.DRAINED: self._drained,
                 Kind.ABORT: lambda r, p: self._fail(r, p.get("reason", "aborted"))}
 
     def _send(self, rank: int, kind: Kind, payload: dict | None = None) -> None:
@@ -278,9 +284,7 @@ class Coordinator:
                 return
         self._release_barriers()  # a node that left no longer holds barriers up
         self._release_clock()  # nor clocks
-        if all(s != "alive" for s in self._state.values()):
-            self._broadcast(Kind.SHUTDOWN_OK, states=("bye",))
-            self._finished = True
+        self._finish_if_done()
 
     def _fail(self, rank: int, reason: str) -> None:
         if self._state.get(rank) == "failed":
@@ -299,10 +303,14 @@ class Coordinator:
 
     def _leave(self, rank: int, p: dict) -> None:
         """node.leave(): with backups, a new epoch without `rank` if every key range keeps a whole copy
-        on the others (as for a death, but no failure); else LEFT{error}, and it stays."""
+        on the others (as for a death, but no failure); else LEFT{error}, and it stays. Without
+        backups, in two steps (see the module's table): go, then ready."""
+        if not self.config.backups:
+            self._leave_handing(rank, p)
+            return
         error = None
-        if not self.config.backups or self._chains is None:
-            error = "leaving needs backups >= 1 (pskv.init(backups=1)): without, its rows have no other copy"
+        if self._chains is None:
+            error = "the cluster has not formed yet"
         elif rank == self.host_rank:
             error = f"node {rank} runs the coordinator; it cannot leave (start the cluster with pskv launch)"
         elif self._stalled:
@@ -317,6 +325,77 @@ class Coordinator:
             return
         self._state[rank] = "left"
         self._survivable(rank, "it left the cluster", left=True)
+
+    def _leave_handing(self, rank: int, p: dict) -> None:
+        """Without backups: LEAVE says go (each range `rank` manages goes to the member that manages
+        the fewest), LEAVE{ready} (the rows are handed over) starts the epoch without it."""
+        alive = sorted(r for r, s in self._state.items() if s == "alive")
+        if p.get("phase") == "ready":
+            if self._state.get(rank) != "alive" or rank not in self._leaving:
+                return
+            self._state[rank] = "leaving"
+            self._managers = [int(m) for m in p["managers"]]
+            self._epoch += 1
+            self._leaving[rank] = {"epoch": self._epoch, "drained": set()}
+            live = sorted(r for r, s in self._state.items() if s in ("alive", "bye"))
+            payload = {"epoch": self._epoch, "alive": live, "dead": rank, "reason": "it left the cluster",
+                       "left": True, "managers": self._managers, "leaving": [rank],
+                       "addresses": {str(r): self._addresses[r] for r in live}}
+            log.warning("coordinator: node %d left; membership epoch %d goes on with nodes %s", rank, self._epoch, live)
+            self._broadcast(Kind.MEMBERSHIP, payload, states=("alive", "bye"))
+            self._send(rank, Kind.MEMBERSHIP, payload)
+            self._after_change()
+            self._drained(rank, {"epoch": self._epoch})  # (no other member: done at once)
+            return
+        error = None
+        if rank == self.host_rank:
+            error = f"node {rank} runs the coordinator; it cannot leave (start the cluster with pskv launch)"
+        elif self._stalled:
+            error = "the cluster is stopping"
+        elif self._leaving and any(v.get("epoch") is None or len(v["drained"]) < len(alive) for v in
+                                   self._leaving.values()):
+            error = f"node(s) {sorted(self._leaving)} are leaving right now; try again in a moment"
+        elif alive == [rank]:
+            error = "it is the last member; call shutdown() instead"
+        if error is not None:
+            self._send(rank, Kind.LEFT, {"error": error})
+            return
+        others = [r for r in alive if r != rank]
+        managers = list(self._managers)
+        for r, m in enumerate(managers):
+            if m == rank:  # to the member with the fewest ranges, the next on the ring first
+                load = {o: managers.count(o) for o in others}
+                managers[r] = min(others, key=lambda o: (load[o], (o - rank) % (max(others) + 1)))
+        self._leaving[rank] = {"epoch": None, "drained": set()}
+        self._send(rank, Kind.LEFT, {"go": managers})
+
+    def _drained(self, rank: int, p: dict) -> None:
+        """A member answered every request it made before a leave's epoch: when all have, the leaving
+        node may go (nothing can reach it any more)."""
+        for leaver, v in list(self._leaving.items()):
+            if v["epoch"] is None or int(p["epoch"]) < v["epoch"]:
+                continue
+            v["drained"].add(rank)
+            members = {r for r, s in self._state.items() if s in ("alive", "bye")}
+            if members <= v["drained"] | {leaver}:
+                del self._leaving[leaver]
+                self._state[leaver] = "left"
+                self._send(leaver, Kind.LEFT, {"done": True})
+                self._finish_if_done()
+
+    def _after_change(self) -> None:
+        """A member is gone: collectives, barriers and clocks stop waiting for it."""
+        for seq in sorted(self._decls):
+            self._complete_decl(seq)
+        self._release_barriers()
+        self._release_clock()
+        self._finish_if_done()
+
+    def _finish_if_done(self) -> None:
+        """Every member said bye (and no node is still handing over): let them all go."""
+        if all(s != "alive" for s in self._state.values()) and not self._leaving:
+            self._broadcast(Kind.SHUTDOWN_OK, states=("bye",))
+            self._finished = True
 
     def _survivable(self, rank: int, reason: str, left: bool = False) -> bool:
         """With backups: go on without `rank` in a new epoch (MEMBERSHIP) if every key range still
@@ -339,13 +418,7 @@ class Coordinator:
                     "left" if left else f"failed ({reason})", self._epoch, sorted(live))
         self._broadcast(Kind.MEMBERSHIP, payload, states=("alive", "bye"))
         self._send(rank, Kind.MEMBERSHIP, payload)  # if it only stalled, it learns it is out
-        for seq in sorted(self._decls):
-            self._complete_decl(seq)
-        self._release_barriers()  # its workers leave barriers and clocks
-        self._release_clock()
-        if all(s != "alive" for s in self._state.values()):
-            self._broadcast(Kind.SHUTDOWN_OK, states=("bye",))
-            self._finished = True
+        self._after_change()  # its workers leave barriers and clocks
         return True
 
     def _stall(self, reason: str, missing: list[int]) -> None:
@@ -397,10 +470,10 @@ class Coordinator:
         tick = {"barriers": {str(g): sorted(r) for g, r in self._barriers.items()}}
         if self.config.backups:
             tick["low"] = {str(r): w for r, w in self._low.items()}
-        self._broadcast(Kind.TICK, tick, states=("alive", "bye"))
+        self._broadcast(Kind.TICK, tick, states=("alive", "bye", "leaving"))
         for rank, state in list(self._state.items()):
             silent = now - self._last_seen[rank]
-            if state in ("alive", "bye") and silent > self.config.failure_timeout:
+            if state in ("alive", "bye", "leaving") and silent > self.config.failure_timeout:
                 self._fail(rank, f"missed heartbeats, last seen {silent:.1f} s ago")
 
 

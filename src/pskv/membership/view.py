@@ -4,7 +4,10 @@ The view is the one place that says which ranks are members and which messages c
 cluster (`admit`, the dispatcher's gate); key ranges are derived from it (`key_ranges`) and
 handed to routing, and with backups the chain of live nodes that holds each range (`chains`).
 Epoch 0 is "not welcomed yet"; WELCOME makes epoch 1 with every node alive; each MEMBERSHIP from
-the coordinator (a node died and backups take over its ranges) makes the next one.
+the coordinator (a node died and backups take over its ranges, or a node left) makes the next one.
+Without backups a node that leaves hands its key ranges to other members first: `managers`
+names the manager of every range (placement.ranges), and the node stays `leaving` (its messages
+still admitted: it forwards what reached it late) until the coordinator lets it go.
 
 Fencing: a message from a node that is not alive in this view is dropped, whatever it is (a
 node that was stopped past failure_timeout and woke up must not change or answer anything); a
@@ -38,6 +41,8 @@ class View:
         self.chains: Chains | None = None  # with backups: who holds each key range now
         self.coordinator_host: int | None = None  # the node whose process runs the coordinator (None: a launcher)
         self.coordinator_term = 0  # which coordinator speaks: 0 the first, then the epoch it took over in
+        self.managers: list[int] = list(range(num_nodes))  # key range -> the node that manages it
+        self.leaving: frozenset[int] = frozenset()  # nodes that left but still forward what reached them
 
     @property
     def welcomed(self) -> bool:
@@ -53,9 +58,13 @@ class View:
         self.epoch = 1
         self.addresses = dict(addresses)
 
-    def change(self, epoch: int, alive) -> Chains | None:
-        """pskv-server: membership epoch `epoch` with the live nodes `alive`; returns the previous chains."""
+    def change(self, epoch: int, alive, managers=None, leaving=()) -> Chains | None:
+        """pskv-server: membership epoch `epoch` with the live nodes `alive` (and the range managers, the
+        nodes still leaving, without backups); returns the previous chains."""
         previous = self.chains
+        if managers is not None:
+            self.managers = [int(m) for m in managers]
+        self.leaving = frozenset(leaving)
         self.alive = frozenset(alive)
         if self.backups:
             self.chains = Chains(self.num_nodes, self.backups, self.alive)
@@ -65,9 +74,14 @@ class View:
     def address(self, rank: int) -> str:
         return (self.addresses or {}).get(rank, "")
 
+    @property
+    def ranks(self) -> int:
+        """The rank space: every rank that was ever a member is below it."""
+        return max([self.num_nodes, *(r + 1 for r in (self.addresses or {}))])
+
     def key_ranges(self, rows: int) -> KeyRanges:
-        """The manager ranges of a table of `rows` keys over the members."""
-        return KeyRanges(rows, self.num_nodes)
+        """The manager ranges of a table of `rows` keys, as managed in this epoch."""
+        return KeyRanges(rows, self.num_nodes, self.managers, self.ranks)
 
     def admit(self, header: Header) -> Verdict:
         """Whether a message comes from this cluster: the dispatcher's gate."""
@@ -85,9 +99,9 @@ class View:
             return Verdict.DROP
         if not self.welcomed:  # a peer was welcomed before us: replay it after our WELCOME
             return Verdict.HOLD if header.cluster else Verdict.DROP
-        if header.cluster != self.cluster or not 0 <= header.sender < self.num_nodes:
+        if header.cluster != self.cluster or not 0 <= header.sender < self.ranks:
             return Verdict.DROP
-        if header.sender not in self.alive:
+        if header.sender not in self.alive and header.sender not in self.leaving:
             return Verdict.FENCED  # a node that died or was fenced off (see above)
         if header.epoch > self.epoch:
             return Verdict.HOLD  # its sender saw a membership change we have not seen yet

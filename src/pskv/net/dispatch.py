@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import queue
 import threading
 import time
 from typing import Callable, Iterable
@@ -45,6 +46,7 @@ class Dispatcher:
         self._handlers: dict[Kind, Callable[[Header, list], None]] = {}
         self._duties: list[Callable[[float], None]] = []
         self._burst_end: list[Callable[[], None]] = []  # fn() before each flush (e.g. batched CHAINs and ACKs)
+        self._soon: queue.SimpleQueue = queue.SimpleQueue()  # fn() from other threads, to run in pskv-server
         self._held: list[list] = []  # frames of messages that came before our WELCOME
         self.dropped = 0  # messages dropped as garbage or from another cluster
         self.fenced = 0  # messages dropped because their sender is no member any more
@@ -61,6 +63,10 @@ class Dispatcher:
     def at_burst_end(self, fn: Callable[[], None]) -> None:
         """Call fn() at the end of every burst, before what was held back leaves (server.batches)."""
         self._burst_end.append(fn)
+
+    def soon(self, fn: Callable[[], None]) -> None:
+        """Run fn() in pskv-server at its next turn (any thread): for work on state only it writes."""
+        self._soon.put(fn)
 
     def _flush(self) -> None:
         for fn in self._burst_end:
@@ -84,6 +90,8 @@ class Dispatcher:
                     burst += 1
                     frames = self._transport.recv_nowait() if burst < _BURST else None
                 self._flush()
+                while not self._soon.empty():
+                    self._soon.get_nowait()()
                 now = time.monotonic()
                 for duty in self._duties:
                     duty(now)

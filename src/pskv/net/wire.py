@@ -14,6 +14,9 @@ zero-copy frames and are read back with np.frombuffer; nothing on the data path 
                    (`part`: the keys' owner, where they stay; `dim`: ms left of the shortest
                    lease that holds them there);
                    [header, keys, values, (state)] TRANSFER
+    leaving        [header, keys, values, (state)] HANDOFF (`part`: r + 1 when the receiver manages range r
+                   from now on, 0 for rows returned to their manager); [header, keys] OWNERS (`part`:
+                   the node that owns the keys); both answered by ACK
     replication    [header, keys, values] REPLICA_SYNC (answered by ACK)
     backups        [header, keys, (positions), values] CHAIN: a write (flag SET: a set, else a push)
                    passed down a key range's chain of backups, keeping origin, id and part; the
@@ -51,8 +54,9 @@ import numpy as np
 from ..errors import ProtocolError
 
 MAGIC = b"PSKV"
-VERSION = 6  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups); 5: BATCH;
-# 6: a batch's writes flag their positions; CHAIN and SNAPSHOT flag ROUNDS (aggregated BSP tables with backups)
+VERSION = 7  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups); 5: BATCH;
+# 6: a batch's writes flag their positions; CHAIN and SNAPSHOT flag ROUNDS (aggregated BSP tables with backups);
+# 7: HANDOFF, OWNERS (a node leaving without backups)
 COORDINATOR = -1  # the `sender`/destination rank of the coordinator
 
 
@@ -72,6 +76,8 @@ class Kind(enum.IntEnum):
     CHAIN = 13  # a write passed down its key range's chain of backups (server.chain)
     SNAPSHOT = 14  # a key range's rows, updater state and applied writes, for a new backup
     SUBSCRIBE = 15  # localize with backups: make `origin` a reader (a kept-current copy) of these keys
+    HANDOFF = 16  # a leaving node -> a member: take these rows (and state); `part` r + 1: and manage range r
+    OWNERS = 17  # a leaving node -> the new manager of its range: `part` owns these keys
     # control traffic between nodes and the coordinator; payload is one JSON frame
     HELLO = 20
     WELCOME = 21
@@ -93,13 +99,15 @@ class Kind(enum.IntEnum):
     MOVED = 37  # node -> nodes: the coordinator's node went silent; this node runs it now (membership.takeover)
     REJOIN = 38  # node -> a coordinator that took over: what this node knows and waits for
     LEAVE = 39  # node -> coordinator: take me out for good (node.leave, backups); a MEMBERSHIP without it says yes
-    LEFT = 40  # coordinator -> node: the LEAVE was refused, and why
+    LEFT = 40  # coordinator -> node: the LEAVE was refused, and why; without backups: go (hand over), or done
+    DRAINED = 41  # node -> coordinator: every request it made before membership epoch `epoch` is answered
 
 
 _KINDS = {int(k): k for k in Kind}
 REQUESTS = frozenset({Kind.PULL, Kind.PUSH, Kind.SET})
 REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR})
-RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC})
+RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC, Kind.HANDOFF,
+                        Kind.OWNERS})
 POSITIONS = 1  # flag: a positions frame follows the keys (requests) or the header (replies)
 STATE = 2  # flag: a TRANSFER carries updater state after the values
 ROUNDS = 4  # flag: an AGG_PUSH (or a SNAPSHOT) carries an int64 round per key after the values (state); a CHAIN
@@ -117,6 +125,7 @@ BACKUPS = frozenset({Kind.CHAIN, Kind.SNAPSHOT, Kind.SUBSCRIBE})
 _BATCHED = frozenset({Kind.CHAIN, Kind.ACK})  # the kinds a BATCH may be
 _WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS
 _WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH,
+                          Kind.HANDOFF,
                           Kind.CHAIN, Kind.SNAPSHOT})
 
 _DTYPES = {0: None, 1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int64), 4: np.dtype(np.int32)}
@@ -202,7 +211,7 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     has_keys = kind in _WITH_KEYS
     has_pos = bool(header.flags & POSITIONS) and kind not in RELOCATION
     has_values = kind in _WITH_VALUES
-    has_state = bool(header.flags & STATE) and kind in (Kind.TRANSFER, Kind.SNAPSHOT)
+    has_state = bool(header.flags & STATE) and kind in (Kind.TRANSFER, Kind.SNAPSHOT, Kind.HANDOFF)
     has_rounds = bool(header.flags & ROUNDS) and kind in (Kind.AGG_PUSH, Kind.SNAPSHOT)
     has_applied = kind == Kind.SNAPSHOT
     has_readers = has_applied and bool(header.flags & READERS)

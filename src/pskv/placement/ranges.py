@@ -1,11 +1,19 @@
 """Key ranges: which node manages which keys of a table.
 
-A table's keys [0, rows) are range-partitioned over the members of the cluster: member i
-manages [bounds[i], bounds[i+1]). As in Lapse, the manager of a key is fixed and always knows the
-key's *owner*, the node that stores its value. The owner starts as the manager; relocation
-(`Table.localize`) moves owners without touching the ranges; the manager records the owner in
-`Shard.owner`. The ranges come from the membership view (`View.key_ranges`), the one place a
-change of membership would change them.
+A table's keys [0, rows) are split into one range per node the cluster started with: range i is
+[bounds[i], bounds[i+1]). As in Lapse, the manager of a key always knows the key's *owner*, the
+node that stores its value. The owner starts as the manager; relocation (`Table.localize`) moves
+owners without touching the ranges; the manager records the owner in `Shard.owner`.
+
+Range i is managed by node i until it leaves the cluster (elastic membership, `node.leave()`
+without backups): then it hands the range to another member, and `managers[i]` names that node
+from the next membership epoch on. A node that joined later manages no range at first; it owns a
+fair share of rows (moved to it by relocation). `nodes` is the rank space: every rank that ever
+was a member is below it, and it doubles as the "on its way here" destination of routing.
+
+A KeyRanges is never changed: a membership change makes a new one (`with_managers`), which the
+node puts in place of the old; a thread that read `state.ranges` once routes a whole request
+with one consistent map.
 """
 
 from __future__ import annotations
@@ -18,29 +26,63 @@ from .. import kernels
 
 
 class KeyRanges:
-    """The manager ranges of a table of `rows` keys over `num_nodes` nodes (sizes differ by at most one)."""
+    """The ranges of a table of `rows` keys over the `num_ranges` nodes it started with (sizes differ
+    by at most one), their managers, and the rank space `nodes`."""
 
-    def __init__(self, rows: int, num_nodes: int) -> None:
+    def __init__(self, rows: int, num_ranges: int, managers=None, nodes: int | None = None) -> None:
         self.rows = rows
-        self.num_nodes = num_nodes
-        self.bounds = np.array([i * rows // num_nodes for i in range(num_nodes + 1)], dtype=np.int64)  # (nodes + 1,)
+        self.num_ranges = num_ranges
+        self.bounds = np.array([i * rows // num_ranges for i in range(num_ranges + 1)], dtype=np.int64)  # (R + 1,)
         self._bounds = self.bounds.tolist()
+        identity = managers is None
+        self.managers = np.arange(num_ranges, dtype=np.int64) if identity else np.asarray(managers, np.int64)  # (R,)
+        self._managers = self.managers.tolist()
+        self.identity = identity or bool((self.managers == np.arange(num_ranges)).all())
+        self.nodes = max(num_ranges, int(nodes or 0), int(self.managers.max()) + 1)
+
+    @property
+    def num_nodes(self) -> int:  # (the name routing used before ranges could move)
+        return self.nodes
+
+    def with_managers(self, managers, nodes: int) -> "KeyRanges":
+        """The same ranges with `managers` (R,) and rank space `nodes`."""
+        return KeyRanges(self.rows, self.num_ranges, managers, nodes)
+
+    def range_bounds(self, r: int) -> tuple[int, int]:
+        """[lo, hi) of range r."""
+        return self._bounds[r], self._bounds[r + 1]
 
     def manager_range(self, rank: int) -> tuple[int, int]:
-        return int(self.bounds[rank]), int(self.bounds[rank + 1])
+        """The range node `rank` started with: [lo, hi); empty (0, 0) for a node that joined later."""
+        return self.range_bounds(rank) if rank < self.num_ranges else (0, 0)
+
+    def managed_by(self, rank: int) -> list[int]:
+        """The ranges `rank` manages."""
+        return [r for r, m in enumerate(self._managers) if m == rank]
+
+    def range_of(self, keys: np.ndarray) -> np.ndarray:
+        """(n,) int64 the range of each key."""
+        return np.searchsorted(self.bounds, keys, side="right") - 1
 
     def manager_of(self, keys: np.ndarray) -> np.ndarray:
         """(n,) int64 the manager of each key."""
-        return np.searchsorted(self.bounds, keys, side="right") - 1
+        r = self.range_of(keys)
+        return r if self.identity else self.managers[r]
+
+    def one_range(self, keys: np.ndarray) -> int:
+        """The range of every key of `keys` (n >= 1) if one range holds them all, else -1."""
+        lo, hi = kernels.key_range(keys)
+        r = bisect.bisect_right(self._bounds, lo) - 1  # (a list: np.searchsorted costs more for one key)
+        return r if hi < self._bounds[r + 1] else -1
 
     def one_manager(self, keys: np.ndarray) -> int:
-        """The manager of every key of `keys` (n >= 1) if one node manages them all, else -1."""
-        lo, hi = kernels.key_range(keys)
-        manager = bisect.bisect_right(self._bounds, lo) - 1  # (a list: np.searchsorted costs more for one key)
-        return manager if hi < self._bounds[manager + 1] else -1
+        """The manager of every key of `keys` (n >= 1) if one range holds them all, else -1."""
+        r = self.one_range(keys)
+        return self._managers[r] if r >= 0 else -1
 
     def is_node(self, rank: int) -> bool:
-        return 0 <= rank < self.num_nodes
+        return 0 <= rank < self.nodes
 
     def __repr__(self) -> str:
-        return f"<KeyRanges rows={self.rows} nodes={self.num_nodes}>"
+        moved = "" if self.identity else f" managers={self._managers}"
+        return f"<KeyRanges rows={self.rows} ranges={self.num_ranges} nodes={self.nodes}{moved}>"

@@ -19,19 +19,21 @@ from .ranges import KeyRanges
 
 
 def next_hops(keys: np.ndarray, shard: Shard, ranges: KeyRanges, me: int, loc_cache: np.ndarray) -> np.ndarray:
-    """(n,) int64 next hop of each key: `me` (owned here), `ranges.num_nodes` (on its way here),
+    """(n,) int64 next hop of each key: `me` (owned here), `ranges.nodes` (on its way here),
     the location cache's guess, the owner (keys this node manages), or the manager."""
     dest = np.empty(len(keys), np.int64)
-    kernels.route(keys, shard.slot, ranges.bounds, shard.owner, shard.start, me, loc_cache, dest)
+    kernels.route(keys, shard.slot, ranges.bounds, ranges.managers, shard.owner, me, ranges.nodes, loc_cache, dest)
     return dest
 
 
 def forward_hops(keys: np.ndarray, shard: Shard, ranges: KeyRanges, me: int) -> np.ndarray:
     """(n,) int64 next hop of keys a server does not own: -1 (on their way here), their owner (keys
-    it manages), or their manager. Raises ProtocolError if the manager map names this node."""
-    targets = ranges.manager_of(keys)
-    mine = targets == me
-    targets[mine] = shard.owner[keys[mine] - shard.start]
+    it manages; the new manager of a range it handed on), or their manager. Raises ProtocolError if
+    the manager map names this node."""
+    owner = shard.owner[keys].astype(np.int64)
+    handed = owner <= -2
+    owner[handed] = -2 - owner[handed]
+    targets = owner if (owner >= 0).all() else np.where(owner >= 0, owner, ranges.manager_of(keys))
     targets[shard.slot[keys] == INCOMING] = -1
     stale = targets == me  # the manager map says here, yet it is not here: only while in flight
     if stale.any():

@@ -115,8 +115,8 @@ class Chain:
         its chain, forward the others to their head."""
         chains = self._chains()
         ranges = self._ranges(header.table)
-        one = ranges.one_manager(keys)  # (the common case: a request part is one range's keys)
-        owners = None if one >= 0 else ranges.manager_of(keys)
+        one = ranges.one_range(keys)  # (the common case: a request part is one range's keys)
+        owners = None if one >= 0 else ranges.range_of(keys)
         lo, hi = (one, one) if one >= 0 else (int(owners.min()), int(owners.max()))
         for r in range(lo, hi + 1):
             sel = None if lo == hi else np.flatnonzero(owners == r)
@@ -140,11 +140,11 @@ class Chain:
 
     def heads(self, table: int, keys: np.ndarray) -> np.ndarray:
         """(n,) int64 the node that heads each key's range now."""
-        return self._chains().heads[self._ranges(table).manager_of(keys)]
+        return self._chains().heads[self._ranges(table).range_of(keys)]
 
-    def manager_of(self, table: int, keys: np.ndarray) -> np.ndarray:
+    def range_of(self, table: int, keys: np.ndarray) -> np.ndarray:
         """(n,) int64 the key range of each key."""
-        return self._ranges(table).manager_of(keys)
+        return self._ranges(table).range_of(keys)
 
     def on_chain(self, header: Header, p: Payload, main: Shard) -> None:
         """CHAIN: a write our predecessor in a range's chain applied (one of a BATCH: server.serve
@@ -152,7 +152,7 @@ class Chain:
         its keys, then answer the writer)."""
         keys = np.asarray(p.keys, np.int64)
         ranges = self._ranges(header.table)
-        r = ranges.one_manager(keys)
+        r = ranges.one_range(keys)
         if r < 0:
             lo, hi = kernels.key_range(keys)
             raise ProtocolError(f"{header!r}: keys {lo}..{hi} span more than one key range")
@@ -188,7 +188,7 @@ class Chain:
             return False  # (split says what is wrong with it)
         if not len(keys) or (w[:, 4] & (SET | ROWS | READER | ROUNDS)).any():
             return False
-        r = self._ranges(header.table).one_manager(keys)
+        r = self._ranges(header.table).one_range(keys)
         copy = self._backup.get((header.table, r)) if r >= 0 else None
         applied = self._applied.get((header.table, r))
         if copy is None or applied is None or not copy.spec.updater.in_order:
@@ -228,7 +228,7 @@ class Chain:
         """At the head of the range of `keys`: apply a completed round (the nodes' sums; header: a
         CHAIN write of this node with flag ROUNDS), count it, and pass it down the chain; again
         (after a membership change) it is passed on only. False if this node no longer heads it."""
-        r = self._ranges(header.table).one_manager(keys)
+        r = self._ranges(header.table).one_range(keys)
         chains = self._chains()
         if r < 0 or int(chains.heads[r]) != self.rank:
             return False
@@ -327,7 +327,7 @@ class Chain:
                         if len(new) > 1:
                             self._snapshot(table, r, main(table), new[1])
                         else:  # head and tail at once
-                            lo, hi = self._ranges(table).manager_range(r)
+                            lo, hi = self._ranges(table).range_bounds(r)
                             keys = np.arange(lo, hi, dtype=np.int64)
                             self._refresh_readers(table, r, keys, *main(table).read(keys),
                                                   self._applied[(table, r)].array())
@@ -353,7 +353,7 @@ class Chain:
         log.info("node %d now serves key range %d of table %r (%d rows)", self.rank, r, main.spec.name, len(keys))
 
     def _snapshot(self, table: int, r: int, main: Shard, dest: int) -> None:
-        lo, hi = self._ranges(table).manager_range(r)
+        lo, hi = self._ranges(table).range_bounds(r)
         keys = np.arange(lo, hi, dtype=np.int64)
         rows, state = main.read(keys)
         self._send_snapshot(table, r, dest, keys, rows, state, self._applied[(table, r)].array())
@@ -403,7 +403,7 @@ class Chain:
         its copy. Keys of ranges headed elsewhere go to their head."""
         keys = np.asarray(p.keys, np.int64)
         chains, table = self._chains(), header.table
-        owners = self._ranges(table).manager_of(keys)
+        owners = self._ranges(table).range_of(keys)
         for r in np.unique(owners).tolist():
             k = keys[owners == r]
             if header.flags & READER:  # a hop down the chain
@@ -502,7 +502,7 @@ class Chain:
 def _fresh(spec: TableSpec, ranges: KeyRanges, r: int, rank: int) -> Shard:
     """Range r's rows as they start (a row's initial value depends only on table and row); one
     lock: only pskv-server writes a copy (its rows reach the main shard by `_promote`)."""
-    return Shard(spec, *ranges.manager_range(r), rank, stripes=1)
+    return Shard(spec, *ranges.range_bounds(r), rank, stripes=1)
 
 
 def _positions(positions: np.ndarray | None, sel: np.ndarray | None) -> np.ndarray | None:

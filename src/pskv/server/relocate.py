@@ -57,19 +57,29 @@ class Relocation:
         self._reject = reject  # answers a waiting operation that failed with ERROR
         self._on_declined = on_declined  # (table id, keys, owner, seconds): where declined keys stay, how long
         self._deferred: dict[int, list[_Waiting]] = collections.defaultdict(list)  # table -> ops, in arrival order
-        self._leases: dict[int, np.ndarray] = {}  # table -> (stop - start,) float64 monotonic end of each key's lease
-        self._moves: dict[int, np.ndarray] = {}  # table -> (stop - start,) int64 moves of each key so far
+        self._leases: dict[int, np.ndarray] = {}  # table -> (rows,) float64 monotonic end of each key's lease
+        self._moves: dict[int, np.ndarray] = {}  # table -> (rows,) int64 moves of each key so far
         self.relocated_in = 0  # keys received by TRANSFER
         self.declined = 0  # manager: keys whose move it declined (held under another node's lease)
 
     # ---- manager, old owner, new owner ------------------------------------------------------------
     def localize(self, header: Header, p: Payload, shard: Shard) -> None:
         """Manager: record `origin` as the new owner and have each old owner hand the keys over."""
-        keys = p.keys
-        if len(keys) and (keys.min() < shard.start or keys.max() >= shard.stop):
-            raise ProtocolError(f"LOCALIZE for keys outside node {self.rank}'s managed range")
-        idx = keys - shard.start
-        old = shard.owner[idx].copy()
+        keys = np.asarray(p.keys, np.int64)
+        owner = shard.owner[keys]
+        if (owner < 0).any():
+            handed = owner <= -2
+            if (owner == -1).any():
+                raise ProtocolError(f"LOCALIZE for keys {keys[owner == -1][:5].tolist()} that node {self.rank} "
+                                    "does not manage")
+            for node in np.unique(owner[handed]):  # their range went on to another manager: so does this
+                at = np.ascontiguousarray(keys[owner == node], np.int64)
+                self._endpoint.forward(int(Shard.handed_to(int(node))), header, header.flags, keys=at)
+            keys = keys[~handed]
+            if not len(keys):
+                return
+        idx = keys
+        old = shard.owner[idx].astype(np.int64)
         lease = self._leases.get(header.table)
         if lease is None:
             lease = self._leases[header.table] = np.full(len(shard.owner), -np.inf)
@@ -146,6 +156,11 @@ class Relocation:
         shard.insert(keys, p.values, p.state)
         self.relocated_in += len(keys)
         shard.relocated_in += len(keys)
+        self.landed(header, shard)
+
+    def landed(self, header: Header, shard: Shard) -> None:
+        """Rows came here (TRANSFER, or a leaving node's HANDOFF): wake the localize callers that waited
+        for them, then apply what waited for them."""
         for rid, count in shard.arrived().items():
             self._tracker.on_reply(rid, count, header.sender)
         self._replay_deferred(header.table, shard)
@@ -156,6 +171,8 @@ class Relocation:
 
     def _hand_over(self, header: Header, keys: np.ndarray, shard: Shard) -> None:
         """Old owner: send the rows of `keys` to `origin`; keys still on their way here wait."""
+        if header.origin == self.rank:  # (a leaving node handed them here, and forwarded our own HANDOVER)
+            return
         incoming = shard.slot[keys] == INCOMING
         if incoming.any():
             self._deferred[header.table].append(_Waiting(header, keys[incoming], None, None))
@@ -163,11 +180,14 @@ class Relocation:
                 return
         moved, rows, state = shard.extract(keys[~incoming])
         if len(moved) < int((~incoming).sum()):
-            log.error("node %d: HANDOVER of keys it neither owns nor awaits (table %r)", self.rank, shard.spec.name)
+            gone = np.setdiff1d(keys[~incoming], moved)
+            owner = shard.owner[gone]
+            for node in np.unique(owner[owner <= -2]):  # this node handed them on (it is leaving): so does this
+                self._endpoint.send(Shard.handed_to(int(node)), header, keys=np.ascontiguousarray(gone[owner == node]))
+            if (owner > -2).any():
+                log.error("node %d: HANDOVER of keys it neither owns nor awaits (table %r)", self.rank, shard.spec.name)
         if not len(moved):
             return
-        if header.origin == self.rank:  # handing to ourselves cannot happen: owner changes only on request
-            raise ProtocolError(f"node {self.rank} asked to hand keys to itself")
         self._endpoint.reply(header, Kind.TRANSFER, keys=moved, values=rows, state=state)
 
     # ---- operations waiting for a TRANSFER --------------------------------------------------------

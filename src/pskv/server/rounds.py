@@ -112,7 +112,7 @@ class Rounds:
         full = keys[self._got[keys][:, alive].all(axis=1)]
         if not len(full):
             return
-        ranges = self._chain.manager_of(self.spec.table_id, full)
+        ranges = self._chain.range_of(self.spec.table_id, full)
         for r in np.unique(ranges).tolist():
             self._write(full[ranges == r], alive)
 

@@ -5,7 +5,8 @@ positions it answers) goes straight to the request's origin. Keys it does not ow
 forwarded, Lapse-style: to their owner when this node is their manager, else to their manager,
 who knows the owner. Keys on their way here wait in `Relocation` and are applied, in arrival
 order, when their TRANSFER lands (server.relocate). REPLICA_SYNC adds other nodes' changes of
-replicated keys; AGG_PUSH goes to the table's aggregation owner (server.aggregate).
+replicated keys; AGG_PUSH goes to the table's aggregation owner (server.aggregate); HANDOFF and
+OWNERS bring the rows and ranges of a node that leaves (server.handoff).
 
 Threads and ownership: everything here runs in the node's pskv-server thread. It touches rows
 only through `Shard` methods (stripe locks). Guarantees: one sender's requests are applied in
@@ -30,12 +31,13 @@ from ..net.wire import BACKUPS, BATCH, REQUESTS, ROWS, Header, Kind, Payload, sp
 from ..placement import route
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard, Store
+from . import handoff
 from .chain import Chain
 from .relocate import Relocation
 
 log = logging.getLogger(__name__)
 HANDLES = REQUESTS | BACKUPS | {Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC,
-                                Kind.AGG_PUSH}
+                                Kind.AGG_PUSH, Kind.HANDOFF, Kind.OWNERS}
 _HOP_SHIFT = 8  # flags bits 8..15 count forwards: a routing bug becomes an error, never an endless loop
 _MAX_HOPS = 32  # a relocation chain moves a key at most once per hop; 32 is far beyond any real chain
 
@@ -56,7 +58,9 @@ class Server:
                           Kind.LOCALIZE: self.relocation.localize, Kind.HANDOVER: self.relocation.handover,
                           Kind.TRANSFER: self.relocation.transfer, Kind.DECLINE: self.relocation.on_decline,
                           Kind.REPLICA_SYNC: self._replica_sync,
-                          Kind.AGG_PUSH: self._aggregate}
+                          Kind.AGG_PUSH: self._aggregate,
+                          Kind.HANDOFF: self._handoff,
+                          Kind.OWNERS: lambda h, p, s: handoff.on_owners(endpoint, h, p, s)}
         self.requests = 0  # handled, for stats
         self.errors = 0
         self.forwards = 0  # keys passed on to another node
@@ -195,6 +199,11 @@ class Server:
             self.chain.on_snapshot(header, p, shard)
         else:
             self.chain.subscribe(header, p, shard)
+
+    def _handoff(self, header: Header, p: Payload, shard: Shard) -> None:
+        """A leaving node's rows (server.handoff); what waited for them here goes on (server.relocate)."""
+        handoff.on_handoff(self._endpoint, header, p, shard)
+        self.relocation.landed(header, shard)
 
     def _replica_sync(self, header: Header, p: Payload, shard: Shard) -> None:
         """Another node's accumulated changes of replicated keys: add them here, acknowledge."""

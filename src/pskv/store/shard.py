@@ -5,7 +5,9 @@ key's row in `data` when this node owns it, -1 when it does not, and -2 while th
 way here (a localize is in flight; requests for it wait in the server's queue). At start a node
 owns the rows it manages, [start, stop); relocation (`extract` / `insert`) moves rows, with
 their updater state, between nodes. The manager's record of who owns each of its keys is
-`owner` (indexed by key - start).
+`owner`, over all keys: `owner[k] >= 0` for the keys of the ranges this node manages; after it
+handed a range to node m (elastic membership: `handed_to`), `-2 - m` for the range's keys, so
+whatever still reaches it for them goes on there; -1 elsewhere.
 
 Threads and ownership: the arrays are shared by design (Lapse's shared-memory fast path):
 worker threads read and update owned rows directly, and the pskv-server thread does the same
@@ -45,7 +47,8 @@ class Shard:
         n = stop - start
         self.slot = np.full(spec.rows, -1, np.int64)  # (rows,) key -> row of data, -1 absent, -2 incoming
         self.slot[start:stop] = np.arange(n)
-        self.owner = np.full(n, rank, np.int64)  # (stop - start,) manager map: owner of each managed key
+        self.owner = np.full(spec.rows, -1, np.int32)  # (rows,) manager map: owner of each managed key, else -1
+        self.owner[start:stop] = rank
         self.data = np.empty((max(n, 1), spec.dim), dtype=spec.dtype)  # (capacity, dim) the rows
         for lo in range(0, n if fill else 0, 1 << 16):  # chunks keep the init kernel's working set small
             spec.init.fill(self.data[lo:lo + (1 << 16)], start + lo, spec.name)
@@ -118,6 +121,11 @@ class Shard:
         lo, hi = kernels.key_range(keys)
         return self.start <= lo and hi < self.stop
 
+    @staticmethod
+    def handed_to(node: int) -> int:
+        """The `owner` entry of a key whose range this node handed to `node` (and back: the same)."""
+        return -2 - node
+
     def owned(self, keys: np.ndarray) -> np.ndarray:
         """Mask of keys owned here now (no lock: a hint that may be stale at once)."""
         return self.slot[keys] >= 0
@@ -149,6 +157,16 @@ class Shard:
                     self.spec.updater.init_state(state)
                 self.state[slots] = state
             self.slot[keys] = slots
+
+    def adopt(self, lo: int, hi: int, rank: int, fill: bool = True) -> None:
+        """Manage and own [lo, hi) as well, with fresh rows (a table declared after the range's first
+        manager left the cluster)."""
+        keys = np.arange(lo, hi, dtype=np.int64)
+        rows = np.empty((hi - lo, self.spec.dim), self.spec.dtype)
+        if fill:
+            self.spec.init.fill(rows, lo, self.spec.name)
+        self.insert(keys, rows, None)
+        self.owner[lo:hi] = rank
 
     def read(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Copies of the rows and updater state of owned `keys` (all must be owned), under every stripe:

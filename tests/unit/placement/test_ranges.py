@@ -41,7 +41,7 @@ def test_ranges_fewer_rows_than_nodes():
     p = KeyRanges(5, 8)
     sizes = np.diff(p.bounds)
     assert sizes.sum() == 5 and (sizes == 0).sum() == 3
-    assert repr(p) == "<KeyRanges rows=5 nodes=8>"
+    assert repr(p) == "<KeyRanges rows=5 ranges=8 nodes=8>"
     assert p.manager_of(np.arange(5)).tolist() == [1, 3, 4, 6, 7]  # bounds [0, 0, 1, 1, 2, 3, 3, 4, 5]
 
 

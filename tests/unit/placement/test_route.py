@@ -20,7 +20,7 @@ def _node1_of_3():
     spec = TableSpec("t", 30, 2, np.dtype(np.float32), updaters.Add(), Zeros())
     shard = Store().add(spec, 10, 20, rank=1)
     moved, rows, state = shard.extract(np.array([12]))
-    shard.owner[12 - 10] = 2
+    shard.owner[12] = 2
     shard.insert(np.array([25]), np.zeros((1, 2), np.float32), None)
     shard.extract(np.array([15]))
     shard.mark_incoming(np.array([15]))
@@ -41,7 +41,7 @@ def test_forward_hops_of_keys_not_owned_here():
     shard, ranges = _node1_of_3()
     assert route.forward_hops(np.array([12, 15, 3, 27]), shard, ranges, 1).tolist() == [2, -1, 0, 2]
     shard.slot[12] = -1
-    shard.owner[12 - 10] = 1  # the map says here, yet it is not here
+    shard.owner[12] = 1  # the map says here, yet it is not here
     with pytest.raises(ProtocolError, match=r"keys \[12\].*records itself as owner"):
         route.forward_hops(np.array([12]), shard, ranges, 1)
 
