@@ -107,3 +107,18 @@ def replay_pushes(updater: str, nodes: int, most: int):
         up.apply(row, state, np.zeros(1, np.int64), g)
         values.append(row[0, 0])
     return np.array(values, np.float32)
+
+
+def wait_or_dump(cluster, timeout: float, *extra: tuple) -> int:
+    """cluster.wait(timeout); on a timeout, every live node logs its debug_state (SIGUSR1) and the
+    assertion shows every node's log tail; `extra` are (Popen, log path) of nodes started apart."""
+    import os
+    import signal
+    import time
+    try:
+        return cluster.wait(timeout=timeout)
+    except TimeoutError:
+        for pid in cluster.alive_pids() + [proc.pid for proc, _ in extra if proc.poll() is None]:
+            os.kill(pid, signal.SIGUSR1)
+        time.sleep(2)
+        raise AssertionError(cluster.logs_tail(80) + "".join(log.read_text()[-8000:] for _, log in extra)) from None

@@ -17,6 +17,7 @@ torchrun) may set them instead. Every default below carries its reason.
 | PSKV_REQUEST_TIMEOUT | seconds a request may go without progress before it fails (RequestStalled) | 60 |
 | PSKV_COLLECTIVE_TIMEOUT | seconds a table()/barrier may wait for nodes that never join (CollectiveStalled) | 600 |
 | PSKV_BACKUPS | copies of each key range beyond its head; a node may die without loss (server.chain) | 0 |
+| PSKV_JOIN | host:port of a running cluster's coordinator: join it (rank and size come from there) | unset |
 | PSKV_EXTERNAL_COORDINATOR | 1: a launcher runs the coordinator at PSKV_COORDINATOR; node 0 starts none | 0 |
 | PSKV_TEST_DROP_RATE | test only: fraction of outgoing data messages dropped | 0 |
 """
@@ -52,6 +53,7 @@ class NodeConfig:
     external_coordinator: bool = False  # set by `pskv launch`, which runs the coordinator itself
     backups: int = 0  # 0: a dead node stops the cluster (fail fast); B: B nodes may die, one at a time
     restore: str | None = None  # a checkpoint (or a directory of them: the newest) the tables come back from
+    join: str | None = None  # a running cluster's coordinator: join it (membership.join); rank and size come from it
     test_drop_rate: float = 0.0
 
     @classmethod
@@ -75,6 +77,11 @@ class NodeConfig:
         return config
 
     def validate(self) -> None:
+        if self.join:
+            split_address(self.join)
+            if self.restore:
+                raise ConfigError("PSKV_JOIN and PSKV_RESTORE together: a node that joins a running cluster takes "
+                                  "its rows from the others; restore a checkpoint when the cluster starts")
         if self.num_nodes < 1:
             raise ConfigError(f"PSKV_NUM_NODES is {self.num_nodes}; it must be at least 1")
         if not 0 <= self.rank < self.num_nodes:

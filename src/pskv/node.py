@@ -27,6 +27,7 @@ collectives and queues (`debug_state()`), so a hang explains itself.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import signal
 import sys
@@ -56,6 +57,7 @@ from .membership import client as coordinator_client
 from .membership.barrier import LocalBarrier
 from .membership.client import CoordinatorClient
 from .membership.coordinator import start_coordinator
+from .membership import join
 from .membership.health import Health
 from .membership.takeover import Succession
 from .membership.view import View
@@ -83,6 +85,16 @@ class Node:
     """One node process of a pskv cluster. Make it with `pskv.init()`."""
 
     def __init__(self, config: NodeConfig) -> None:
+        self._transport = Transport(config.host, send_timeout=config.failure_timeout, drop_rate=config.test_drop_rate)
+        self._joined: dict | None = None  # JOINED: this node joined a running cluster (membership.join)
+        if config.join:
+            try:
+                cluster, self._joined = join.ask(self._transport, config)
+            except BaseException:
+                self._transport.close()
+                raise
+            config = dataclasses.replace(config, rank=int(self._joined["rank"]), num_nodes=int(self._joined["num_nodes"]),
+                                         coordinator=config.join, external_coordinator=True)
         self.config = config
         self.rank = config.rank
         self.num_nodes = config.num_nodes
@@ -90,7 +102,8 @@ class Node:
         self._restorer = Restorer(config.restore, self.rank) if config.restore else None
         self.health = Health(self.rank)
         self.view = View(self.rank, self.num_nodes, config.backups)
-        self._transport = Transport(config.host, send_timeout=config.failure_timeout, drop_rate=config.test_drop_rate)
+        if self._joined is not None:
+            self.view.joined(cluster, self._joined)
         self._coordinator, self.config = start_coordinator(self.config)  # here if a private cluster or node 0
         self._transport.set_address(COORDINATOR, self.config.coordinator)
         self.tracker = RequestTracker(health=self.health.check)
@@ -149,9 +162,14 @@ class Node:
         self._dispatcher.every(self._report_drained)
         self._thread = threading.Thread(target=self._dispatcher.run, args=(self._stop,), name=f"pskv-server-{self.rank}",
                                         daemon=True)
+        if self._joined is not None:  # the cluster runs: start as if welcomed, where the others are
+            self.clocks.start_at(int(self._joined["clock"]))
+            self.client.joined(self._joined)
+            self._welcomed()
         self._thread.start()
         try:
-            self.client.join(self._transport.address, self.num_nodes)
+            if self._joined is None:
+                self.client.join(self._transport.address, self.num_nodes)
         except BaseException:
             self._teardown()
             raise
@@ -181,7 +199,9 @@ class Node:
         if self.server.chain is not None:
             self.server.chain.batches.flush()  # what this epoch passed on leaves stamped with it
         previous = self.view.change(epoch, [int(r) for r in payload["alive"]], payload.get("managers"),
-                                    [int(r) for r in payload.get("leaving", ())])
+                                    [int(r) for r in payload.get("leaving", ())], payload.get("addresses"))
+        for rank, address in (payload.get("addresses") or {}).items():
+            self._transport.set_address(int(rank), address)
         if previous is not None and self.server.chain is not None:
             self.server.chain.on_membership(previous, self.store.get)
         if "managers" in payload:  # without backups: ranges changed hands; nothing may route to who left
@@ -193,6 +213,8 @@ class Node:
         self._dispatcher.release_held()
         resent = self.tracker.retry_all()
         what = "left" if payload.get("left") else f"failed ({payload.get('reason')})"
+        if "joined" in payload:
+            dead, what = int(payload["joined"]), "joined"
         log.warning("node %d: node %d %s; membership epoch %d, members %s; %d request(s) sent again",
                     self.rank, dead, what, epoch, self.members, resent)
         for fn in self._on_membership:
@@ -246,12 +268,29 @@ class Node:
         except PskvError:
             self.catalog.discard(name)
             raise
+        if self._joined is not None:
+            self._take_share(state)
         if saved is not None:  # every node loads its range (and its backup copies), then all go on together
             copies = self.server.chain.copies(spec.table_id) if self.server.chain is not None else []
             loaded = sum(self._restorer.load(saved, shard) for shard in [state.shard, *copies])
             log.info("node %d restored %d rows of table %r from %s", self.rank, loaded, name, self._restorer.path)
             self.client.barrier()
         return self._main_worker.table(name)
+
+    def _take_share(self, state: TableState) -> None:
+        """A node that joined a running cluster takes its share of a table's rows from every key range
+        (membership.join.share), by relocation forced past leases; blocks until they are here."""
+        members, joiners = len(self._joined["alive"]), self._joined["joiners"]
+        ranges, keys = state.ranges, []
+        for r in range(ranges.num_ranges):
+            lo, hi = ranges.range_bounds(r)
+            taken = sum((hi - lo) // int(m) for _, m in joiners)
+            a, b = join.share(lo, hi, taken, members)
+            keys.append(np.arange(a, b, dtype=np.int64))
+        keys = np.concatenate(keys)
+        if len(keys) and state.aggregator is None:
+            self._main_worker.table(state.spec.name).localize(keys, _force=True).wait(self.config.collective_timeout)
+            log.info("node %d took %d rows of table %r", self.rank, len(keys), state.spec.name)
 
     def checkpoint(self, directory, keep: int | None = None, *, extra: dict | None = None,
                    timeout: float | None = None) -> checkpoint_format.CheckpointInfo:

@@ -43,3 +43,62 @@ def test_node_leaves_without_backups_and_nothing_is_lost(cluster_factory, tmp_pa
         assert (sent[r] == acked[r]).all(), f"node {r} did not see all its pushes complete"
         wrong = final[:, r] != replay[acked[r]]
         assert not wrong.any(), f"node {r}: {int(wrong.sum())} rows differ from a replay of its pushes"
+
+
+JOIN_SCENARIOS = str(Path(__file__).parent / "elastic_scenarios.py")
+
+
+def _joiner(cluster, out: Path, args: list[str], tmp_path: Path, name: str = "joiner"):
+    """Start a node that joins `cluster` (PSKV_JOIN); returns (Popen, its log path)."""
+    import os
+    import subprocess
+    log = tmp_path / f"{name}.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PSKV_")}
+    env.update(PSKV_JOIN=cluster.coordinator_address, PYTHONUNBUFFERED="1")
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([sys.executable, JOIN_SCENARIOS, *args], stdout=f, stderr=subprocess.STDOUT, env=env)
+    return proc, log
+
+
+@pytest.fixture
+def processes():
+    """Processes a test started itself: each is killed (by its PID) and reaped at the end."""
+    started = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("updater", ["add", "adagrad"])
+def test_a_node_joins_and_another_leaves_during_a_push_storm(cluster_factory, tmp_path, processes, updater):
+    """3 nodes push; node 3 joins (pskv.init(join=...)), takes its share of every range and pushes too;
+    then node 1 leaves, handing everything over. Every row equals a replay of every push made."""
+    from helpers import wait_or_dump, wait_until
+    nodes, columns = 3, 4
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["storm", str(out), str(ROWS), updater, "2", "1", str(columns)]
+    cluster = cluster_factory(nodes, [sys.executable, JOIN_SCENARIOS, *args])
+    for rank in range(nodes):
+        wait_until(lambda: "storm running" in cluster.output(rank), 60, lambda: cluster.logs_tail())
+    proc, log = _joiner(cluster, out, args, tmp_path)
+    processes.append(proc)
+    assert wait_or_dump(cluster, 120, (proc, log)) == 0, cluster.logs_tail() + log.read_text()
+    assert proc.wait(30) == 0, log.read_text()
+    text = log.read_text()
+    assert "storm started as node 3, members [0, 1, 2, 3], owns 150 rows" in text, text  # 1/4 of each range
+    assert "node 1 left after" in cluster.output(1), cluster.logs_tail()
+    for rank in (0, 2):
+        assert "node 3 joined; membership epoch 2" in cluster.output(rank), cluster.logs_tail()
+        assert "node 1 left; membership epoch 3, members [0, 2, 3]" in cluster.output(rank), cluster.logs_tail()
+    final = np.load(out / "final.npy")
+    sent = {r: np.bincount(np.fromfile(out / f"sent-{r}", np.int64), minlength=ROWS) for r in range(columns)}
+    acked = {r: np.bincount(np.fromfile(out / f"acked-{r}", np.int64), minlength=ROWS) for r in range(columns)}
+    replay = replay_pushes(updater, columns, int(max(s.max() for s in sent.values())))
+    assert acked[3].sum() == 300 * 16
+    for r in range(columns):
+        assert (sent[r] == acked[r]).all(), f"node {r} did not see all its pushes complete"
+        wrong = final[:, r] != replay[acked[r]]
+        assert not wrong.any(), f"node {r}: {int(wrong.sum())} rows differ from a replay of its pushes"

@@ -23,7 +23,7 @@ from .. import _hooks
 from ..catalog import TableState
 from ..errors import DTypeError, RequestStalled, ShapeError, TableError, WaitTimeout
 from ..net.requests import Future
-from ..net.wire import Kind
+from ..net.wire import FORCE, Kind
 from ..placement import route
 from ..store.spec import TableSpec, check_keys, check_values
 from . import backed, sampling
@@ -131,7 +131,7 @@ class Table:
             fut.add_done_callback(lambda f: st.cache.release(keys))
         return self._update(fut) if st.consistency.synchronous else fut
 
-    def localize(self, keys) -> Future:
+    def localize(self, keys, *, _force: bool = False) -> Future:
         """Move ownership of `keys` (rows and updater state) to this node. Returns a Future.
 
         After `wait()` each key is owned here, unless another node localized it since, or its
@@ -146,7 +146,7 @@ class Table:
             raise TableError(f"localize on table {self.name!r}: an aggregated table keeps its static placement")
         keys = np.unique(check_keys(self.spec, keys, "localize"))  # (m,) sorted, distinct
         shard = self._state.shard
-        declined = self._state.declined_until
+        declined = None if _force else self._state.declined_until  # (_force: a joining node's share, node.table)
         if declined is not None:  # declined lately (another node's lease holds them): do not ask again yet
             keys = keys[declined[keys] <= time.monotonic()]
         if shard.replicas is not None:  # replicated keys are local everywhere already
@@ -170,7 +170,7 @@ class Table:
         lease_ms = int(round(self._state.options.placement.lease * 1000))  # asked of the managers (server.relocate)
         for m in np.unique(managers):
             self._ctx.endpoint.request(int(m), Kind.LOCALIZE, self.spec.table_id, rid, part=lease_ms,
-                                       keys=fresh[managers == m])
+                                       flags=FORCE if _force else 0, keys=fresh[managers == m])
         self._track(fut)
         return fut
 

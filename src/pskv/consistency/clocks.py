@@ -32,12 +32,18 @@ class Clocks:
         self._report_seq = 0
         self.waits = 0  # pulls that had to wait for G
         self.wait_seconds = 0.0
+        self._base = 0  # the clock new workers start at: the global clock when this node joined a running cluster
+
+    def start_at(self, clock: int) -> None:
+        """This node joined a running cluster whose global clock is `clock`: its workers start there."""
+        with self._cond:
+            self._base = self._node_ended = self._applied = self.global_clock = int(clock)
 
     # ---- worker threads -----------------------------------------------------------------------
     def register(self, worker) -> None:
         with self._cond:
             self._ever = True
-            self._ended[id(worker)] = 0
+            self._ended[id(worker)] = self._base
             self._node_ended = min(self._ended.values())
         self._advance()  # a new worker at clock 0 holds the others back again
 
@@ -47,7 +53,7 @@ class Clocks:
         return self._ever
 
     def clock_of(self, worker) -> int:
-        return self._ended.get(id(worker), 0)
+        return self._ended.get(id(worker), self._base)
 
     def tick(self, worker, updates: list[Future]) -> int:
         """End the worker's current clock; `updates` are its updates stamped with it. Returns the new clock."""

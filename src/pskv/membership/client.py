@@ -71,6 +71,12 @@ class CoordinatorClient:
             "is it running and reachable (PSKV_COORDINATOR)?"))
         return self.view.addresses
 
+    def joined(self, payload: dict) -> None:
+        """This node joined a running cluster (membership.join): its barriers start where the others' next is."""
+        with self._cond:
+            self._barrier_gen = int(payload["barrier"])
+            self._last_heard = time.monotonic()
+
     def declare(self, spec: dict) -> None:
         """Collective: wait until every node declared its table #seq; TableMismatch if they differ."""
         with self._cond:

@@ -4,6 +4,8 @@
 `CoordinatorClient` is each node's side of it. Both speak control messages (protocol.control).
 
     node  -- HELLO{rank,address} -->  coordinator    all N joined: WELCOME{cluster, addresses}
+    node  -- HELLO{join,address} -->  coordinator    a running cluster: JOINED{rank, ...} to it, MEMBERSHIP{joined}
+                                                     to the others (membership.join)
     node  -- TABLE_DECL{seq,spec} ->  coordinator    all agree: TABLE_OK, else TABLE_OK{error}
     node  -- BARRIER{gen} -------->   coordinator    all alive nodes arrived: BARRIER_RELEASE{gen}
     node  -- CLOCK{clock,seq} ---->   coordinator    min over alive nodes changed: GLOBAL_CLOCK{clock}
@@ -81,6 +83,10 @@ class Coordinator:
         self._low: dict[int, int] = {}  # rank -> its low watermark of request ids (from heartbeats)
         self._managers = list(range(num_nodes))  # key range -> its manager (changes when a node leaves, no backups)
         self._leaving: dict[int, dict] = {}  # without backups: rank -> {"epoch", "drained"} of a node handing over
+        self._next_rank = num_nodes  # the rank the next node that joins gets (ranks are never reused)
+        self._joined: dict[int, tuple[int, int]] = {}  # rank -> (first barrier it takes part in, members then)
+        self._barrier_top = -1  # the highest barrier generation any node entered
+        self._decl_specs: dict[int, dict] = {}  # seq -> the spec every node declared (checks a joiner's)
         self.failures: list[tuple[int, str]] = []  # (rank, reason), for the launcher's report
 
     def start(self) -> "Coordinator":
@@ -181,6 +187,9 @@ class Coordinator:
         except ConfigError:
             log.warning("coordinator dropped a HELLO from rank %r with address %r", rank, address)
             return
+        if p.get("join"):
+            self._join(address)
+            return
         problem = None
         if p.get("num_nodes") != self.num_nodes:
             problem = f"node {rank} thinks the cluster has {p.get('num_nodes')} nodes, the coordinator {self.num_nodes}"
@@ -205,6 +214,44 @@ class Coordinator:
             self._broadcast(Kind.WELCOME, {"addresses": {str(r): a for r, a in self._addresses.items()},
                                            "host": self.host_rank})
 
+    def _join(self, address: str) -> None:
+        """A node joins the running cluster: the next rank, a new epoch; it owes nothing to the barriers
+        and table declarations before it (membership.join)."""
+        problem = None
+        if not self._welcomed:
+            problem = "the cluster is still forming; join once it runs"
+        elif self._stalled:
+            problem = "the cluster is stopping"
+        elif self.config.backups:
+            problem = "joining a cluster with backups is not built yet; start it with the nodes it needs"
+        elif self._leaving:
+            problem = f"node(s) {sorted(self._leaving)} are leaving right now; try again in a moment"
+        if problem:
+            self._transport.send_once(address, control(Kind.ABORT, self.cluster, COORDINATOR, {"reason": problem},
+                                                       self.term))
+            return
+        rank, self._next_rank = self._next_rank, self._next_rank + 1
+        live = sorted([r for r, s in self._state.items() if s in ("alive", "bye")] + [rank])
+        self._transport.set_address(rank, address)
+        self._addresses[rank] = address
+        self._last_seen[rank] = time.monotonic()
+        self._clocks[rank] = self._global_clock  # its workers start at the global clock
+        self._declared[rank] = 0
+        joiners = [[r, m] for r, (_, m) in self._joined.items() if self._state.get(r) in ("alive", "bye")]
+        self._joined[rank] = (self._barrier_top + 1, len(live))
+        self._epoch += 1
+        addresses = {str(r): self._addresses[r] for r in live}
+        payload = {"epoch": self._epoch, "alive": live, "dead": -1, "joined": rank, "reason": "it joined the cluster",
+                   "managers": self._managers, "addresses": addresses}
+        log.warning("coordinator: node %d joined from %s; membership epoch %d goes on with nodes %s", rank, address,
+                    self._epoch, live)
+        self._broadcast(Kind.MEMBERSHIP, payload, states=("alive", "bye"))
+        self._state[rank] = "alive"
+        self._send(rank, Kind.JOINED, {**payload, "rank": rank, "num_nodes": self.num_nodes, "host": self.host_rank,
+                                       "decls": {str(q): spec for q, spec in self._decl_specs.items()},
+                                       "barrier": self._barrier_top + 1, "clock": self._global_clock,
+                                       "joiners": joiners})
+
     def _heartbeat(self, rank: int, p: dict) -> None:
         if "low" in p:
             self._low[rank] = int(p["low"])
@@ -218,6 +265,14 @@ class Coordinator:
 
     def _decl(self, rank: int, p: dict) -> None:
         seq = int(p["seq"])
+        if seq in self._decl_specs:  # a node that joined later declares what the others did before it
+            first = self._decl_specs[seq]
+            error = None if p["spec"] == first else (
+                f"table declaration #{seq} differs: the cluster declared {first} but node {rank}, which joined "
+                f"later, declared {p['spec']}; declare every table the same way and in the same order on every node")
+            self._declared[rank] = max(self._declared.get(rank, 0), seq + 1)
+            self._send(rank, Kind.TABLE_OK, {"seq": seq, "error": error})
+            return
         got = self._decls.setdefault(seq, {})
         got[rank] = p["spec"]
         self._since.setdefault(("table", seq), time.monotonic())
@@ -235,7 +290,7 @@ class Coordinator:
             del self._decls[seq]
             self._decls_done.add(seq)
             self._since.pop(("table", seq), None)
-            first = got[min(got)]
+            first = self._decl_specs[seq] = got[min(got)]
             bad = [r for r in sorted(got) if got[r] != first]
             error = None
             if bad:
@@ -246,6 +301,7 @@ class Coordinator:
 
     def _barrier(self, rank: int, p: dict) -> None:
         gen = int(p["gen"])
+        self._barrier_top = max(self._barrier_top, gen)
         self._barriers.setdefault(gen, set()).add(rank)
         self._since.setdefault(("barrier", gen), time.monotonic())
         self._release_barriers()
@@ -253,7 +309,7 @@ class Coordinator:
     def _release_barriers(self) -> None:
         alive = {r for r, s in self._state.items() if s == "alive"}
         for gen in sorted(self._barriers):
-            if alive <= self._barriers[gen]:
+            if {r for r in alive if self._joined.get(r, (0,))[0] <= gen} <= self._barriers[gen]:
                 del self._barriers[gen]
                 self._since.pop(("barrier", gen), None)
                 self._broadcast(Kind.BARRIER_RELEASE, {"gen": gen})

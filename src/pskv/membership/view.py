@@ -58,10 +58,22 @@ class View:
         self.epoch = 1
         self.addresses = dict(addresses)
 
-    def change(self, epoch: int, alive, managers=None, leaving=()) -> Chains | None:
+    def joined(self, cluster: int, payload: dict) -> None:
+        """This node joined a running cluster (membership.join): the cluster as JOINED describes it."""
+        self.cluster = cluster
+        host = payload.get("host")
+        self.coordinator_host = None if host is None else int(host)
+        self.managers = [int(m) for m in payload["managers"]]
+        self.alive = frozenset(int(r) for r in payload["alive"])
+        self.epoch = int(payload["epoch"])
+        self.addresses = {int(r): a for r, a in payload["addresses"].items()}
+
+    def change(self, epoch: int, alive, managers=None, leaving=(), addresses=None) -> Chains | None:
         """pskv-server: membership epoch `epoch` with the live nodes `alive` (and the range managers, the
-        nodes still leaving, without backups); returns the previous chains."""
+        nodes still leaving, new members' addresses, without backups); returns the previous chains."""
         previous = self.chains
+        if addresses:
+            self.addresses = {**(self.addresses or {}), **{int(r): a for r, a in addresses.items()}}
         if managers is not None:
             self.managers = [int(m) for m in managers]
         self.leaving = frozenset(leaving)

@@ -101,6 +101,7 @@ class Kind(enum.IntEnum):
     LEAVE = 39  # node -> coordinator: take me out for good (node.leave, backups); a MEMBERSHIP without it says yes
     LEFT = 40  # coordinator -> node: the LEAVE was refused, and why; without backups: go (hand over), or done
     DRAINED = 41  # node -> coordinator: every request it made before membership epoch `epoch` is answered
+    JOINED = 42  # coordinator -> a node that joins a running cluster (HELLO{join}): its rank and the cluster as it is
 
 
 _KINDS = {int(k): k for k in Kind}
@@ -109,6 +110,8 @@ REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR})
 RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC, Kind.HANDOFF,
                         Kind.OWNERS})
 POSITIONS = 1  # flag: a positions frame follows the keys (requests) or the header (replies)
+FORCE = 1  # flag of a LOCALIZE: move the keys even under another node's lease (a joining node takes its
+# share); relocation messages never carry positions, so it shares their bit
 STATE = 2  # flag: a TRANSFER carries updater state after the values
 ROUNDS = 4  # flag: an AGG_PUSH (or a SNAPSHOT) carries an int64 round per key after the values (state); a CHAIN
 # write with it completes a round of its keys (server.rounds), and carries no such frame
@@ -120,7 +123,7 @@ BATCH = 128  # flag: a CHAIN or ACK carrying several writes, described by a (m, 
 AGGREGATION = frozenset({Kind.AGG_PUSH})  # handled by Server, served by server.aggregate.Owner
 FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRIER_RELEASE, Kind.SHUTDOWN_OK,
                               Kind.NODE_FAILED, Kind.ABORT, Kind.GLOBAL_CLOCK, Kind.STALLED, Kind.MEMBERSHIP,
-                              Kind.LEFT})
+                              Kind.LEFT, Kind.JOINED})
 BACKUPS = frozenset({Kind.CHAIN, Kind.SNAPSHOT, Kind.SUBSCRIBE})
 _BATCHED = frozenset({Kind.CHAIN, Kind.ACK})  # the kinds a BATCH may be
 _WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS

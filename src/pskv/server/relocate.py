@@ -38,7 +38,7 @@ from .. import _hooks
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
-from ..net.wire import Header, Kind, Payload
+from ..net.wire import FORCE, Header, Kind, Payload
 from ..store.shard import INCOMING, Shard
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,8 @@ class Relocation:
             self._moves[header.table] = np.zeros(len(shard.owner), np.int64)
         now = time.monotonic()
         held = (old != header.origin) & (lease[idx] > now)  # moved to another node within its lease: stays
+        if header.flags & FORCE:
+            held[:] = False
         if held.any():
             self.declined += int(held.sum())
             self._send_decline(header, np.ascontiguousarray(keys[held], np.int64), old[held], lease[idx[held]] - now,

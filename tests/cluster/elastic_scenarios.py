@@ -1,0 +1,88 @@
+"""Node programs for tests/cluster/test_elastic.py: a push storm while nodes join and leave (no backups).
+
+    python elastic_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES LEAVER COLUMNS
+
+Every node pushes ones into its own column (its rank) of a (ROWS, COLUMNS) table, to 16 distinct
+random keys at a time with up to 8 pushes in flight, logging the keys of each push to OUT_DIR/sent-R
+before sending it and to OUT_DIR/acked-R once its Future completed. A node that started with the
+cluster goes on until it saw CHANGES membership changes and made 300 more pushes; node LEAVER (if
+>= 0) leaves (node.leave()) once it saw the first change and made 300 more pushes. A node that joined
+(PSKV_JOIN) makes 300 pushes. Then every member meets in a barrier (the joiner's first), the lowest
+writes the whole table to OUT_DIR/final.npy, and all meet once more.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import pskv
+
+_MAX_PUSHES = 200_000
+_AFTER = 300
+
+
+def storm(out: Path, rows: int, updater: str, expected: int, leaver: int, columns: int) -> None:
+    with pskv.init() as node:
+        joined = node.config.join is not None
+        node.table("w", rows, columns, updater=updater)
+        worker = node.worker()
+        table = worker.table("w")
+        owned = int(table.pull_if_local(np.arange(rows))[0].sum())  # a joiner: its share, moved to it
+        if not joined:
+            worker.barrier()
+        changes: list = []
+        node.on_membership_change(changes.append)
+        rng = np.random.default_rng(node.rank)
+        sent = os.open(out / f"sent-{node.rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        acked = os.open(out / f"acked-{node.rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        values = np.zeros((16, columns), np.float32)
+        values[:, node.rank] = 1.0
+        pending: collections.deque = collections.deque()
+
+        def complete(all_of_them: bool) -> None:
+            while len(pending) > (0 if all_of_them else 8) or (pending and pending[0][0].done()):
+                fut, k = pending.popleft()
+                fut.wait()
+                os.write(acked, k.astype(np.int64).tobytes())
+
+        print(f"storm started as node {node.rank}, members {node.members}, owns {owned} rows", flush=True)
+        if joined:
+            (out / "joined").touch()  # the leaver waits for it: the share above is the joiner's alone
+        after = 0
+        for i in range(_MAX_PUSHES):
+            if joined and i == _AFTER:
+                break
+            if not joined and len(changes) >= (1 if node.rank == leaver else expected):
+                after += 1
+                if after > _AFTER and node.rank != leaver:
+                    break
+            if node.rank == leaver and after >= _AFTER and (out / "joined").exists():
+                complete(True)
+                worker.close()
+                node.leave()
+                print(f"node {node.rank} left after {i} pushes", flush=True)
+                return
+            keys = rng.choice(rows, 16, replace=False)
+            os.write(sent, keys.astype(np.int64).tobytes())
+            pending.append((table.push(keys, values), keys))
+            if i == 200:
+                print("storm running", flush=True)
+            complete(False)
+        complete(True)
+        print(f"storm done after {i} pushes, members {node.members}", flush=True)
+        worker.barrier()
+        if node.rank == min(node.members):
+            np.save(out / "final.npy", table.pull(np.arange(rows)))
+        worker.barrier()
+        worker.close()
+        print("storm finished", flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "storm":
+        storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], *map(int, sys.argv[5:8]))
