@@ -33,8 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
 
     run = sub.add_parser("launch", help="start N nodes that run CMD; non-zero if any node fails",
-                         usage="pskv launch -n N [--threads T] [--backups B] [--restore PATH] [--hostfile FILE] "
-                               "[--coordinator-host H] -- CMD ...")
+                         usage="pskv launch -n N [--threads T] [--backups B] [--restore PATH | --join HOST:PORT] "
+                               "[--hostfile FILE] [--coordinator-host H] -- CMD ...")
     run.add_argument("-n", "--nodes", type=int, required=True, help="number of node processes")
     run.add_argument("--threads", type=int, default=1,
                      help="worker threads per node (PSKV_THREADS)")
@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--restore", metavar="PATH",
                      help="start the tables from a checkpoint (PSKV_RESTORE): a checkpoint's directory, or the "
                           "directory node.checkpoint() wrote into (its newest complete one); any node count")
+    run.add_argument("--join", metavar="HOST:PORT",
+                     help="add the N nodes to a running cluster (PSKV_JOIN): its coordinator's address; they "
+                          "get the next free ranks and take their share of every table (no backups)")
     run.add_argument("--hostfile", type=Path,
                      help="one host per line; node i runs on host i %% len over ssh "
                           "(default: all nodes on this machine)")
@@ -91,7 +94,8 @@ def _launch(args: argparse.Namespace, rest: list[str]) -> int:
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return launch(args.nodes, command, threads=args.threads, hostfile=args.hostfile,
-                  coordinator_host=args.coordinator_host, backups=args.backups, restore=args.restore)
+                  coordinator_host=args.coordinator_host, backups=args.backups, restore=args.restore,
+                  join=args.join)
 
 
 def _run_app(args: argparse.Namespace, rest: list[str]) -> int:

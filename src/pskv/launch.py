@@ -372,14 +372,16 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
                 failure_timeout: float | None = None, echo: bool = False,
                 coordinator: bool | str | CoordinatorFactory = True,
                 coordinator_host: str | None = None, backups: int | None = None,
-                restore: str | None = None) -> Cluster:
+                restore: str | None = None, join: str | None = None) -> Cluster:
     """Start a coordinator and `nodes` processes running `command`; return at once.
 
     `env`: extra variables for the processes, on top of os.environ (with a hostfile they apply to
     the local ssh client; the remote command gets only PSKV_* and PYTHONUNBUFFERED). `log_dir`:
     also write node i's output to log_dir/node-i.log. `echo`: print every line as `[node i] ...`.
     `coordinator`: True starts pskv.membership.coordinator.Coordinator, False none (PSKV_COORDINATOR unset),
-    "node0" lets node 0's process run it (at a free port of its host), or a factory called like Coordinator. Raises ConfigError for bad arguments or hostfile."""
+    "node0" lets node 0's process run it (at a free port of its host), or a factory called like Coordinator.
+    `join`: "host:port" of a running cluster's coordinator: start no coordinator; the nodes join that
+    cluster (each gets the next free rank from it). Raises ConfigError for bad arguments or hostfile."""
     if not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"nodes is {nodes!r}; launch at least 1 node")
     if not command:
@@ -390,7 +392,9 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
         parent_env.pop(name, None)
     base = NodeConfig.from_env({k: v for k, v in parent_env.items() if k.startswith("PSKV_")},
                                threads=threads, failure_timeout=failure_timeout, backups=backups,
-                               restore=None if restore is None else str(restore))
+                               restore=None if restore is None else str(restore), join=join)
+    if join is not None:
+        coordinator = False
     if base.backups and base.backups >= nodes > 1:
         raise ConfigError(f"backups={base.backups} on {nodes} nodes: a key range can have at most {nodes - 1} "
                           "backup(s) (one on each other node)")
@@ -407,11 +411,14 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
             cluster._coordinator = _start_coordinator(coordinator, coord_config)
         if not in_node:
             address = cluster._coordinator.address if cluster._coordinator is not None else None
-        cluster.coordinator_address = address or ""
+        cluster.coordinator_address = join or address or ""
         for rank in range(nodes):
             host = hosts[rank % len(hosts)] if hosts else "127.0.0.1"
-            config = dataclasses.replace(base, coordinator=address, num_nodes=nodes, rank=rank,
-                                         host=host, external_coordinator=address is not None and not in_node)
+            if join is not None:  # rank and size come from the running cluster
+                config = dataclasses.replace(base, host=host)
+            else:
+                config = dataclasses.replace(base, coordinator=address, num_nodes=nodes, rank=rank,
+                                             host=host, external_coordinator=address is not None and not in_node)
             child_env = {**parent_env, **node_env(config)}
             argv = _ssh_argv(host, command, child_env) if hosts else list(command)
             cluster._start_node(rank, host, argv, child_env)
@@ -423,14 +430,19 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
 
 
 def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path | None = None,
-           coordinator_host: str | None = None, backups: int | None = None, restore: str | None = None) -> int:
+           coordinator_host: str | None = None, backups: int | None = None, restore: str | None = None,
+           join: str | None = None) -> int:
     """Run `command` on `nodes` nodes to completion, echoing their output; return the exit
     status (0 if every node exited 0). Ctrl-C or SIGTERM stops every node; then 128 + signal."""
     with _interrupt_on_sigterm():
         try:
             with start_local(nodes, command, threads=threads, hostfile=hostfile, echo=True,
-                             coordinator_host=coordinator_host, backups=backups, restore=restore) as cluster, \
+                             coordinator_host=coordinator_host, backups=backups, restore=restore,
+                             join=join) as cluster, \
                     _dump_on_sigusr1(cluster):
+                if cluster._coordinator is not None and not cluster._backups:
+                    print(f"[launcher] coordinator at {cluster.coordinator_address}; add nodes while it runs with "
+                          f"`pskv launch -n K --join {cluster.coordinator_address} -- CMD`", file=sys.stderr, flush=True)
                 while True:
                     # bounded waits: a signal the OS delivers to another of our threads runs its
                     # Python handler only when the main thread wakes up, so it must wake up

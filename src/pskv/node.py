@@ -97,11 +97,10 @@ class Node:
                                          coordinator=config.join, external_coordinator=True)
         self.config = config
         self.rank = config.rank
-        self.num_nodes = config.num_nodes
         # a checkpoint to start from: checked whole on every node before anything starts (CheckpointError)
         self._restorer = Restorer(config.restore, self.rank) if config.restore else None
         self.health = Health(self.rank)
-        self.view = View(self.rank, self.num_nodes, config.backups)
+        self.view = View(self.rank, self.config.num_nodes, config.backups)
         if self._joined is not None:
             self.view.joined(cluster, self._joined)
         self._coordinator, self.config = start_coordinator(self.config)  # here if a private cluster or node 0
@@ -138,13 +137,13 @@ class Node:
                                         on_low=chain.prune if chain else None, succession=self.succession)
         self._barrier = LocalBarrier(self.client.barrier, self.catalog.clear_caches)
         self._stop = threading.Event()
-        self._replica_sync = ReplicaSync(self.endpoint, self.num_nodes, self.catalog, self._stop,
+        self._replica_sync = ReplicaSync(self.endpoint, self.config.num_nodes, self.catalog, self._stop,
                                          lambda: self.health.failure is not None, lambda: self.members)
         self._checkpointer = Checkpointer(self.rank, self.catalog, self.tracker, self.health.check,
                                           members=lambda: self.members, barrier=self.client.barrier,
                                           flush_replicas=self._replica_sync.flush, clock=lambda: self.clocks.global_clock,
                                           epoch=lambda: self.view.epoch)
-        self._ctx = Context(self.rank, self.num_nodes, self.endpoint, self.tracker, self.catalog, self.health.check,
+        self._ctx = Context(self.rank, self.config.num_nodes, self.endpoint, self.tracker, self.catalog, self.health.check,
                             self.clocks, self._barrier, self._replica_sync, config.collective_timeout,
                             lambda: self.view.chains, lambda: sorted(self.view.alive), self._checkpointer.gate)
         self.health.on_failure(self.tracker.fail_all)
@@ -169,14 +168,14 @@ class Node:
         self._thread.start()
         try:
             if self._joined is None:
-                self.client.join(self._transport.address, self.num_nodes)
+                self.client.join(self._transport.address, self.config.num_nodes)
         except BaseException:
             self._teardown()
             raise
         atexit.register(_exit_hook, weakref.ref(self))
         _live_nodes.add(self)
         _install_dump_handler()
-        log.info("node %d/%d up at %s", self.rank, self.num_nodes, self._transport.address)
+        log.info("node %d/%d up at %s", self.rank, self.config.num_nodes, self._transport.address)
 
     @property
     def cluster(self) -> int:
@@ -184,8 +183,13 @@ class Node:
 
     @property
     def members(self) -> list[int]:
-        """The ranks of the live nodes (all of them until a node dies in a cluster with backups)."""
+        """The ranks of the live nodes: all of them until a node dies (backups), leaves or joins."""
         return sorted(self.view.alive)
+
+    @property
+    def num_nodes(self) -> int:
+        """How many nodes the cluster has now (`len(members)`; the launch size until it is up)."""
+        return len(self.view.alive) if self.view.welcomed else self.config.num_nodes
 
     def on_membership_change(self, fn: Callable[[list[int]], None]) -> None:
         """Call fn(members) after each membership change (a node died and backups took over its
@@ -393,11 +397,11 @@ class Node:
         config = {**spec.config(), "consistency": consistency.spec}
         if options.aggregate is not None:
             if rounds:  # level 2 at each range's head, rounds replicated (server.rounds)
-                level2 = Rounds(spec, self.num_nodes, self.server.chain, shard, self.endpoint, lambda: self.view.alive)
+                level2 = Rounds(spec, self.config.num_nodes, self.server.chain, shard, self.endpoint, lambda: self.view.alive)
                 state.aggregator = Aggregator(self._ctx, state, None)
                 self.server.aggregators[spec.table_id] = level2.serve
             else:
-                owner = Owner(spec, shard, self.num_nodes, asynchronous, self.endpoint)
+                owner = Owner(spec, shard, self.config.num_nodes, asynchronous, self.endpoint)
                 state.aggregator = Aggregator(self._ctx, state, owner)
                 self.server.aggregators[spec.table_id] = state.aggregator.serve
             config["aggregate"] = "node"
@@ -505,7 +509,7 @@ class Node:
         self.shutdown()
 
     def __repr__(self) -> str:
-        return f"<Node {self.rank}/{self.num_nodes} {self.health.state} tables={len(self.catalog)}>"
+        return f"<Node {self.rank}/{self.config.num_nodes} {self.health.state} tables={len(self.catalog)}>"
 
     # ---- failure and teardown -------------------------------------------------------------------
     def _abort(self, reason: str, exc: BaseException) -> None:
@@ -560,7 +564,7 @@ class Node:
     def debug_state(self) -> str:
         """What this node waits for, as text: outstanding and deferred requests, collectives, clocks,
         worker barrier, queues. Any thread; never blocks on the cluster. Also logged on SIGUSR1."""
-        lines = [f"pskv node {self.rank}/{self.num_nodes} ({self.health!r}) at {self._transport.address}"]
+        lines = [f"pskv node {self.rank}/{self.config.num_nodes} ({self.health!r}) at {self._transport.address}"]
         lines += ["  " + line for line in self.tracker.describe()]
         lines += ["  " + line for line in self.server.describe()]
         lines += ["  " + line for line in self.client.describe()]

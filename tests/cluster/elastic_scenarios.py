@@ -1,6 +1,7 @@
 """Node programs for tests/cluster/test_elastic.py: a push storm while nodes join and leave (no backups).
 
     python elastic_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES LEAVER COLUMNS
+    python elastic_scenarios.py cycle OUT_DIR ROWS UPDATER COLUMNS     (see `cycle`)
 
 Every node pushes ones into its own column (its rank) of a (ROWS, COLUMNS) table, to 16 distinct
 random keys at a time with up to 8 pushes in flight, logging the keys of each push to OUT_DIR/sent-R
@@ -83,6 +84,61 @@ def storm(out: Path, rows: int, updater: str, expected: int, leaver: int, column
         print("storm finished", flush=True)
 
 
+
+
+def cycle(out: Path, rows: int, updater: str, columns: int) -> None:
+    """Push until OUT_DIR/stop exists; leave (node.leave()) once OUT_DIR/leave-R exists. A node that
+    joined touches OUT_DIR/joined-R once it holds its share. The test drives who joins and leaves."""
+    with pskv.init() as node:
+        joined = node.config.join is not None
+        node.table("w", rows, columns, updater=updater)
+        worker = node.worker()
+        table = worker.table("w")
+        owned = int(table.pull_if_local(np.arange(rows))[0].sum())
+        if not joined:
+            worker.barrier()
+        rng = np.random.default_rng(node.rank)
+        sent = os.open(out / f"sent-{node.rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        acked = os.open(out / f"acked-{node.rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        values = np.zeros((16, columns), np.float32)
+        values[:, node.rank] = 1.0
+        pending: collections.deque = collections.deque()
+
+        def complete(all_of_them: bool) -> None:
+            while len(pending) > (0 if all_of_them else 8) or (pending and pending[0][0].done()):
+                fut, k = pending.popleft()
+                fut.wait()
+                os.write(acked, k.astype(np.int64).tobytes())
+
+        print(f"cycle started as node {node.rank}, members {node.members}, owns {owned} rows", flush=True)
+        if joined:
+            (out / f"joined-{node.rank}").touch()
+        for i in range(_MAX_PUSHES):
+            if i % 20 == 0 and (out / f"leave-{node.rank}").exists():
+                complete(True)
+                worker.close()
+                node.leave()
+                print(f"node {node.rank} left after {i} pushes", flush=True)
+                return
+            if i % 20 == 0 and (out / "stop").exists():
+                break
+            keys = rng.choice(rows, 16, replace=False)
+            os.write(sent, keys.astype(np.int64).tobytes())
+            pending.append((table.push(keys, values), keys))
+            if i == 100:
+                (out / f"running-{node.rank}").touch()
+            complete(False)
+        complete(True)
+        print(f"cycle done after {i} pushes, members {node.members}, {node.num_nodes} nodes", flush=True)
+        worker.barrier()
+        if node.rank == min(node.members):
+            np.save(out / "final.npy", table.pull(np.arange(rows)))
+        worker.barrier()
+        worker.close()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "storm":
         storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], *map(int, sys.argv[5:8]))
+    elif sys.argv[1] == "cycle":
+        cycle(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))

@@ -102,3 +102,65 @@ def test_a_node_joins_and_another_leaves_during_a_push_storm(cluster_factory, tm
         assert (sent[r] == acked[r]).all(), f"node {r} did not see all its pushes complete"
         wrong = final[:, r] != replay[acked[r]]
         assert not wrong.any(), f"node {r}: {int(wrong.sum())} rows differ from a replay of its pushes"
+
+
+def join_leave_cycles(cluster_factory, tmp_path, seed: int, rounds: int = 3) -> None:
+    """A cluster pushes without pause while, `rounds` times over, a node joins (`start_local(join=)`,
+    as `pskv launch --join`) and then another (drawn by `seed`) leaves; every row must equal a
+    replay of every push made, and every node must have seen every change."""
+    import random
+    import time
+
+    from helpers import wait_or_dump, wait_until
+    rng = random.Random(seed)
+    nodes, updater = rng.choice([2, 3]), rng.choice(["add", "adagrad"])
+    columns = nodes + rounds
+    print(f"\njoin/leave seed {seed}: {nodes} nodes, {updater}, {rounds} rounds", flush=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    command = [sys.executable, JOIN_SCENARIOS, "cycle", str(out), str(ROWS), updater, str(columns)]
+    first = cluster_factory(nodes, command)
+    clusters = {r: (first, r) for r in range(nodes)}  # rank -> (its Cluster, its index there)
+
+    def logs() -> str:
+        return "".join(c.logs_tail(30) for c in {id(c): c for c, _ in clusters.values()}.values())
+
+    for r in range(nodes):
+        wait_until(lambda: (out / f"running-{r}").exists(), 60, lambda: f"node {r} running\n{logs()}")
+    members = list(range(nodes))
+    for k in range(rounds):
+        rank = nodes + k  # ranks are never reused: the next is one past the highest so far
+        clusters[rank] = (cluster_factory(1, command, join=first.coordinator_address), 0)
+        wait_until(lambda: (out / f"running-{rank}").exists(), 60, lambda: f"node {rank} joined and running\n{logs()}")
+        time.sleep(rng.uniform(0.0, 0.3))
+        leaver = rng.choice(members)
+        (out / f"leave-{leaver}").touch()
+        cluster, index = clusters[leaver]
+        wait_until(lambda: "left after" in cluster.output(index), 60, lambda: f"node {leaver} left\n{logs()}")
+        members = sorted(set(members) - {leaver} | {rank})
+    (out / "stop").touch()
+    for cluster in {id(c): c for c, _ in clusters.values()}.values():
+        assert wait_or_dump(cluster, 90) == 0, logs()
+    epoch = 1 + 2 * rounds
+    for rank in members:
+        cluster, index = clusters[rank]
+        text = cluster.output(index)
+        assert f"membership epoch {epoch}, members {members}" in text, logs()
+        assert "cycle done after" in text and f"members {members}, {len(members)} nodes" in text, logs()
+    for rank in range(nodes, columns):
+        cluster, index = clusters[rank]
+        owned = int(cluster.output(index).split("owns ")[1].split()[0])
+        assert owned > 0, f"node {rank} joined but took no rows: {logs()}"
+    final = np.load(out / "final.npy")
+    sent = {r: np.bincount(np.fromfile(out / f"sent-{r}", np.int64), minlength=ROWS) for r in range(columns)}
+    acked = {r: np.bincount(np.fromfile(out / f"acked-{r}", np.int64), minlength=ROWS) for r in range(columns)}
+    replay = replay_pushes(updater, columns, int(max(s.max() for s in sent.values())))
+    for r in range(columns):
+        assert (sent[r] == acked[r]).all(), f"node {r} did not see all its pushes complete"
+        wrong = final[:, r] != replay[acked[r]]
+        assert not wrong.any(), f"node {r}: {int(wrong.sum())} rows differ from a replay of its pushes"
+
+
+@pytest.mark.timeout(240)
+def test_nodes_join_and_leave_three_times_over_during_a_push_storm(cluster_factory, tmp_path):
+    join_leave_cycles(cluster_factory, tmp_path, seed=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,43 @@ def test_checkpoint_example_saves_on_two_nodes_and_restores_on_three(tmp_path):
     assert back.returncode == 0 and "node 2/3: restored, extra {'epoch': 1}" in back.stdout, back.stdout + back.stderr
     means = set(re.findall(r"mean \|row\| ([\d.]+)", saved.stdout + back.stdout))
     assert len(means) == 1, means  # the same table everywhere
+
+
+ELASTIC = ROOT / "examples" / "elastic.py"
+
+
+def test_readme_joining_block_is_the_example_file():
+    """The python block of the README's joining section is examples/elastic.py, verbatim."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Joining a running cluster.*?```python\n(.*?)```", text, re.S).group(1)
+    assert block.strip() in ELASTIC.read_text()
+
+
+def test_elastic_example_a_third_node_joins_with_launch_join(tmp_path):
+    """`pskv launch -n 2` of examples/elastic.py prints the coordinator; `pskv launch -n 1 --join` adds a
+    node that takes exactly its share: 500 // 3 rows of each of the two key ranges."""
+    launch = [sys.executable, "-m", "pskv", "launch"]
+    err = open(tmp_path / "first.err", "w+")
+    first = subprocess.Popen([*launch, "-n", "2", "--", sys.executable, str(ELASTIC)], stdout=subprocess.PIPE,
+                             stderr=err, text=True, cwd=ROOT)
+    try:
+        address = None
+        for _ in range(600):  # bounded: 60 s
+            found = re.search(r"coordinator at (\S+);", Path(err.name).read_text())
+            if found:
+                address = found.group(1)
+                break
+            time.sleep(0.1)
+        assert address, Path(err.name).read_text()
+        joined = subprocess.run([*launch, "-n", "1", "--join", address, "--", sys.executable, str(ELASTIC)],
+                                capture_output=True, text=True, timeout=100, cwd=ROOT)
+        out, _ = first.communicate(timeout=100)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=10)
+        err.close()
+    assert joined.returncode == 0 and "node 2 of [0, 1, 2] owns 332 rows" in joined.stdout, \
+        joined.stdout + joined.stderr
+    assert first.returncode == 0, out + Path(err.name).read_text()
+    assert "[node 0] node 0 of [0, 1, 2] owns 334 rows" in out and "[node 1] node 1 of [0, 1, 2] owns 334 rows" in out, out

@@ -14,7 +14,6 @@ class Worker:
     def __init__(self, ctx: Context, thread: int) -> None:
         self._ctx = ctx
         self.rank = ctx.rank
-        self.num_nodes = ctx.num_nodes
         self.thread = thread
         self._tables: dict[str, Table] = {}
         self._pending: list[Future] = []  # outstanding futures for wait_all(); pruned as it grows
@@ -35,6 +34,11 @@ class Worker:
     def members(self) -> list[int]:
         """The ranks of the live nodes (as `node.members`): fewer after a node died in a cluster with backups."""
         return self._ctx.members()
+
+    @property
+    def num_nodes(self) -> int:
+        """How many nodes the cluster has now (as `node.num_nodes`)."""
+        return len(self._ctx.members())
 
     @property
     def current_clock(self) -> int:
@@ -112,4 +116,4 @@ class Worker:
                 self._prune_at = max(4096, 2 * len(self._pending))  # amortized O(1), however many stay pending
 
     def __repr__(self) -> str:
-        return f"<Worker node={self.rank}/{self.num_nodes} thread={self.thread}>"
+        return f"<Worker node={self.rank}/{self._ctx.num_nodes} thread={self.thread}>"

@@ -226,6 +226,9 @@ class Coordinator:
             problem = "joining a cluster with backups is not built yet; start it with the nodes it needs"
         elif self._leaving:
             problem = f"node(s) {sorted(self._leaving)} are leaving right now; try again in a moment"
+        elif aggregated := [spec.get("name") for spec in self._decl_specs.values() if spec.get("aggregate")]:
+            problem = (f"table(s) {aggregated} aggregate per node (NodeAggregate), which cannot take a node that "
+                       "joins later; start the cluster with the nodes it needs")
         if problem:
             self._transport.send_once(address, control(Kind.ABORT, self.cluster, COORDINATOR, {"reason": problem},
                                                        self.term))

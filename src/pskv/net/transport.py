@@ -41,6 +41,7 @@ _MAX_BOXES = 256  # reply boxes per node at most (one per thread that waits); la
 HOLD_BYTES = 4096  # a message this small may be held back to leave packed with others (see hold_all)
 _HOLD_MESSAGES = 64  # a packed frame carries at most this many held messages ...
 _HOLD_TOTAL = 256 << 10  # ... and bytes
+_TERM_WAIT = 5.0  # seconds close() waits for the ZeroMQ context to terminate
 
 
 class _Unpacker:
@@ -302,8 +303,21 @@ class Transport:
         self._terminate()
 
     def _terminate(self) -> None:
-        if self._own_ctx:
-            self._ctx.term()
+        """Terminate our own context, bounded: libzmq can hang in term() despite LINGER 0 (libzmq
+        #2586; seen here once, in a 1-node test's teardown), and close() must not hang a node's shutdown."""
+        if not self._own_ctx:
+            return
+        left = [sock for sock in list(getattr(self._ctx, "_sockets", None) or ()) if not sock.closed]
+        if left:  # a socket we lost track of would make term() wait for ever
+            log.warning("%d ZeroMQ socket(s) still open when %s closed; closing them", len(left), self.address)
+            for sock in left:
+                sock.close(linger=0)
+        term = threading.Thread(target=self._ctx.term, name="pskv-zmq-term", daemon=True)
+        term.start()
+        term.join(_TERM_WAIT)
+        if term.is_alive():
+            log.warning("the ZeroMQ context of %s did not terminate within %g s; left behind", self.address,
+                        _TERM_WAIT)
 
     def __repr__(self) -> str:
         return (f"<Transport {self.address} peers={len(self._addresses)} sent={self.messages_sent} "

@@ -151,3 +151,20 @@ def test_a_message_held_without_copy_keeps_its_arrays_until_it_leaves(pair):
     assert a._outbox(1).held[0][1] is rows
     a.flush()
     assert _recv_all(b, 1) == [[b"r", rows.tobytes()]]
+
+
+def test_close_closes_a_socket_it_lost_track_of_and_does_not_hang(caplog):
+    """A socket of the transport's context that close() does not know (one in a buffer-full send to a
+    peer that never came, LINGER unset) would make ZeroMQ's term() wait for ever: close() closes it."""
+    import time
+
+    import zmq
+
+    t = Transport()
+    stray = t._ctx.socket(zmq.PUSH)  # LINGER -1: term() would wait for its message
+    stray.connect("tcp://127.0.0.1:9")  # nobody listens there
+    stray.send(b"never delivered", zmq.NOBLOCK)
+    began = time.monotonic()
+    t.close()
+    assert stray.closed and time.monotonic() - began < 5
+    assert "1 ZeroMQ socket(s) still open" in caplog.text
