@@ -2,6 +2,7 @@
 
     python elastic_scenarios.py storm OUT_DIR ROWS UPDATER CHANGES LEAVER COLUMNS
     python elastic_scenarios.py cycle OUT_DIR ROWS UPDATER COLUMNS     (see `cycle`)
+    python elastic_scenarios.py clocks OUT_DIR ROWS COLUMNS bsp|ssp    (see `clocks`)
 
 Every node pushes ones into its own column (its rank) of a (ROWS, COLUMNS) table, to 16 distinct
 random keys at a time with up to 8 pushes in flight, logging the keys of each push to OUT_DIR/sent-R
@@ -137,8 +138,63 @@ def cycle(out: Path, rows: int, updater: str, columns: int) -> None:
         worker.close()
 
 
+def clocks(out: Path, rows: int, columns: int, model: str) -> None:
+    """Under BSP or SSP(1) (`model`): each clock, push a one into this node's column of row
+    (clock % ROWS), end the clock, and pull every row, which must hold every push of this node
+    (BSP), or all but the last clock's (SSP(1)), and as many of every other member's (that started
+    at clock S: one per clock since S). Until OUT_DIR/stop; leave once OUT_DIR/leave-R
+    exists; touch OUT_DIR/running-R after 20 clocks. Writes the clocks it ended to OUT_DIR/count-R."""
+    consistency = pskv.BSP() if model == "bsp" else pskv.SSP(1)
+    with pskv.init() as node:
+        joined = node.config.join is not None
+        node.table("c", rows, columns, consistency=consistency)
+        worker = node.worker()
+        table = worker.table("c")
+        if not joined:
+            worker.barrier()
+        start = worker.current_clock
+        print(f"clocks start at {start} on node {node.rank}", flush=True)
+        (out / f"start-{node.rank}").write_text(str(start))
+        one = np.zeros((1, columns), np.float32)
+        one[0, node.rank] = 1.0
+        slack = 0 if model == "bsp" else 1
+        n = 0
+        for _ in range(_MAX_PUSHES):
+            if (out / f"leave-{node.rank}").exists():
+                worker.close()
+                (out / f"count-{node.rank}").write_text(str(n))
+                node.leave()
+                print(f"node {node.rank} left after {n} clocks", flush=True)
+                return
+            if (out / "stop").exists():
+                break
+            table.push(np.array([(start + n) % rows]), one)
+            worker.clock()
+            n += 1
+            starts = {r: int(f.read_text()) for r in range(columns) if (f := out / f"start-{r}").exists()}
+            got = table.pull(np.arange(rows), timeout=60).sum(axis=0)
+            assert n - slack <= got[node.rank] <= n, f"node {node.rank} after {n} clocks sees {got} of its own pushes"
+            for r, s in starts.items():  # the clocks of every member count, a joiner's from when it came
+                if not (out / f"count-{r}").exists():  # (a node that stopped or left holds nobody back)
+                    assert got[r] >= start + n - slack - s, f"node {node.rank} at clock {start + n} sees {got}"
+            if n == 20:
+                (out / f"running-{node.rank}").touch()
+        (out / f"count-{node.rank}").write_text(str(n))
+        print(f"clocks done after {n} clocks, members {node.members}", flush=True)
+        worker.wait_all()
+        worker.close()  # a node sees the stop a clock before another: it must not hold that one back
+        last = node.worker()
+        last.barrier()
+        if node.rank == min(node.members):
+            np.save(out / "final.npy", last.table("c").pull(np.arange(rows)))
+        last.barrier()
+        last.close()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "storm":
         storm(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], *map(int, sys.argv[5:8]))
     elif sys.argv[1] == "cycle":
         cycle(Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
+    elif sys.argv[1] == "clocks":
+        clocks(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])

@@ -104,6 +104,34 @@ def test_a_node_joins_and_another_leaves_during_a_push_storm(cluster_factory, tm
         assert not wrong.any(), f"node {r}: {int(wrong.sum())} rows differ from a replay of its pushes"
 
 
+@pytest.mark.parametrize("model", ["bsp", "ssp"])
+def test_bsp_and_ssp_clocks_count_the_current_members(cluster_factory, tmp_path, model):
+    """Two nodes step BSP (or SSP(1)) clocks; a third joins (its clocks start at the global clock, and
+    the others' pulls wait for it from then on), then node 1 leaves (the others stop waiting for it).
+    Nobody hangs, every node reads its own pushes as the model promises, and every push is in the table."""
+    from helpers import wait_or_dump, wait_until
+
+    out = tmp_path / "out"
+    out.mkdir()
+    command = [sys.executable, JOIN_SCENARIOS, "clocks", str(out), "16", "3", model]
+    first = cluster_factory(2, command)
+    for r in range(2):
+        wait_until(lambda: (out / f"running-{r}").exists(), 60, lambda: first.logs_tail(30))
+    joiner = cluster_factory(1, command, join=first.coordinator_address)
+    wait_until(lambda: (out / "running-2").exists(), 60, lambda: first.logs_tail(30) + joiner.logs_tail(30))
+    (out / "leave-1").touch()
+    wait_until(lambda: "left after" in first.output(1), 60, lambda: first.logs_tail(30) + joiner.logs_tail(30))
+    (out / "stop").touch()
+    for cluster in (first, joiner):
+        assert wait_or_dump(cluster, 90) == 0, first.logs_tail(30) + joiner.logs_tail(30)
+    start = int(joiner.output(0).split("clocks start at ")[1].split()[0])
+    assert start >= 20, joiner.output(0)  # the cluster's clock when it joined
+    assert "clocks done after" in joiner.output(0) and "members [0, 2]" in joiner.output(0), joiner.output(0)
+    final = np.load(out / "final.npy")
+    counts = [int((out / f"count-{r}").read_text()) for r in range(3)]
+    assert [int(final[:, r].sum()) for r in range(3)] == counts
+
+
 def join_leave_cycles(cluster_factory, tmp_path, seed: int, rounds: int = 3) -> None:
     """A cluster pushes without pause while, `rounds` times over, a node joins (`start_local(join=)`,
     as `pskv launch --join`) and then another (drawn by `seed`) leaves; every row must equal a
