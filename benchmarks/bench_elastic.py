@@ -7,10 +7,11 @@ A cluster of --nodes nodes pushes Adagrad gradients without pause (64 random key
 waited for, its latency recorded). The driver then starts one node with `start_local(join=)` (as
 `pskv launch --join`) and times it from process start until its `node.table()` returned, i.e. its
 share of rows and updater state moved to it; then node 1 leaves (`node.leave()`, its rows and
-key range move to the others). Per phase (steady, join, leave) it prints pushes per second and
-push latency p50 / p99 / max. The baseline for a join is what a cluster without elasticity does
-to grow: every node checkpoints (timed by node 0), then a cluster of --nodes + 1 nodes starts from
-it (timed from process start until every node declared the table). Absolute times on a shared
+key range move to the others). Per phase (steady, joining, after join, leaving, after leave) it
+prints pushes per second (all nodes, and as a share of steady) and push latency p50 / p99 / max.
+The baseline for a join is what a cluster without elasticity does to grow: every node
+checkpoints (timed by node 0), then a cluster of --nodes + 1 nodes starts from it (timed from
+process start until every node declared the table). Absolute times on a shared
 machine are noise; compare the ratios.
 """
 
@@ -110,13 +111,14 @@ def main() -> None:
                              join=first.coordinator_address)
         clusters.append(joiner)
         _wait(lambda: (out / f"running-{args.nodes}").exists(), "the joiner")
-        join_wall = time.monotonic() - marks["join"]
+        marks["joined"] = time.monotonic()
+        join_wall = marks["joined"] - marks["join"]
         time.sleep(args.phase)
         marks["leave"] = time.monotonic()
         (out / "leave-1").touch()
         _wait(lambda: "left in" in first.output(1), "node 1 to leave")
-        leave_wall = time.monotonic() - marks["leave"]
-        marks["after"] = time.monotonic()
+        marks["left"] = time.monotonic()
+        leave_wall = marks["left"] - marks["leave"]
         time.sleep(args.phase)
         marks["end"] = time.monotonic()
         (out / "stop").touch()
@@ -134,20 +136,24 @@ def main() -> None:
         for c in clusters:
             c.shutdown(timeout=10)
     lat = np.concatenate([np.load(p) for p in out.glob("lat-*.npy") if np.load(p).size])
-    print(f"\n{'phase':<8} {'pushes/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-    phases = [("steady", "steady", "join"), ("join", "join", "leave"), ("leave", "leave", "after"),
-              ("after", "after", "end")]
+    print(f"\n{'phase':<12} {'seconds':>8} {'pushes/s':>9} {'vs steady':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+    phases = [("steady", "steady", "join"), ("joining", "join", "joined"), ("after join", "joined", "leave"),
+              ("leaving", "leave", "left"), ("after leave", "left", "end")]
+    steady = None
     for name, a, b in phases:
         x = lat[(lat[:, 0] >= marks[a]) & (lat[:, 0] < marks[b]), 1] * 1e3
         rate = len(x) / (marks[b] - marks[a])
-        print(f"{name:<8} {rate:>9.0f} {np.percentile(x, 50):>8.2f} {np.percentile(x, 99):>8.2f} {x.max():>8.1f}")
+        steady = steady or rate
+        p50, p99, top = (np.percentile(x, 50), np.percentile(x, 99), x.max()) if len(x) else (np.nan,) * 3
+        print(f"{name:<12} {marks[b] - marks[a]:>8.2f} {rate:>9.0f} {rate / steady:>9.2f} {p50:>8.2f} {p99:>8.2f} "
+              f"{top:>8.1f}")
     joined = _value(joiner, 0, "joined")
     left = _value(first, 1, "left")
     print(f"\njoin: process start -> share taken {joined:.2f} s (driver saw it running after {join_wall:.2f} s)")
     print(f"leave: node.leave() {left:.2f} s (driver saw it gone after {leave_wall:.2f} s)")
     print(f"grow by checkpoint + restart: checkpoint {checkpoint:.2f} s + {args.nodes + 1}-node restore "
           f"{restored:.2f} s = {checkpoint + restored:.2f} s, training stopped throughout")
-    print(f"ratio (checkpoint + restart) / join: {(checkpoint + restored) / joined:.2f}x")
+    print(f"ratio (checkpoint + restart) / join: {(checkpoint + restored) / joined:.2f}x; the join stops nobody")
 
 
 if __name__ == "__main__":
