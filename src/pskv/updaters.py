@@ -90,6 +90,24 @@ def _adagrad(data, state, rows, summed, lr, eps):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True)
+def _sgd(data, state, rows, summed, lr, momentum, weight_decay, nesterov):  # pragma: no cover - compiled
+    """torch.optim.SGD's step on each distinct row (dampening 0): d = g + wd * w; b = m * b + d;
+    d = d + m * b (nesterov) or b; w -= lr * d. `state` is the momentum buffer b (unused if m == 0)."""
+    dim = data.shape[1]
+    for k in range(rows.shape[0]):
+        r = rows[k]
+        for j in range(dim):
+            d = summed[k, j]
+            if weight_decay != 0.0:
+                d = d + weight_decay * data[r, j]
+            if momentum != 0.0:
+                b = momentum * state[r, j] + d
+                state[r, j] = b
+                d = d + momentum * b if nesterov else b
+            data[r, j] -= lr * d
+
+
+@numba.njit(nogil=True, cache=True)
 def _adam(data, state, rows, summed, lr, b1, b2, eps):  # pragma: no cover - compiled
     dim = data.shape[1]
     for k in range(rows.shape[0]):
@@ -230,19 +248,50 @@ class Assign(Updater):
 
 
 class SGD(Updater):
-    """w -= lr * g. Linear, so duplicates scatter directly (rounding may differ from summing first)."""
+    """w -= lr * g; with momentum, nesterov and weight_decay, torch.optim.SGD's formula (dampening 0)
+    on each distinct row, in the table's dtype:
+
+        d = g + weight_decay * w;  b = momentum * b + d;  d = d + momentum * b (nesterov) or b;  w -= lr * d
+
+    State: the momentum buffer b (width dim, zero at start: torch's first b = d), only with momentum.
+    Plain SGD is linear, so duplicates scatter directly (rounding may differ from summing first)."""
 
     name = "sgd"
-    in_order = True
 
-    def __init__(self, lr: float = 0.01) -> None:
+    def __init__(self, lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False,
+                 weight_decay: float = 0.0) -> None:
         self.lr = _positive("lr", lr)
+        if not 0 <= momentum < 1:
+            raise ConfigError(f"momentum={momentum!r} must be in [0, 1)")
+        if not weight_decay >= 0:
+            raise ConfigError(f"weight_decay={weight_decay!r} must be >= 0")
+        if nesterov and not momentum:
+            raise ConfigError("nesterov=True needs momentum > 0 (as torch.optim.SGD)")
+        self.momentum, self.nesterov, self.weight_decay = float(momentum), bool(nesterov), float(weight_decay)
+        self.in_order = not (self.momentum or self.weight_decay)  # plain: a scatter-add, in order
 
     def _params(self) -> dict[str, Any]:
-        return {"lr": self.lr}
+        extra = {"momentum": self.momentum, "nesterov": self.nesterov, "weight_decay": self.weight_decay}
+        defaults = {"momentum": 0.0, "nesterov": False, "weight_decay": 0.0}
+        return {"lr": self.lr, **{k: v for k, v in extra.items() if v != defaults[k]}}  # old configs stay equal
+
+    def state_width(self, dim: int) -> int:
+        return dim if self.momentum else 0
+
+    def state_layout(self, dim: int) -> dict[str, tuple[int, int]]:
+        return {"momentum_buffer": (0, dim)} if self.momentum else {}
+
+    def init_state(self, state: np.ndarray) -> None:
+        state.fill(0.0)
 
     def _apply(self, data, state, idx, upd) -> None:
-        _scatter_add(data, idx, upd, data.dtype.type(-self.lr))
+        if self.in_order:
+            _scatter_add(data, idx, upd, data.dtype.type(-self.lr))
+            return
+        rows, summed = _dedupe(data, idx, upd)
+        t = data.dtype.type  # torch computes in the parameters' dtype
+        _sgd(data, state if state is not None else data[:0], rows, summed.astype(data.dtype, copy=False),
+             t(self.lr), t(self.momentum), t(self.weight_decay), self.nesterov)
 
 
 class Adagrad(Updater):

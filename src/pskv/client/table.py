@@ -26,6 +26,7 @@ from ..net.requests import Future
 from ..net.wire import FORCE, Kind
 from ..placement import route
 from ..store.spec import TableSpec, check_keys, check_values
+from ..tensors import from_numpy, is_tensor, to_numpy
 from . import backed, sampling
 from .context import Context
 from .request import Request
@@ -67,8 +68,10 @@ class Table:
         return self._pull(keys, out, callback, direct=False)
 
     def _pull(self, keys, out, callback, *, direct: bool) -> Future:
-        """pull/pull_async; `direct`: the caller waits at once, in this thread (see pull)."""
+        """pull/pull_async; `direct`: the caller waits at once, in this thread (see pull). Given
+        tensors (keys or out), the Future gives a tensor: `out`, or one on the result's memory."""
         self._ctx.check()
+        tensor = out if is_tensor(out) else is_tensor(keys)
         keys = check_keys(self.spec, keys, "pull")
         fresh = out is None
         out = self._out(out, len(keys))
@@ -81,6 +84,8 @@ class Table:
             fut = self._request(Kind.PULL, keys, None, out, copy=True, fresh=fresh, direct=direct)
         if callback is not None:
             fut = fut.then(callback)
+        if tensor is not False:
+            fut = fut.map(from_numpy if tensor is True else lambda _: tensor)
         return fut
 
     def push(self, keys, updates, *, copy: bool = True) -> Future:
@@ -197,8 +202,12 @@ class Table:
     def pull_if_local(self, keys, *, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(mask, values): rows of the keys owned here now, without any message; others untouched."""
         self._ctx.check()
+        tensor = out if is_tensor(out) else is_tensor(keys)
         keys = check_keys(self.spec, keys, "pull_if_local")
         out = self._out(out, len(keys))
+        if tensor is not False:
+            values = from_numpy(out) if tensor is True else tensor
+            return from_numpy(self.pull_if_local(keys, out=out)[0]), values
         if not len(keys):
             return np.zeros(0, bool), out
         mask = np.ones(len(keys), bool)
@@ -289,6 +298,8 @@ class Table:
     def _out(self, out: np.ndarray | None, n: int) -> np.ndarray:
         if out is None:
             return np.empty((n, self.dim), dtype=self.dtype)  # (n, dim) owned by the caller after wait()
+        if is_tensor(out):
+            out = to_numpy(out, f"pull on table {self.name!r}: out")  # a view: pulls write into the tensor
         if out.shape != (n, self.dim):
             raise ShapeError(f"pull on table {self.name!r}: out has shape {out.shape}, expected ({n}, {self.dim})")
         if out.dtype != self.dtype:

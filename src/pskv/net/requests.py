@@ -142,6 +142,26 @@ class Future:
         self.add_done_callback(chain)
         return nxt
 
+    def map(self, fn: Callable[[Any], Any]) -> "Future":
+        """A Future that resolves with fn(result) once this one resolved (fails as this one does).
+        fn runs in the thread that resolves this Future: keep it short."""
+        nxt = Future(self.desc, self._health)
+        nxt._pump, nxt._pump_thread = self._pump, self._pump_thread
+
+        def chain(f: "Future") -> None:
+            if f._error is not None:
+                nxt._resolve(None, f._error)
+                return
+            try:
+                value = fn(f._result)
+            except Exception as exc:  # noqa: BLE001 - delivered to the waiter
+                nxt._resolve(None, exc)
+                return
+            nxt._resolve(value)
+
+        self.add_done_callback(chain)
+        return nxt
+
     def _resolve(self, result: Any = None, error: BaseException | None = None) -> None:
         with self._lock:
             if self._done:

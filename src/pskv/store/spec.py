@@ -12,6 +12,7 @@ import zlib
 import numpy as np
 
 from .. import kernels
+from ..tensors import is_tensor, to_numpy
 from ..errors import ConfigError, ConfigTypeError, DTypeError, KeyOutOfRange, ShapeError, TableError
 
 
@@ -112,8 +113,9 @@ class TableSpec:
 
 # ---- input checks (the public API calls these before anything is sent) --------------------------
 def check_keys(spec: TableSpec, keys, op: str) -> np.ndarray:
-    """Keys as a 1-D integer array within [0, rows); raises a TableError subclass otherwise."""
-    arr = np.asarray(keys)
+    """Keys as a 1-D integer array within [0, rows); raises a TableError subclass otherwise.
+    A CPU torch tensor is viewed, not copied (pskv.tensors)."""
+    arr = to_numpy(keys, f"{op} on table {spec.name!r}: keys") if is_tensor(keys) else np.asarray(keys)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
@@ -138,8 +140,9 @@ def check_keys(spec: TableSpec, keys, op: str) -> np.ndarray:
 
 
 def check_values(spec: TableSpec, values, n: int, op: str) -> np.ndarray:
-    """Values as a C-contiguous (n, dim) array of the table's dtype; safe casts only."""
-    arr = np.asarray(values)
+    """Values as a C-contiguous (n, dim) array of the table's dtype; safe casts only. A CPU torch
+    tensor is viewed, not copied (pskv.tensors)."""
+    arr = to_numpy(values, f"{op} on table {spec.name!r}: values") if is_tensor(values) else np.asarray(values)
     if arr.ndim == 1 and spec.dim == 1 and arr.shape[0] == n:
         arr = arr.reshape(n, 1)
     if arr.shape != (n, spec.dim):
