@@ -124,6 +124,11 @@ class Aggregator:
         self.messages = 0  # AGG_PUSH messages sent
 
     # ---- worker threads ---------------------------------------------------------------------------
+    def started(self) -> bool:
+        """A thread of this node pushed into a round already (set() is for initial values only)."""
+        with self._lock:
+            return bool(self._sent.any() or self._count.any())
+
     def push(self, worker: "Worker", keys: np.ndarray, updates: np.ndarray) -> Future:
         """Add `updates` (n, dim) to this node's sums of the worker's current round of `keys`."""
         if worker.thread < 0:

@@ -123,8 +123,9 @@ class Table:
 
     def _set(self, keys: np.ndarray, values: np.ndarray, copy: bool) -> Future:
         st = self._state
-        if st.aggregator is not None:
-            raise TableError(f"set on table {self.name!r}: an aggregated table takes only push and pull")
+        if st.aggregator is not None and st.aggregator.started():
+            raise TableError(f"set on table {self.name!r}: an aggregated table takes set only for initial values, "
+                             "before any push of a round (then a barrier); later only push and pull")
         if st.buffer is not None:  # keep order with buffered pushes, and drop cached copies
             st.buffer.flush_before_pull()
             if st.cache is not None:  # no copy of these rows until the set is applied (see RowCache.hold)

@@ -1,0 +1,204 @@
+"""DataParallel: a torch.nn.Module trained data-parallel through one pskv table (mshadow-ps style).
+
+Layout. Every trainable parameter tensor is a key range of one table of `row`-wide rows (its
+numel rounded up to whole rows). The parameters' data and gradients become views into two flat
+buffers shaped like those rows, so a layer's rows go out and come in without a copy: a push
+sends the gradient's memory, a pull writes straight into the parameter's memory.
+
+A step:
+  1. backward: each parameter's post-accumulate-grad hook scales its gradient by 1 / workers and
+     pushes its rows as soon as it is ready, while backprop goes on with the layers below;
+  2. `step()`: pushes zeros for parameters that got no gradient (rounds stay aligned), then pulls
+     every parameter's fresh rows (in the order of `model.parameters()`: the first layers first)
+     into the parameters, and zeroes the gradients.
+
+Modes: "sync": a table with pskv.NodeAggregate() under BSP: each round sums the node's workers'
+gradients, then the nodes' sums, and the servers' updater runs once (mshadow-ps; the weights
+follow single-process SGD on the global batch up to float rounding); a pull completes when the
+round is applied. "async": every push is applied when it arrives; pulls read the newest rows.
+pskv.SSP(s) (or "ssp:S"): as async, but `step()` ends the worker's clock, and its pulls wait
+until no worker is more than s clocks behind. The servers run `updater` (pskv.SGD with momentum,
+nesterov, weight_decay; pskv.Adam ...); `lr` means what it means for one process on the global
+batch, because gradients are averaged over the workers.
+
+Threads and ownership: one DataParallel per worker thread; it owns that thread's Worker handle
+and the two flat buffers. `DataParallel(model, node)` declares the tables (a collective: every
+node calls it) and makes a worker; with threads, call `DataParallel.declare(node, model, ...)`
+once per node, then `DataParallel(model, worker, ...)` in each thread of node.run().
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, DTypeError, PskvError, UnknownTable
+from ..node import Node
+from ..options import BSP, NodeAggregate, as_consistency
+from ..updaters import SGD, Updater
+
+_ROW = 256  # floats per row: few keys per layer, little padding
+
+
+def _layout(model: torch.nn.Module, row: int):
+    """(params, [(first row, end row)], rows, name suffix): the key range of every trainable tensor."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ConfigError(f"DataParallel: {type(model).__name__} has no trainable parameters")
+    for p in params:
+        if p.device.type != "cpu":
+            raise DTypeError(f"DataParallel: a parameter of shape {tuple(p.shape)} is on {p.device}; pskv trains CPU "
+                             "models only (GPU tensors are not supported): call model.cpu() first")
+        if p.dtype != torch.float32:
+            raise DTypeError(f"DataParallel: a parameter of shape {tuple(p.shape)} is {p.dtype}; pskv.torch trains "
+                             "float32 parameters: call model.float() first")
+    ranges, first = [], 0
+    for p in params:
+        n = math.ceil(p.numel() / row)
+        ranges.append((first, first + n))
+        first += n
+    shapes = repr([tuple(p.shape) for p in params]).encode()
+    return params, ranges, first, hashlib.sha1(shapes).hexdigest()[:8]
+
+
+def _mode(mode):
+    """(consistency, aggregate, clocked) of a mode: "sync", "async", "ssp:S", or a pskv consistency."""
+    if mode == "sync":
+        return BSP(), NodeAggregate(), False
+    try:
+        consistency = as_consistency(mode)
+    except PskvError:
+        consistency = None
+    if consistency is None or consistency.staleness == 0:
+        raise ConfigError(f"DataParallel mode={mode!r}: use 'sync' (aggregated BSP rounds), 'async', or pskv.SSP(s) "
+                          "/ 'ssp:S' with S >= 1") from None
+    return consistency, None, consistency.synchronous
+
+
+class DataParallel(torch.nn.Module):
+    """Train `model` data-parallel through pskv; see the module docstring. `where`: the Node (one
+    worker per node) or this thread's Worker (after `declare`)."""
+
+    def __init__(self, model: torch.nn.Module, where, *, mode="sync", updater: Updater | None = None,
+                 name: str = "model", row: int = _ROW) -> None:
+        super().__init__()
+        self.module = model
+        self.mode = mode
+        params, ranges, rows, digest = _layout(model, row)
+        self._params, self._ranges, self._row = params, ranges, row
+        self._clocked = _mode(mode)[2]
+        self._tname = f"{name}/{digest}"
+        self._own_worker = isinstance(where, Node)
+        if self._own_worker:
+            DataParallel.declare(where, model, mode=mode, updater=updater, name=name, row=row)
+            where = where.worker()
+        self.worker = where
+        try:
+            self.table = where.table(self._tname)
+            counter = where.table(self._tname + "/workers")
+        except UnknownTable:
+            raise ConfigError(f"DataParallel over worker {where!r}: table {self._tname!r} is not declared; call "
+                              "DataParallel.declare(node, model, ...) in the node's main thread first, with the "
+                              "same model layout on every node") from None
+        # the flat buffers: parameters and gradients become views into them
+        self._w = torch.zeros(rows * row)  # (rows * row,) float32
+        self._g = torch.zeros(rows * row)
+        self._keys = [np.arange(a, b, dtype=np.int64) for a, b in ranges]
+        for p, (a, _) in zip(params, ranges):
+            view = self._w[a * row:a * row + p.numel()].view_as(p)
+            view.copy_(p.data)
+            p.data = view
+            p.grad = self._g[a * row:a * row + p.numel()].view_as(p)
+        self._pushed = [False] * len(params)
+        self._scale = 1.0
+        self._hooks = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(params)]
+        self._start(counter)
+
+    @staticmethod
+    def declare(node: Node, model: torch.nn.Module, *, mode="sync", updater: Updater | None = None,
+                name: str = "model", row: int = _ROW) -> None:
+        """Declare the tables of `model` on `node` (a collective: every node, same model layout)."""
+        _, _, rows, digest = _layout(model, row)
+        consistency, aggregate, _ = _mode(mode)
+        tname = f"{name}/{digest}"
+        node.table(tname, rows, row, updater=updater or SGD(lr=0.01), consistency=consistency, aggregate=aggregate)
+        node.table(tname + "/workers", 1, 1)
+
+    def _start(self, counter) -> None:
+        """Count the workers (every one pushes a 1) and give every one the first worker's weights."""
+        w = self.worker
+        counter.push([0], np.ones((1, 1), np.float32)).wait()
+        w.barrier()
+        workers = int(counter.pull([0])[0, 0])
+        self._scale = 1.0 / workers
+        self.workers = workers
+        first = w.rank == min(w.members) and w.thread <= 0
+        if first:
+            self.table.set(np.arange(self._w.numel() // self._row), self._rows(self._w, 0, len(self._w) // self._row)
+                           ).wait()
+        w.barrier()
+        if not first:
+            for keys, (a, b) in zip(self._keys, self._ranges):
+                self.table.pull(keys, out=self._rows(self._w, a, b))
+        w.barrier()
+
+    def _rows(self, flat: torch.Tensor, a: int, b: int) -> np.ndarray:
+        """Rows a..b of a flat buffer as a (b - a, row) numpy view."""
+        return flat[a * self._row:b * self._row].numpy().reshape(b - a, self._row)
+
+    def _hook(self, i: int):
+        p, (a, b) = self._params[i], self._ranges[i]
+
+        def ready(param: torch.Tensor) -> None:
+            view = self._g[a * self._row:a * self._row + p.numel()]
+            if param.grad is None or param.grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none) ran
+                view.copy_(param.grad.reshape(-1) if param.grad is not None else 0)
+                param.grad = view.view_as(param)
+            self._push(i)
+        return ready
+
+    def _push(self, i: int) -> None:
+        a, b = self._ranges[i]
+        rows = self._g[a * self._row:b * self._row]
+        rows.mul_(self._scale)  # the mean over every worker's batch
+        self.table.push(self._keys[i], rows.numpy().reshape(b - a, self._row), copy=False)
+        self._pushed[i] = True
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def step(self, timeout: float | None = None) -> None:
+        """Complete this step's pushes, bring the fresh weights into the model's parameters (the
+        first layers first) and zero the gradients."""
+        for i, done in enumerate(self._pushed):
+            if not done:  # no gradient this step: a zero contribution keeps the rounds aligned
+                self._push(i)
+        self.worker.wait_all(timeout)
+        if self._clocked:
+            self.worker.clock()
+        for keys, (a, b) in zip(self._keys, self._ranges):
+            self.table.pull(keys, out=self._rows(self._w, a, b), timeout=timeout)
+        self._g.zero_()
+        self._pushed = [False] * len(self._params)
+
+    def state_dict(self, *args, **kwargs):
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        """Load into the model and, from the first worker, into the table (before training starts)."""
+        result = self.module.load_state_dict(state_dict, strict=strict)
+        w = self.worker
+        if w.rank == min(w.members) and w.thread <= 0:
+            self.table.set(np.arange(len(self._w) // self._row), self._rows(self._w, 0, len(self._w) // self._row)
+                           ).wait()
+        return result
+
+    def close(self) -> None:
+        """Remove the hooks (the parameters stay views of the weights buffer) and close an own worker."""
+        for h in self._hooks:
+            h.remove()
+        if self._own_worker:
+            self.worker.close()
