@@ -1,7 +1,8 @@
 """Node configuration: the one reader of the PSKV_* environment variables.
 
-`launch.py` is the only writer of these variables; any cluster manager (SLURM, Kubernetes,
-torchrun) may set them instead. Every default below carries its reason.
+`launch.py` is the only writer of these variables; any cluster manager (SLURM, Kubernetes)
+may set them instead, and under torchrun its RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
+stand in for them (`from_torchrun`). Every default below carries its reason.
 
 | variable | meaning | default |
 | --- | --- | --- |
@@ -58,8 +59,11 @@ class NodeConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "NodeConfig":
-        """Read PSKV_* from `environ` (default os.environ); keyword overrides win."""
+        """Read PSKV_* from `environ` (default os.environ); keyword overrides win. Without
+        PSKV_COORDINATOR, torchrun's variables describe the cluster (`from_torchrun`)."""
         env = os.environ if environ is None else environ
+        if not env.get(_PREFIX + "COORDINATOR") and not env.get(_PREFIX + "JOIN"):
+            env = {**env, **from_torchrun(env)}
         values: dict = {}
         for field in dataclasses.fields(cls):
             raw = env.get(_PREFIX + field.name.upper())
@@ -118,6 +122,24 @@ class NodeConfig:
             if value is not None and value != field.default:
                 out[_PREFIX + field.name.upper()] = str(int(value)) if isinstance(value, bool) else str(value)
         return out
+
+
+def from_torchrun(env: Mapping[str, str]) -> dict[str, str]:
+    """PSKV_* for a process that torchrun (or torch.distributed.launch) started: RANK, WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT. Rank 0 runs the coordinator at MASTER_ADDR:(MASTER_PORT + 1),
+    beside torch's own store at MASTER_PORT. Empty when they are not all set."""
+    names = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    if not all(env.get(n) for n in names):
+        return {}
+    try:
+        port = int(env["MASTER_PORT"]) + 1
+    except ValueError:
+        raise ConfigError(f"MASTER_PORT={env['MASTER_PORT']!r} (torchrun) is not a port number") from None
+    host = "127.0.0.1" if env["MASTER_ADDR"] in ("localhost", "127.0.0.1") else env["MASTER_ADDR"]
+    out = {"PSKV_COORDINATOR": f"{host}:{port}", "PSKV_RANK": env["RANK"], "PSKV_NUM_NODES": env["WORLD_SIZE"]}
+    if host == "127.0.0.1":
+        out["PSKV_HOST"] = host
+    return out
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -41,3 +41,24 @@ def test_sync_data_parallel_equals_single_process_sgd(cluster_factory, tmp_path,
     for i, w in enumerate(want):
         np.testing.assert_allclose(got[f"arr_{i}"], w, rtol=1e-4, atol=1e-5)
     assert not np.allclose(want[0], sc.net()[0].weight.detach().numpy(), atol=1e-3)  # it trained
+
+
+def test_torchrun_starts_one_pskv_cluster_without_other_setup(tmp_path):
+    """`torchrun --nproc-per-node 2 script.py`: RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT are enough."""
+    import os
+    import subprocess
+
+    from helpers import free_port
+
+    script = str(Path(__file__).parent / "torchrun_script.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PSKV_")}
+    for _ in range(3):  # another process may take the free port (or the one after it) first
+        port = free_port()
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                               "--master-addr", "127.0.0.1", "--master-port", str(port), script],
+                              capture_output=True, text=True, timeout=120, env=env)
+        if "already in use" not in proc.stdout + proc.stderr:
+            break
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rank in (0, 1):
+        assert f"rank {rank} of 2: {[3.0] * 8}" in proc.stdout, proc.stdout + proc.stderr

@@ -137,3 +137,15 @@ def test_zmq_url_brackets_ipv6():
     """IPv6 hosts get brackets in the tcp:// URL, IPv4 hosts do not."""
     assert zmq_url("127.0.0.1", 5) == "tcp://127.0.0.1:5"
     assert zmq_url("::1", 5) == "tcp://[::1]:5"
+
+
+def test_torchrun_variables_describe_the_cluster_unless_pskv_ones_do():
+    torchrun = {"RANK": "1", "WORLD_SIZE": "3", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}
+    cfg = NodeConfig.from_env(torchrun)
+    assert (cfg.coordinator, cfg.rank, cfg.num_nodes, cfg.host) == ("127.0.0.1:29501", 1, 3, "127.0.0.1")
+    cfg = NodeConfig.from_env({**torchrun, "MASTER_ADDR": "10.0.0.5"})
+    assert (cfg.coordinator, cfg.host) == ("10.0.0.5:29501", "127.0.0.1")  # PSKV_HOST: this machine's address
+    cfg = NodeConfig.from_env({**torchrun, "PSKV_COORDINATOR": "127.0.0.1:7000", "PSKV_RANK": "0", "PSKV_NUM_NODES": "2"})
+    assert (cfg.coordinator, cfg.rank, cfg.num_nodes) == ("127.0.0.1:7000", 0, 2)
+    with pytest.raises(ConfigError, match="MASTER_PORT='x' .torchrun. is not a port number"):
+        NodeConfig.from_env({**torchrun, "MASTER_PORT": "x"})
