@@ -114,3 +114,25 @@ def test_elastic_example_a_third_node_joins_with_launch_join(tmp_path):
         joined.stdout + joined.stderr
     assert first.returncode == 0, out + Path(err.name).read_text()
     assert "[node 0] node 0 of [0, 1, 2] owns 334 rows" in out and "[node 1] node 1 of [0, 1, 2] owns 334 rows" in out, out
+
+
+TORCH_DP = ROOT / "examples" / "torch_dp.py"
+
+
+def test_readme_torch_block_is_the_example_file():
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## PyTorch: tensors.*?```python\n(.*?)```", text, re.S).group(1)
+    assert block.strip() in TORCH_DP.read_text()
+
+
+def test_torch_example_learns_the_same_on_one_and_two_nodes():
+    pytest.importorskip("torch")  # `make test` installs it
+    one = subprocess.run([sys.executable, str(TORCH_DP)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert one.returncode == 0, one.stdout + one.stderr
+    last = one.stdout.strip().splitlines()[-1]  # "node 0 epoch 2: accuracy 0.9xx"
+    assert float(last.split()[-1]) > 0.9, one.stdout
+    two = subprocess.run([sys.executable, "-m", "pskv", "launch", "-n", "2", "--", sys.executable, str(TORCH_DP)],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert two.returncode == 0, two.stdout + two.stderr
+    for rank in (0, 1):  # sync mode: the same weights as one process on the global batch
+        assert f"[node {rank}] node {rank} {last.split(' ', 2)[2]}" in two.stdout, two.stdout

@@ -15,7 +15,7 @@ DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
 # lowest first; a unit may import only units of a lower rank (and itself)
 LAYERS = [
     ["errors", "_hooks"],
-    ["kernels"],
+    ["kernels", "tensors"],
     ["updaters", "options"],
     ["config"],
     ["net"],
@@ -29,6 +29,7 @@ LAYERS = [
     ["node"],
     ["pskv"],  # the public API (__init__.py) re-exports the layers below
     ["launch", "data"],
+    ["torch"],  # pskv.torch, the optional extra
     ["apps"],
     ["bench", "demo"],
     ["cli"],
