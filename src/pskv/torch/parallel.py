@@ -89,6 +89,7 @@ class DataParallel(torch.nn.Module):
         self.mode = mode
         params, ranges, rows, digest = _layout(model, row)
         self._params, self._ranges, self._row = params, ranges, row
+        self.row = row  # floats per table row (a checkpoint's rows reshape to the parameters with it)
         self._clocked = _mode(mode)[2]
         self._tname = f"{name}/{digest}"
         self._own_worker = isinstance(where, Node)
