@@ -151,7 +151,7 @@ class DataParallel(torch.nn.Module):
         return flat[a * self._row:b * self._row].numpy().reshape(b - a, self._row)
 
     def _hook(self, i: int):
-        p, (a, b) = self._params[i], self._ranges[i]
+        p, a = self._params[i], self._ranges[i][0]
 
         def ready(param: torch.Tensor) -> None:
             view = self._g[a * self._row:a * self._row + p.numel()]
