@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .errors import PskvError
 
-_FORWARDED = ("demo", "bench", "run")  # their own main() parses the rest of the arguments
+_FORWARDED = ("demo", "bench", "run", "evaluate")  # their own main() parses the rest of the arguments
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command every node runs")
     run.set_defaults(run=_launch)
 
-    app = sub.add_parser("run", help="run an app (mf, kge, word2vec) on N local nodes, or as this node's part",
+    app = sub.add_parser("run", help="run an app (mf, kge, word2vec, mnist) on N local nodes, or as this node's part",
                          usage="pskv run APP [--nodes N] [--threads T] [--] [APP ARGS ...]")
     app.add_argument("app", help="mf, kge, word2vec or mnist")
     app.add_argument("--nodes", type=int, help="local node processes to start (default 1); "
@@ -81,12 +81,23 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("path", type=Path, metavar="PATH", help="a checkpoint, or a directory (its newest)")
     inspect.set_defaults(run=_checkpoint_inspect)
 
+    evaluate = sub.add_parser("evaluate", add_help=False,
+                              help="test each checkpoint of a `pskv run mnist --eval-freq` run once, as it appears "
+                                   "(pskv evaluate --help)")
+    evaluate.set_defaults(run=_evaluate)
+
     for name, text in (("demo", "run the demo (pskv demo --help)"),
                        ("bench", "run the benchmarks (pskv bench --help)")):
         sub.add_parser(name, help=text, add_help=False).set_defaults(run=_forward)
 
     sub.add_parser("version", help="print the version").set_defaults(run=_version)
     return parser
+
+
+def _evaluate(args: argparse.Namespace, rest: list[str]) -> int:
+    from .apps.mnist import evaluate_main
+
+    return evaluate_main(rest)
 
 
 def _launch(args: argparse.Namespace, rest: list[str]) -> int:

@@ -59,3 +59,28 @@ def test_mnist_sync_on_two_nodes_trains_the_weights_of_one(tmp_path):
 def test_mnist_async_on_two_nodes_learns():
     out = _run("--mode", "async", nodes=2)
     assert "mode async" in out and _accuracy(out) > 0.4, out
+
+
+def test_pskv_evaluate_follows_a_running_training_and_tests_each_checkpoint_once(tmp_path):
+    """The evaluator starts first and waits; the run writes a checkpoint every 25 steps; every one is
+    tested once, in step order, and the evaluator stops after the final one."""
+    import csv
+    import os
+
+    ckpt = tmp_path / "ckpt"
+    evaluator = subprocess.Popen([sys.executable, "-m", "pskv", "evaluate", "--checkpoint-dir", str(ckpt),
+                                  "--test-limit", "500", "--out", str(tmp_path / "r.csv"), "--plot",
+                                  str(tmp_path / "curve.png"), "--poll", "0.05", "--timeout", "120"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _run("--checkpoint-dir", str(ckpt), "--eval-freq", "25", nodes=2)
+        out, _ = evaluator.communicate(timeout=120)
+    finally:
+        if evaluator.poll() is None:
+            evaluator.kill()
+            evaluator.wait(10)
+    assert evaluator.returncode == 0, out
+    rows = list(csv.DictReader(open(tmp_path / "r.csv")))
+    assert [int(r["step"]) for r in rows] == [25, 50, 75, 100, 125, 150, 175, 200], out
+    assert float(rows[-1]["test_acc"]) > 0.5 and "evaluated 8 checkpoint(s)" in out
+    assert os.path.getsize(tmp_path / "curve.png") > 1000

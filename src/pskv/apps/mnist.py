@@ -151,6 +151,74 @@ def main(argv: list[str] | None = None) -> int:
     return common.run_app("mnist", args, metrics=3, setup=setup, train=train, finish=finish)
 
 
+def evaluate_main(argv: list[str] | None = None) -> int:
+    """`pskv evaluate`: test every checkpoint of a `pskv run mnist --eval-freq` run once, in step order,
+    as they appear; stop after the final one. Prints and writes (--out .csv or .json) step, test
+    loss and accuracy; --plot draws the curve."""
+    import argparse
+    import csv
+    import json
+    from pathlib import Path
+
+    import torch
+
+    import pskv.torch as ptorch
+    from ..checkpoint.watch import watch
+
+    p = argparse.ArgumentParser(prog="pskv evaluate", description=evaluate_main.__doc__.split("\n")[0])
+    p.add_argument("--checkpoint-dir", type=Path, required=True, help="where the run writes its checkpoints")
+    p.add_argument("--data", default="fashion-mnist", help="the run's data set (its test split is used)")
+    p.add_argument("--test-limit", type=int, default=0, metavar="N", help="test on the first N examples (0: all)")
+    p.add_argument("--out", type=Path, metavar="FILE.csv|FILE.json", help="write the results")
+    p.add_argument("--plot", type=Path, metavar="FILE.png", help="draw test accuracy and loss against step")
+    p.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds without a new "
+                                                                 "checkpoint (0: wait for ever)")
+    p.add_argument("--poll", type=float, default=0.5, help="seconds between looks at the directory")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    _, _, vx, vy = load(args.data, 1, args.test_limit)
+    model = lenet5()
+
+    def evaluate(path, manifest):
+        extra = manifest.get("extra", {})
+        ptorch.load_weights(model, pskv.load_checkpoint(path)[extra["table"]].values, int(extra["row"]))
+        loss, acc = accuracy(model, vx, vy)
+        return {"test_loss": loss, "test_acc": acc}
+
+    def show(r: dict) -> None:
+        print(f"step {r['step']:>7}  test_loss {r['test_loss']:.4f}  test_acc {r['test_acc']:.4f}", flush=True)
+
+    results = watch(args.checkpoint_dir, evaluate, poll=args.poll, timeout=args.timeout or None, on_result=show)
+    if args.out is not None:
+        if args.out.suffix == ".json":
+            args.out.write_text(json.dumps(results, indent=1))
+        else:
+            with open(args.out, "w", newline="") as f:
+                writer = csv.DictWriter(f, ["step", "test_loss", "test_acc"])
+                writer.writeheader()
+                writer.writerows(results)
+    if args.plot is not None:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print(f"--plot {args.plot}: matplotlib is not installed; pip install 'pskv[plot]'", flush=True)
+        else:
+            fig, axes = plt.subplots(2, 1, sharex=True, figsize=(6, 5))
+            for ax, key in zip(axes, ("test_acc", "test_loss")):
+                ax.plot([r["step"] for r in results], [r[key] for r in results], marker="o")
+                ax.set_ylabel(key)
+                ax.grid(alpha=0.3)
+            axes[-1].set_xlabel("step")
+            fig.tight_layout()
+            fig.savefig(args.plot, dpi=100)
+            print(f"plot: {args.plot}", flush=True)
+    print(f"evaluated {len(results)} checkpoint(s); final test accuracy {results[-1]['test_acc']:.4f}", flush=True)
+    return 0
+
+
 def _checkpoint(s: common.Session, w: pskv.Worker, step: int, epoch: int, last: bool, dp) -> None:
     """Thread 0 of every node: a checkpoint of the weights at `step` (no pruning: an evaluator reads each)."""
     if w.thread != 0:

@@ -22,5 +22,6 @@ except ImportError:  # pragma: no cover - the extra is installed by make test
 
 from .embedding import Embedding as Embedding  # noqa: E402
 from .parallel import DataParallel as DataParallel  # noqa: E402
+from .parallel import load_weights as load_weights  # noqa: E402
 
-__all__ = ["DataParallel", "Embedding"]
+__all__ = ["DataParallel", "Embedding", "load_weights"]

@@ -35,7 +35,7 @@ import math
 import numpy as np
 import torch
 
-from ..errors import ConfigError, DTypeError, PskvError, UnknownTable
+from ..errors import ConfigError, DTypeError, PskvError, ShapeError, UnknownTable
 from ..node import Node
 from ..options import BSP, NodeAggregate, as_consistency
 from ..updaters import SGD, Updater
@@ -203,3 +203,17 @@ class DataParallel(torch.nn.Module):
             h.remove()
         if self._own_worker:
             self.worker.close()
+
+
+def load_weights(model: torch.nn.Module, rows: np.ndarray, row: int = _ROW) -> None:
+    """Copy a DataParallel table's rows (a checkpoint's `.values`, (rows, row)) into `model`'s
+    trainable parameters, in place: for an evaluator, without a cluster. Raises ShapeError if the
+    rows do not fit the model's layout."""
+    params, ranges, total, _ = _layout(model, row)
+    if rows.shape != (total, row):
+        raise ShapeError(f"load_weights: rows of shape {rows.shape} do not fit {type(model).__name__}, whose "
+                         f"parameters take ({total}, {row}); is it the model the run trained?")
+    flat = np.ascontiguousarray(rows, np.float32).reshape(-1)
+    with torch.no_grad():
+        for p, (a, _) in zip(params, ranges):
+            p.copy_(torch.from_numpy(flat[a * row:a * row + p.numel()]).view_as(p))
