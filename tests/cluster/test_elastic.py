@@ -122,6 +122,9 @@ def test_bsp_and_ssp_clocks_count_the_current_members(cluster_factory, tmp_path,
     (out / "leave-1").touch()
     wait_until(lambda: "left after" in first.output(1), 60, lambda: first.logs_tail(30) + joiner.logs_tail(30))
     (out / "stop").touch()
+    wait_until(lambda: all((out / f"count-{r}").exists() for r in range(3)), 60,
+               lambda: first.logs_tail(30) + joiner.logs_tail(30))
+    (out / "counted").touch()
     for cluster in (first, joiner):
         assert wait_or_dump(cluster, 90) == 0, first.logs_tail(30) + joiner.logs_tail(30)
     start = int(joiner.output(0).split("clocks start at ")[1].split()[0])

@@ -136,3 +136,24 @@ def test_torch_example_learns_the_same_on_one_and_two_nodes():
     assert two.returncode == 0, two.stdout + two.stderr
     for rank in (0, 1):  # sync mode: the same weights as one process on the global batch
         assert f"[node {rank}] node {rank} {last.split(' ', 2)[2]}" in two.stdout, two.stdout
+
+
+TORCH_MF = ROOT / "examples" / "torch_mf.py"
+
+
+def test_torch_mf_on_two_nodes_reaches_the_mf_apps_test_rmse():
+    """examples/torch_mf.py (pskv.torch.Embedding, Adagrad on the servers) on 2 nodes against
+    `pskv run mf` (numpy) on the same MovieLens-100K split: within 0.01 test RMSE."""
+    pytest.importorskip("torch")
+    launch = [sys.executable, "-m", "pskv"]
+    torch_mf = subprocess.run([*launch, "launch", "-n", "2", "--", sys.executable, str(TORCH_MF)],
+                              capture_output=True, text=True, timeout=200, cwd=ROOT)
+    assert torch_mf.returncode == 0, torch_mf.stdout + torch_mf.stderr
+    mf = subprocess.run([*launch, "run", "mf", "--", "--data", "ml-100k", "--progress", "none"],
+                        capture_output=True, text=True, timeout=200, cwd=ROOT)
+    assert mf.returncode == 0, mf.stdout + mf.stderr
+
+    def rmse(text: str) -> float:
+        return float(re.findall(r"test RMSE (\d\.\d+)", text)[-1])
+
+    assert abs(rmse(torch_mf.stdout) - rmse(mf.stdout)) <= 0.01, (torch_mf.stdout[-500:], mf.stdout[-500:])

@@ -109,6 +109,12 @@ class Table:
         finally:
             gate.leave()
 
+    def flush(self) -> None:
+        """Send this table's buffered pushes now (BSP/SSP tables buffer them until clock()), so that
+        their Futures can complete before the next clock. A no-op for other tables."""
+        if self._state.buffer is not None:
+            self._state.buffer.flush()
+
     def set(self, keys, values, *, copy: bool = True) -> Future:
         """Overwrite rows `keys` with `values` (len(keys), dim); for duplicate keys the last wins."""
         self._ctx.check()

@@ -111,12 +111,14 @@ class View:
             return Verdict.DROP
         if not self.welcomed:  # a peer was welcomed before us: replay it after our WELCOME
             return Verdict.HOLD if header.cluster else Verdict.DROP
-        if header.cluster != self.cluster or not 0 <= header.sender < self.ranks:
+        if header.cluster != self.cluster or header.sender < 0:
+            return Verdict.DROP
+        if header.epoch > self.epoch:  # its sender saw a membership change we have not seen yet: a node
+            return Verdict.HOLD  # that joined may write before our MEMBERSHIP{joined} arrived
+        if header.sender >= self.ranks:
             return Verdict.DROP
         if header.sender not in self.alive and header.sender not in self.leaving:
             return Verdict.FENCED  # a node that died or was fenced off (see above)
-        if header.epoch > self.epoch:
-            return Verdict.HOLD  # its sender saw a membership change we have not seen yet
         return Verdict.ACCEPT
 
     def __repr__(self) -> str:

@@ -5,7 +5,8 @@ pulling) and returns them gathered to ids' shape + (dim,). backward sums the gra
 distinct id and pushes it to the table, where pskv.SGD / Adagrad / Adam apply it; no optimizer
 of the worker sees these rows, and the table is never whole in one worker. Pushes leave
 asynchronously; at most `max_in_flight` are outstanding (the oldest is waited for first), and
-`wait()` waits for all of them (call it before a checkpoint or a BSP/SSP `worker.clock()`).
+`wait()` sends what a BSP/SSP table buffers and waits for all of them (call it before a
+checkpoint; `worker.clock()` needs no wait: it sends the buffered pushes itself).
 
 Threads and ownership: one Embedding per worker thread (it holds that thread's table handle).
 """
@@ -69,6 +70,7 @@ class Embedding(torch.nn.Module):
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait until every push of a gradient so far is acknowledged."""
+        self.table.flush()  # a BSP/SSP table buffers pushes until clock(): send them now
         while self._pushes:
             self._pushes.popleft().wait(timeout)
 
@@ -80,6 +82,8 @@ class Embedding(torch.nn.Module):
         return keys, inverse
 
     def _push(self, keys: torch.Tensor, grads: torch.Tensor) -> None:
+        if len(self._pushes) >= self._max:
+            self.table.flush()
         while len(self._pushes) >= self._max:
             self._pushes.popleft().wait()
         self._pushes.append(self.table.push(keys, grads, copy=False))  # grads: a fresh tensor, ours alone

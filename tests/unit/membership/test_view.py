@@ -30,6 +30,9 @@ def test_admit_before_and_after_welcome():
     assert view.admit(_h(Kind.PUSH, 1, 9)) is Verdict.ACCEPT
     assert view.admit(_h(Kind.PUSH, 1, 8)) is Verdict.DROP  # another cluster
     assert view.admit(_h(Kind.PUSH, 3, 9)) is Verdict.DROP  # no such rank
+    joiner = Header(Kind.LOCALIZE, sender=3, cluster=9, epoch=2)  # it joined: MEMBERSHIP{joined} is on its way
+    assert view.admit(joiner) is Verdict.HOLD
+    assert view.admit(Header(Kind.LOCALIZE, sender=3, cluster=8, epoch=2)) is Verdict.DROP
     assert view.admit(_h(Kind.TABLE_OK, COORDINATOR, 9)) is Verdict.ACCEPT
     assert view.admit(_h(Kind.TABLE_OK, COORDINATOR, 8)) is Verdict.DROP
     assert view.admit(_h(Kind.PUSH, COORDINATOR, 9)) is Verdict.DROP  # the coordinator sends no data
