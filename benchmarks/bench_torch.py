@@ -114,6 +114,7 @@ def role_ddp(limit: int, rank: int, world: int, port: int) -> None:
 
     wall, cpu = _train_loop(model, step, x, y, rank, world)
     _report(model.module, x, y, vx, vy, wall, cpu, rank)
+    dist.barrier()  # rank 0 evaluates meanwhile; leaving before it crashed gloo's teardown
     dist.destroy_process_group()
 
 
