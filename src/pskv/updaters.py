@@ -44,6 +44,16 @@ def _scatter_add(data, idx, upd, scale):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True)
+def _scatter_sgd(data, idx, upd, scale):  # pragma: no cover - compiled
+    """data[idx[i]] = fma(scale, upd[i], data[idx[i]]): plain SGD rounded as torch's p.add_(g, alpha=-lr)."""
+    dim = data.shape[1]
+    for i in range(idx.shape[0]):
+        r = idx[i]
+        for j in range(dim):
+            data[r, j] = _fma(scale, upd[i, j], data[r, j])
+
+
+@numba.njit(nogil=True, cache=True)
 def _scatter_assign(data, idx, upd):  # pragma: no cover - compiled
     """data[r] = sum of upd rows with idx == r: zero every target row, then scatter-add."""
     dim = data.shape[1]
@@ -99,12 +109,20 @@ def _sgd(data, state, rows, summed, lr, momentum, weight_decay, nesterov):  # pr
         for j in range(dim):
             d = summed[k, j]
             if weight_decay != 0.0:
-                d = d + weight_decay * data[r, j]
+                d = _fma(weight_decay, data[r, j], d)
             if momentum != 0.0:
-                b = momentum * state[r, j] + d
+                b = momentum * state[r, j] + d  # torch: buf.mul_(m).add_(d): two roundings
                 state[r, j] = b
-                d = d + momentum * b if nesterov else b
-            data[r, j] -= lr * d
+                d = _fma(momentum, b, d) if nesterov else b
+            data[r, j] = _fma(-lr, d, data[r, j])
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _fma(a, b, c):  # pragma: no cover - compiled
+    """a * b + c rounded once, as torch's CPU kernels compute `c.add(b, alpha=a)` (a fused multiply-add):
+    for float32 the product is exact in float64, so one float64 add and the cast to float32 round it
+    (a second rounding that differs from the fused one only in ties nobody meets)."""
+    return type(c)(np.float64(a) * np.float64(b) + np.float64(c))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -286,7 +304,7 @@ class SGD(Updater):
 
     def _apply(self, data, state, idx, upd) -> None:
         if self.in_order:
-            _scatter_add(data, idx, upd, data.dtype.type(-self.lr))
+            _scatter_sgd(data, idx, upd, data.dtype.type(-self.lr))
             return
         rows, summed = _dedupe(data, idx, upd)
         t = data.dtype.type  # torch computes in the parameters' dtype

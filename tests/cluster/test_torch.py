@@ -30,7 +30,38 @@ def _single_process(steps: int) -> list[np.ndarray]:
     return [p.detach().numpy() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("nodes,threads", [(2, 1), (2, 2), (3, 1)])
+def _two_workers_reference(steps: int) -> list[np.ndarray]:
+    """What DDP computes on 2 workers: the mean of the two half-batch gradients, then torch's SGD."""
+    model = sc.net()
+    opt = torch.optim.SGD(model.parameters(), **sc.UPDATER)
+    x, y = sc.data()
+    half = sc.BATCH // 2
+    for s in range(steps):
+        start = (s * sc.BATCH) % len(x)
+        grads = []
+        for w in range(2):
+            model.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[start + w * half:start + (w + 1) * half]),
+                                              y[start + w * half:start + (w + 1) * half]).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for p, g0, g1 in zip(model.parameters(), *grads):
+            p.grad = g0 * 0.5 + g1 * 0.5  # exact halves: (g0 + g1) / 2 as an allreduce
+        opt.step()
+    return [p.detach().numpy() for p in model.parameters()]
+
+
+def test_sync_data_parallel_on_two_nodes_is_ddp_bit_for_bit(cluster_factory, tmp_path):
+    """2 nodes: the servers' SGD rounds as torch's (fused multiply-adds), and the owner adds two halves,
+    so the weights are bit for bit those of DDP's mean gradient and torch.optim.SGD."""
+    steps = 25
+    cluster = cluster_factory(2, [sys.executable, SCENARIOS, "dp", str(tmp_path), "sync", "1", str(steps)])
+    assert cluster.wait(timeout=120) == 0, cluster.logs_tail()
+    got = np.load(tmp_path / "weights.npz")
+    for i, w in enumerate(_two_workers_reference(steps)):
+        assert np.array_equal(got[f"arr_{i}"], w), (i, np.abs(got[f"arr_{i}"] - w).max())
+
+
+@pytest.mark.parametrize("nodes,threads", [(2, 2), (3, 1)])
 def test_sync_data_parallel_equals_single_process_sgd(cluster_factory, tmp_path, nodes, threads):
     steps = 25
     cluster = cluster_factory(nodes, [sys.executable, SCENARIOS, "dp", str(tmp_path), "sync", str(threads), str(steps)])

@@ -27,9 +27,9 @@ def test_server_side_sgd_follows_torch_optim_sgd(momentum, nesterov, weight_deca
         rule.apply(data, state, np.arange(20), g)
         p.grad = torch.from_numpy(g.copy())
         opt.step()
-        np.testing.assert_allclose(data, p.detach().numpy(), rtol=1e-5, atol=1e-6)  # float32 rounding (torch may fuse a multiply-add)
+        np.testing.assert_allclose(data, p.detach().numpy(), rtol=0, atol=0)  # bit for bit: the same roundings as torch
     if momentum:
-        np.testing.assert_allclose(state, opt.state[p]["momentum_buffer"].numpy(), rtol=1e-5, atol=1e-6)  # float32 rounding (torch may fuse a multiply-add)
+        np.testing.assert_allclose(state, opt.state[p]["momentum_buffer"].numpy(), rtol=0, atol=0)  # bit for bit: the same roundings as torch
 
 
 def test_momentum_sums_duplicate_keys_first_and_touches_only_pushed_rows():
