@@ -100,8 +100,11 @@ class DataParallel(torch.nn.Module):
     worker per node) or this thread's Worker (after `declare`)."""
 
     def __init__(self, model: torch.nn.Module, where, *, mode="sync", updater: Updater | None = None,
-                 name: str = "model", row: int = _ROW, bucket_bytes: int = _BUCKET) -> None:
+                 name: str = "model", row: int = _ROW, bucket_bytes: int = _BUCKET,
+                 torch_threads: int | None = 1) -> None:
         super().__init__()
+        if torch_threads is not None:  # one compute thread per worker process: two per process on a loaded
+            torch.set_num_threads(torch_threads)  # 2-core machine were measured 10-20x slower per epoch
         self.module = model
         self.mode = mode
         params, ranges, rows, digest = _layout(model, row)
