@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 
+import numpy as np
 import torch
 
 from ..errors import ShapeError
@@ -67,6 +68,13 @@ class Embedding(torch.nn.Module):
             keys, inverse = self._distinct(ids)
             rows = self.table.pull(keys)
         return _Lookup.apply(self._anchor, rows, inverse.reshape(ids.shape), self, keys)
+
+    def sample(self, handle, k: int):
+        """(ids, rows): the next k keys of a pskv sampling handle (`table.prepare_sample(n)`, NuPS's
+        schemes) and their rows, (k, dim); the rows' gradient is pushed in backward as forward's is."""
+        keys, rows = self.table.pull_sample(handle, k)
+        keys, rows = torch.from_numpy(np.asarray(keys)), torch.from_numpy(np.asarray(rows))
+        return keys, _Lookup.apply(self._anchor, rows, torch.arange(len(keys)), self, keys)  # pushes sum dups
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait until every push of a gradient so far is acknowledged."""

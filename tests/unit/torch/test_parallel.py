@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import pskv
@@ -94,3 +95,30 @@ def test_embedding_pushes_summed_gradients_to_the_servers_updater(node):
     assert table.pull([0, 1, 3]).tolist() == [[1, 1], [0, 0], [-2, -2]]
     emb.prefetch(torch.tensor([1, 0]))
     assert emb(torch.tensor([1, 0])).tolist() == [[0, 0], [1, 1]]
+
+
+def test_embedding_sample_pushes_the_gradient_of_each_drawn_row(node):
+    table = node.table("neg", rows=6, dim=1, updater=pskv.SGD(lr=1.0), sampling=pskv.Sampling(np.ones(6)))
+    emb = ptorch.Embedding(node.worker().table("neg"))
+    handle = emb.table.prepare_sample(8)
+    ids, rows = emb.sample(handle, 8)
+    assert ids.shape == (8,) and rows.shape == (8, 1)
+    rows.sum().backward()
+    emb.wait()
+    counts = np.bincount(ids.numpy(), minlength=6)
+    assert table.pull(np.arange(6))[:, 0].tolist() == (-counts).astype(np.float32).tolist()
+
+
+def test_workers_with_different_models_fail_with_table_mismatch():
+    from helpers import free_port, together
+
+    at = f"127.0.0.1:{free_port()}"
+    nodes = together(*[lambda r=r: pskv.init(coordinator=at, num_nodes=2, rank=r, failure_timeout=10.0)
+                       for r in range(2)])
+    try:
+        models = [_net(), torch.nn.Sequential(torch.nn.Linear(12, 17), torch.nn.ReLU(), torch.nn.Linear(17, 3))]
+        got = together(*[lambda n=n, m=m: ptorch.DataParallel(m, n) for n, m in zip(nodes, models)])
+        assert all(isinstance(g, pskv.TableMismatch) for g in got), got
+        assert "model/" in str(got[0])  # the table names carry each model's layout
+    finally:
+        together(*[lambda n=n: n.shutdown(timeout=5) for n in nodes if isinstance(n, pskv.Node)])
