@@ -29,6 +29,32 @@ _MAX_PUSHES = 200_000
 _AFTER = 300
 
 
+class _Pushes:
+    """Node `rank` pushes ones into its column to 16 random keys at a time, up to 8 in flight,
+    logging each push's keys to OUT_DIR/sent-R before sending and to OUT_DIR/acked-R once done."""
+
+    def __init__(self, out: Path, table, rank: int, columns: int) -> None:
+        self.table, self.rows = table, table.rows
+        self.rng = np.random.default_rng(rank)
+        self.sent = os.open(out / f"sent-{rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        self.acked = os.open(out / f"acked-{rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        self.values = np.zeros((16, columns), np.float32)
+        self.values[:, rank] = 1.0
+        self.pending: collections.deque = collections.deque()
+
+    def push(self) -> None:
+        keys = self.rng.choice(self.rows, 16, replace=False)
+        os.write(self.sent, keys.astype(np.int64).tobytes())
+        self.pending.append((self.table.push(keys, self.values), keys))
+        self.complete(False)
+
+    def complete(self, all_of_them: bool) -> None:
+        while len(self.pending) > (0 if all_of_them else 8) or (self.pending and self.pending[0][0].done()):
+            fut, k = self.pending.popleft()
+            fut.wait()
+            os.write(self.acked, k.astype(np.int64).tobytes())
+
+
 def storm(out: Path, rows: int, updater: str, expected: int, leaver: int, columns: int) -> None:
     with pskv.init() as node:
         joined = node.config.join is not None
@@ -40,19 +66,7 @@ def storm(out: Path, rows: int, updater: str, expected: int, leaver: int, column
             worker.barrier()
         changes: list = []
         node.on_membership_change(changes.append)
-        rng = np.random.default_rng(node.rank)
-        sent = os.open(out / f"sent-{node.rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        acked = os.open(out / f"acked-{node.rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        values = np.zeros((16, columns), np.float32)
-        values[:, node.rank] = 1.0
-        pending: collections.deque = collections.deque()
-
-        def complete(all_of_them: bool) -> None:
-            while len(pending) > (0 if all_of_them else 8) or (pending and pending[0][0].done()):
-                fut, k = pending.popleft()
-                fut.wait()
-                os.write(acked, k.astype(np.int64).tobytes())
-
+        pushes = _Pushes(out, table, node.rank, columns)
         print(f"storm started as node {node.rank}, members {node.members}, owns {owned} rows", flush=True)
         if joined:
             (out / "joined").touch()  # the leaver waits for it: the share above is the joiner's alone
@@ -65,18 +79,15 @@ def storm(out: Path, rows: int, updater: str, expected: int, leaver: int, column
                 if after > _AFTER and node.rank != leaver:
                     break
             if node.rank == leaver and after >= _AFTER and (out / "joined").exists():
-                complete(True)
+                pushes.complete(True)
                 worker.close()
                 node.leave()
                 print(f"node {node.rank} left after {i} pushes", flush=True)
                 return
-            keys = rng.choice(rows, 16, replace=False)
-            os.write(sent, keys.astype(np.int64).tobytes())
-            pending.append((table.push(keys, values), keys))
+            pushes.push()
             if i == 200:
                 print("storm running", flush=True)
-            complete(False)
-        complete(True)
+        pushes.complete(True)
         print(f"storm done after {i} pushes, members {node.members}", flush=True)
         worker.barrier()
         if node.rank == min(node.members):
@@ -99,38 +110,23 @@ def cycle(out: Path, rows: int, updater: str, columns: int) -> None:
         owned = int(table.pull_if_local(np.arange(rows))[0].sum())
         if not joined:
             worker.barrier()
-        rng = np.random.default_rng(node.rank)
-        sent = os.open(out / f"sent-{node.rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        acked = os.open(out / f"acked-{node.rank}", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        values = np.zeros((16, columns), np.float32)
-        values[:, node.rank] = 1.0
-        pending: collections.deque = collections.deque()
-
-        def complete(all_of_them: bool) -> None:
-            while len(pending) > (0 if all_of_them else 8) or (pending and pending[0][0].done()):
-                fut, k = pending.popleft()
-                fut.wait()
-                os.write(acked, k.astype(np.int64).tobytes())
-
+        pushes = _Pushes(out, table, node.rank, columns)
         print(f"cycle started as node {node.rank}, members {node.members}, owns {owned} rows", flush=True)
         if joined:
             (out / f"joined-{node.rank}").touch()
         for i in range(_MAX_PUSHES):
             if i % 20 == 0 and (out / f"leave-{node.rank}").exists():
-                complete(True)
+                pushes.complete(True)
                 worker.close()
                 node.leave()
                 print(f"node {node.rank} left after {i} pushes", flush=True)
                 return
             if i % 20 == 0 and (out / "stop").exists():
                 break
-            keys = rng.choice(rows, 16, replace=False)
-            os.write(sent, keys.astype(np.int64).tobytes())
-            pending.append((table.push(keys, values), keys))
+            pushes.push()
             if i == 100:
                 (out / f"running-{node.rank}").touch()
-            complete(False)
-        complete(True)
+        pushes.complete(True)
         print(f"cycle done after {i} pushes, members {node.members}, {node.num_nodes} nodes", flush=True)
         worker.barrier()
         if node.rank == min(node.members):

@@ -27,6 +27,8 @@ contribution is in the node's sum); completion shows in the pulls. The threads t
 the node's open workers (those of `node.run()`, or made by `node.worker()` and not closed; the
 same set as `worker.barrier()`); a worker made later joins at the node's current round, a worker
 that closes leaves its pushes in the pending rounds. The node's main-thread handle may only read.
+`set()` gives initial values (pskv.torch.DataParallel's first weights) until this node's first
+push of a round; then TableError.
 Aggregated tables keep their static placement (no localize, no replication); each node holds
 four (rows, dim) buffers for the table (two rounds of sums and two of results), so aggregate
 dense models of moderate size (mshadow-ps's layers), not 100M-row embeddings.

@@ -41,12 +41,16 @@ def test_round_pull_returns_sum_of_all_threads(node):
 
 
 def test_plain_reads_and_main_thread(node):
-    """A pull of keys not pushed in the thread's round reads current rows; the main handle reads but may not push."""
+    """A pull of keys not pushed in the thread's round reads current rows; the main handle reads but may not
+    push; set() gives initial values until a round started."""
     t = node.table("g", rows=8, dim=1, aggregate=pskv.NodeAggregate(), init=pskv.Constant(2.0))
     assert np.array_equal(t.pull([0, 7])[:, 0], [2.0, 2.0])
     with pytest.raises(pskv.AggregationError, match="main thread"):
         t.push([0], [[1.0]])
-    with pytest.raises(pskv.TableError):
+    t.set([0], [[1.0]]).wait(10)  # initial values: before any round
+    assert t.pull([0])[0, 0] == 1.0
+    node.run(lambda w: w.table("g").push([1], [[1.0]]) and w.table("g").pull([1]), threads=1)
+    with pytest.raises(pskv.TableError, match="set only for initial values, before any push of a round"):
         t.set([0], [[1.0]])
     with pytest.raises(pskv.TableError):
         t.localize([0])
