@@ -201,10 +201,13 @@ class DataParallel(torch.nn.Module):
         for k, waiting in enumerate(self._waiting):
             if waiting >= 0:  # some parameter got no gradient: zeros for it keep the rounds aligned
                 self._push(k)
-        self.worker.wait_all(timeout)
         if self._clocked:
+            self.worker.wait_all(timeout)
             self.worker.clock()
-        self.table.pull(self._all, out=self._rows(self._w, 0, len(self._all)), timeout=timeout)  # one exchange
+        # async: the pull follows this thread's pushes on each owner's connection, so it sees them
+        # without waiting for their acknowledgements first (one round trip per step, not two)
+        self.table.pull(self._all, out=self._rows(self._w, 0, len(self._all)), timeout=timeout)
+        self.worker.wait_all(timeout)  # (sync: the pushes completed at once; the pull waited for the round)
         self._g.zero_()
         self._waiting = [len(members) for members, _, _ in self._buckets]
 
