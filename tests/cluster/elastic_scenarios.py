@@ -29,6 +29,13 @@ _MAX_PUSHES = 200_000
 _AFTER = 300
 
 
+def _write(path: Path, number: int) -> None:
+    """Write a number that other processes poll for: whole or not at all (a rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(str(number))
+    os.replace(tmp, path)
+
+
 class _Pushes:
     """Node `rank` pushes ones into its column to 16 random keys at a time, up to 8 in flight,
     logging each push's keys to OUT_DIR/sent-R before sending and to OUT_DIR/acked-R once done."""
@@ -151,7 +158,7 @@ def clocks(out: Path, rows: int, columns: int, model: str) -> None:
             worker.barrier()
         start = worker.current_clock
         print(f"clocks start at {start} on node {node.rank}", flush=True)
-        (out / f"start-{node.rank}").write_text(str(start))
+        _write(out / f"start-{node.rank}", start)
         one = np.zeros((1, columns), np.float32)
         one[0, node.rank] = 1.0
         slack = 0 if model == "bsp" else 1
@@ -159,8 +166,8 @@ def clocks(out: Path, rows: int, columns: int, model: str) -> None:
         for _ in range(_MAX_PUSHES):
             if (out / f"leave-{node.rank}").exists():
                 worker.wait_all()
-                worker.close()
-                (out / f"count-{node.rank}").write_text(str(n))
+                _write(out / f"count-{node.rank}", n)  # before close(): from then on its column
+                worker.close()  # stops growing, and the others' checks must know it
                 node.leave()
                 print(f"node {node.rank} left after {n} clocks", flush=True)
                 return
@@ -178,9 +185,9 @@ def clocks(out: Path, rows: int, columns: int, model: str) -> None:
             if n == 20:
                 (out / f"running-{node.rank}").touch()
         print(f"clocks done after {n} clocks, members {node.members}", flush=True)
-        worker.wait_all()
+        worker.wait_all()  # every push of it is applied
+        _write(out / f"count-{node.rank}", n)  # before close(), as for a leave
         worker.close()  # a node sees the stop a clock before another: it must not hold that one back
-        (out / f"count-{node.rank}").write_text(str(n))  # every push of it is applied
         for _ in range(600):  # bounded: the test touches `counted` once every member wrote its count
             if (out / "counted").exists():
                 break

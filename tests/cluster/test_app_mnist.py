@@ -40,12 +40,32 @@ def _weights(directory) -> list[tuple[dict, np.ndarray]]:
     return found
 
 
-def test_mnist_sync_on_two_nodes_trains_the_weights_of_one(tmp_path):
+def test_mnist_async_on_two_nodes_learns():
+    out = _run("--mode", "async", nodes=2)
+    assert "mode async" in out and _accuracy(out) > 0.4, out
+
+
+def test_mnist_sync_on_two_nodes_trains_the_weights_of_one_and_pskv_evaluate_follows_it(tmp_path):
+    """1 node, then 2 nodes in sync mode with a checkpoint every 25 steps, while `pskv evaluate`
+    (started first, waiting) tests each checkpoint once, in step order, and stops after the final one."""
+    import csv
+    import os
+
     one = _run("--checkpoint-dir", str(tmp_path / "one"), "--eval-freq", "25", "--log", str(tmp_path / "one.jsonl"))
     assert _accuracy(one) > 0.5, one  # 10 classes: chance is 0.1
     rows = [json.loads(line) for line in (tmp_path / "one.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [1, 2] and rows[1]["train_loss"] < rows[0]["train_loss"] < 2.3
-    two = _run("--checkpoint-dir", str(tmp_path / "two"), "--eval-freq", "25", nodes=2)
+    evaluator = subprocess.Popen([sys.executable, "-m", "pskv", "evaluate", "--checkpoint-dir", str(tmp_path / "two"),
+                                  "--test-limit", "500", "--out", str(tmp_path / "r.csv"), "--plot",
+                                  str(tmp_path / "curve.png"), "--poll", "0.05", "--timeout", "120"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        two = _run("--checkpoint-dir", str(tmp_path / "two"), "--eval-freq", "25", nodes=2)
+        out, _ = evaluator.communicate(timeout=120)
+    finally:
+        if evaluator.poll() is None:
+            evaluator.kill()
+            evaluator.wait(10)
     assert "2 node(s) x 1 thread(s), mode sync" in two and _accuracy(two) > 0.5, two
     a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
     assert [e["step"] for e, _ in a] == [e["step"] for e, _ in b] == [25, 50, 75, 100, 125, 150, 175, 200]
@@ -54,33 +74,8 @@ def test_mnist_sync_on_two_nodes_trains_the_weights_of_one(tmp_path):
     # 0.9 early training then amplifies the rounding (measured: 4e-8 at step 25, 8e-5 at 100, 2e-2 at 125)
     for (ea, wa), (eb, wb) in zip(a[:2], b[:2]):
         assert np.abs(wa - wb).max() < 1e-5, (ea["step"], np.abs(wa - wb).max())
-
-
-def test_mnist_async_on_two_nodes_learns():
-    out = _run("--mode", "async", nodes=2)
-    assert "mode async" in out and _accuracy(out) > 0.4, out
-
-
-def test_pskv_evaluate_follows_a_running_training_and_tests_each_checkpoint_once(tmp_path):
-    """The evaluator starts first and waits; the run writes a checkpoint every 25 steps; every one is
-    tested once, in step order, and the evaluator stops after the final one."""
-    import csv
-    import os
-
-    ckpt = tmp_path / "ckpt"
-    evaluator = subprocess.Popen([sys.executable, "-m", "pskv", "evaluate", "--checkpoint-dir", str(ckpt),
-                                  "--test-limit", "500", "--out", str(tmp_path / "r.csv"), "--plot",
-                                  str(tmp_path / "curve.png"), "--poll", "0.05", "--timeout", "120"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        _run("--checkpoint-dir", str(ckpt), "--eval-freq", "25", nodes=2)
-        out, _ = evaluator.communicate(timeout=120)
-    finally:
-        if evaluator.poll() is None:
-            evaluator.kill()
-            evaluator.wait(10)
     assert evaluator.returncode == 0, out
-    rows = list(csv.DictReader(open(tmp_path / "r.csv")))
-    assert [int(r["step"]) for r in rows] == [25, 50, 75, 100, 125, 150, 175, 200], out
-    assert float(rows[-1]["test_acc"]) > 0.5 and "evaluated 8 checkpoint(s)" in out
+    results = list(csv.DictReader(open(tmp_path / "r.csv")))
+    assert [int(r["step"]) for r in results] == [25, 50, 75, 100, 125, 150, 175, 200], out
+    assert float(results[-1]["test_acc"]) > 0.5 and "evaluated 8 checkpoint(s)" in out
     assert os.path.getsize(tmp_path / "curve.png") > 1000
