@@ -122,3 +122,23 @@ def test_workers_with_different_models_fail_with_table_mismatch():
         assert "model/" in str(got[0])  # the table names carry each model's layout
     finally:
         together(*[lambda n=n: n.shutdown(timeout=5) for n in nodes if isinstance(n, pskv.Node)])
+
+
+def test_server_side_adam_follows_torch_optim_adam(node):
+    """pskv.Adam on the servers (its per-row step count: every row steps each round here) against
+    torch.optim.Adam, one worker."""
+    model = _net()
+    dp = ptorch.DataParallel(model, node, mode="sync", updater=pskv.Adam(lr=0.01))
+    reference = _net()
+    opt = torch.optim.Adam(reference.parameters(), lr=0.01)
+    x, y = _data()
+    for s in range(10):
+        i = slice(s * 8, s * 8 + 8)
+        torch.nn.functional.cross_entropy(dp(x[i]), y[i]).backward()
+        dp.step()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(reference(x[i]), y[i]).backward()
+        opt.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-4, atol=1e-5)
+    dp.close()
