@@ -36,6 +36,15 @@ def _write(path: Path, number: int) -> None:
     os.replace(tmp, path)
 
 
+def _save_final(out: Path, node, worker, table) -> None:
+    """Every member meets in a barrier; the lowest writes the whole table to OUT_DIR/final.npy."""
+    worker.barrier()
+    if node.rank == min(node.members):
+        np.save(out / "final.npy", table.pull(np.arange(table.rows)))
+    worker.barrier()
+    worker.close()
+
+
 class _Pushes:
     """Node `rank` pushes ones into its column to 16 random keys at a time, up to 8 in flight,
     logging each push's keys to OUT_DIR/sent-R before sending and to OUT_DIR/acked-R once done."""
@@ -96,11 +105,7 @@ def storm(out: Path, rows: int, updater: str, expected: int, leaver: int, column
                 print("storm running", flush=True)
         pushes.complete(True)
         print(f"storm done after {i} pushes, members {node.members}", flush=True)
-        worker.barrier()
-        if node.rank == min(node.members):
-            np.save(out / "final.npy", table.pull(np.arange(rows)))
-        worker.barrier()
-        worker.close()
+        _save_final(out, node, worker, table)
         print("storm finished", flush=True)
 
 
@@ -135,11 +140,7 @@ def cycle(out: Path, rows: int, updater: str, columns: int) -> None:
                 (out / f"running-{node.rank}").touch()
         pushes.complete(True)
         print(f"cycle done after {i} pushes, members {node.members}, {node.num_nodes} nodes", flush=True)
-        worker.barrier()
-        if node.rank == min(node.members):
-            np.save(out / "final.npy", table.pull(np.arange(rows)))
-        worker.barrier()
-        worker.close()
+        _save_final(out, node, worker, table)
 
 
 def clocks(out: Path, rows: int, columns: int, model: str) -> None:

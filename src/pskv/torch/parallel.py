@@ -108,7 +108,7 @@ class DataParallel(torch.nn.Module):
         self.module = model
         self.mode = mode
         params, ranges, rows, digest = _layout(model, row)
-        self._params, self._ranges, self._row = params, ranges, row
+        self._params, self._ranges = params, ranges
         self.row = row  # floats per table row (a checkpoint's rows reshape to the parameters with it)
         self._clocked = _mode(mode)[2]
         self._tname = f"{name}/{digest}"
@@ -158,24 +158,30 @@ class DataParallel(torch.nn.Module):
         workers = int(counter.pull([0])[0, 0])
         self._scale = 1.0 / workers
         self.workers = workers
-        first = w.rank == min(w.members) and w.thread <= 0
-        if first:
-            self.table.set(np.arange(self._w.numel() // self._row), self._rows(self._w, 0, len(self._w) // self._row)
-                           ).wait()
+        first = self._publish()
         w.barrier()
         if not first:
             self.table.pull(self._all, out=self._rows(self._w, 0, len(self._all)))
         w.barrier()
 
+    def _publish(self) -> bool:
+        """On the first worker (lowest live node, thread 0): set the table's rows to this model's
+        weights; returns whether this is that worker."""
+        w = self.worker
+        if w.rank != min(w.members) or w.thread > 0:
+            return False
+        self.table.set(self._all, self._rows(self._w, 0, len(self._all))).wait()
+        return True
+
     def _rows(self, flat: torch.Tensor, a: int, b: int) -> np.ndarray:
         """Rows a..b of a flat buffer as a (b - a, row) numpy view."""
-        return flat[a * self._row:b * self._row].numpy().reshape(b - a, self._row)
+        return flat[a * self.row:b * self.row].numpy().reshape(b - a, self.row)
 
     def _hook(self, i: int):
         p, a = self._params[i], self._ranges[i][0]
 
         def ready(param: torch.Tensor) -> None:
-            view = self._g[a * self._row:a * self._row + p.numel()]
+            view = self._g[a * self.row:a * self.row + p.numel()]
             if param.grad is None or param.grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none) ran
                 view.copy_(param.grad.reshape(-1) if param.grad is not None else 0)
                 param.grad = view.view_as(param)
@@ -187,9 +193,9 @@ class DataParallel(torch.nn.Module):
 
     def _push(self, k: int) -> None:
         _, a, b = self._buckets[k]
-        rows = self._g[a * self._row:b * self._row]
+        rows = self._g[a * self.row:b * self.row]
         rows.mul_(self._scale)  # the mean over every worker's batch
-        self.table.push(self._all[a:b], rows.numpy().reshape(b - a, self._row), copy=False)
+        self.table.push(self._all[a:b], rows.numpy().reshape(b - a, self.row), copy=False)
         self._waiting[k] = -1
 
     def forward(self, *args, **kwargs):
@@ -217,10 +223,7 @@ class DataParallel(torch.nn.Module):
     def load_state_dict(self, state_dict, strict: bool = True):
         """Load into the model and, from the first worker, into the table (before training starts)."""
         result = self.module.load_state_dict(state_dict, strict=strict)
-        w = self.worker
-        if w.rank == min(w.members) and w.thread <= 0:
-            self.table.set(np.arange(len(self._w) // self._row), self._rows(self._w, 0, len(self._w) // self._row)
-                           ).wait()
+        self._publish()
         return result
 
     def close(self) -> None:
