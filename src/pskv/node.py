@@ -52,7 +52,7 @@ from .consistency.buffer import PushBuffer
 from .consistency.cache import RowCache
 from .consistency.clocks import Clocks
 from .options import as_consistency
-from .errors import ClosedError, ClusterError, ConfigError, NodeFailure, PskvError, RequestStalled
+from .errors import ClosedError, ClusterError, ConfigError, NodeFailure, PskvError, RequestStalled, ShapeError
 from .membership import client as coordinator_client
 from .membership.barrier import LocalBarrier
 from .membership.client import CoordinatorClient
@@ -75,7 +75,7 @@ from .server.rounds import Rounds
 from .server.chain import Chain
 from .server.serve import Server
 from .store.replicas import Replicas
-from .store.spec import TableSpec, as_init
+from .store.spec import SPARSE_ROWS, TableSpec, as_init
 from .store.shard import Store
 
 log = logging.getLogger(__name__)
@@ -239,9 +239,9 @@ class Node:
         self._dispatcher.release_held()
 
     # ---- public API -----------------------------------------------------------------------------
-    def table(self, name: str, rows: int, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
+    def table(self, name: str, rows: int | None, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
               placement=None, replicate=None, sampling=None, consistency=None, cache=None, aggregate=None,
-              **deprecated) -> Table:
+              key_space: str = "dense", **deprecated) -> Table:
         """Declare table `name` on every node (collective) and return a handle for this thread.
 
         Blocks until every node declared it. Raises TableMismatch (on every node) if nodes declared
@@ -254,12 +254,21 @@ class Node:
         pskv.Async() / pskv.BSP() / pskv.SSP(staleness=s) (default: the node's, from
         `pskv.init(consistency=...)`), `cache=pskv.Cache(rows=, buffer_rows=)` (BSP/SSP row cache
         and push buffer), `aggregate=pskv.NodeAggregate()` (sum this node's worker threads' pushes
-        per round, mshadow-ps). The keywords of earlier releases still work, with a DeprecationWarning."""
+        per round, mshadow-ps). The keywords of earlier releases still work, with a DeprecationWarning.
+
+        `key_space="uint64", rows=None`: a sparse table whose keys are any uint64 ids (hashed
+        features), rows created on first write, key ranges split over the nodes (store.sparse);
+        asynchronous only, without the techniques above, backups or elastic membership (ConfigError)."""
         self.health.check()
         options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
         consistency = self.consistency if consistency is None else as_consistency(consistency)
+        if key_space == "uint64":
+            self._check_sparse(name, rows, options, consistency)
+            rows = SPARSE_ROWS
+        elif rows is None:
+            raise ShapeError(f"table {name!r}: rows=None is for key_space='uint64' tables; give the row count")
         spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
-                         table_id=self.catalog.next_id(name))
+                         table_id=self.catalog.next_id(name), key_space=key_space)
         saved, mismatch = self._restorer.match(spec.config()) if self._restorer is not None else (None, None)
         state, config = self._build(spec, options, consistency, fill=saved is None)
         self.catalog.add(state)
@@ -280,6 +289,23 @@ class Node:
             log.info("node %d restored %d rows of table %r from %s", self.rank, loaded, name, self._restorer.path)
             self.client.barrier()
         return self._main_worker.table(name)
+
+    def _check_sparse(self, name: str, rows, options: TableOptions, consistency) -> None:
+        """What a sparse table cannot do yet, said before anything is declared."""
+        where = f"table {name!r} (key_space='uint64')"
+        if rows is not None:
+            raise ShapeError(f"{where}: has no row count; pass rows=None")
+        used = [what for what, on in (("placement=Relocate", options.placement.location_caches),
+                                      ("replicate", options.replicate is not None),
+                                      ("sampling", options.sampling is not None),
+                                      ("aggregate", options.aggregate is not None)) if on]
+        if used or consistency.synchronous:
+            raise ConfigError(f"{where}: sparse tables are asynchronous and keep keys at their range's node; "
+                              f"drop {used or ['consistency=BSP/SSP']} (bounded delay: worker.clock() and "
+                              "worker.wait_clock(), as the lr app does)")
+        if self.config.backups or self._joined is not None:
+            raise ConfigError(f"{where}: sparse tables do not run with backups or on a node that joined a "
+                              "running cluster yet; use dense tables there")
 
     def _take_share(self, state: TableState) -> None:
         """A node that joined a running cluster takes its share of a table's rows from every key range
@@ -322,6 +348,10 @@ class Node:
         ConfigError for aggregated tables without backups."""
         self.health.check()
         aggregated = [s.spec.name for s in self.catalog.tables() if s.aggregator is not None]
+        sparse = [s.spec.name for s in self.catalog.tables() if s.spec.sparse]
+        if sparse:
+            raise ConfigError(f"node {self.rank}: leave() cannot hand over sparse table(s) {sparse} yet; "
+                              "checkpoint or export them (table.pull_range) and start a new cluster")
         if not self.config.backups and aggregated:
             raise ConfigError(f"node {self.rank}: leave() without backups cannot move the aggregation state of "
                               f"table(s) {aggregated} (pskv.NodeAggregate); start the cluster with backups=1")
@@ -384,6 +414,10 @@ class Node:
         """The table's parts on this node, and what every node must agree on (`fill=False`: rows
         left unset for a checkpoint to fill)."""
         ranges = self.view.key_ranges(spec.rows)
+        if spec.sparse:  # keys stay at their range's node: no technique parts (node.table checked)
+            state = TableState(spec, ranges, self.store.add_sparse(spec, self.rank), options, consistency,
+                               np.empty(0, np.int64))
+            return state, {**spec.config(), "consistency": consistency.spec}
         shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank, fill)
         for r in ranges.managed_by(self.rank):
             if r != self.rank:  # a range whose first manager left the cluster before this table came

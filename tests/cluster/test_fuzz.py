@@ -138,7 +138,7 @@ class Fuzz:
         elif which == 1:
             fields[1] = int(self.rng.choice([v for v in (0, 1, 2, 3, 255) if v != VERSION]))
         elif which == 2:
-            fields[2] = int(self.rng.choice([0, 18, 19, 99, 200, 255]))  # kinds no Kind names
+            fields[2] = int(self.rng.choice([0, 43, 50, 99, 200, 255]))  # kinds no Kind names
         else:
             fields[11 if which == 3 else 12] = int(self.rng.integers(5, 256))
         return [WIRE.pack(*fields), *self.frames(h)[1:]], "dropped"

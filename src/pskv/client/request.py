@@ -71,7 +71,7 @@ class Request:
                 keys = keys[p.positions]
         if keys is not None:
             self.table._state.loc_cache[keys] = sender
-        if self.kind != Kind.PULL:
+        if self.out is None:  # a push or set (a push_pull has `out`: its reply is PULL_REPLY)
             return
         t = self.table
         n = header.n_keys

@@ -21,9 +21,9 @@ import numpy as np
 
 from .. import _hooks
 from ..catalog import TableState
-from ..errors import DTypeError, RequestStalled, ShapeError, TableError, WaitTimeout
+from ..errors import DTypeError, KeyOutOfRange, RequestStalled, ShapeError, TableError, WaitTimeout
 from ..net.requests import Future
-from ..net.wire import FORCE, Kind
+from ..net.wire import FORCE, ROWS, Kind
 from ..placement import route
 from ..store.spec import TableSpec, check_keys, check_values
 from ..tensors import from_numpy, is_tensor, to_numpy
@@ -108,6 +108,55 @@ class Table:
             return self._request(Kind.PUSH, keys, updates, None, copy=copy)  # Async: no clock to hold
         finally:
             gate.leave()
+
+    def push_pull(self, keys, updates, *, out: np.ndarray | None = None) -> Future:
+        """Push `updates` for `keys` and get the rows of the same keys right after that push, in one
+        exchange per owner (the Li et al. server's fused push/pull). `.wait()` gives the (n, dim) rows.
+        The owner applies the push and reads the rows under the same locks. Asynchronous tables
+        without backups only (TableError otherwise); duplicate keys are summed as in push."""
+        self._ctx.check()
+        st = self._state
+        if (st.buffer is not None or st.aggregator is not None or st.shard.replicas is not None
+                or self._ctx.chains() is not None):
+            raise TableError(f"push_pull on table {self.name!r}: only for asynchronous tables without "
+                             "NodeAggregate, Replicate or backups; use push() then pull() there")
+        keys = check_keys(self.spec, keys, "push_pull")
+        updates = check_values(self.spec, updates, len(keys), "push_pull")
+        out = self._out(out, len(keys))
+        st.pushes += 1
+        st.pulls += 1
+        gate = self._ctx.gate
+        gate.enter(self._ctx.check)
+        try:
+            return self._request(Kind.PUSH, keys, updates, out, copy=True, rows=True)
+        finally:
+            gate.leave()
+
+    def pull_range(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, rows) of the keys in [lo, hi): for a dense table every row id in it; for a sparse table
+        (key_space="uint64") every key written so far, sorted as uint64. Blocks."""
+        lo, hi = self._bounds(lo, hi, "pull_range")
+        keys = np.arange(lo, hi, dtype=np.int64)
+        return keys, self.pull(keys)
+
+    def push_range(self, lo: int, hi: int, updates, *, keys=None) -> Future:
+        """Push `updates` for the keys of [lo, hi): every key in order (len(updates) == hi - lo), or
+        `keys` (each in [lo, hi))."""
+        lo, hi = self._bounds(lo, hi, "push_range")
+        if keys is None:
+            keys = np.arange(lo, hi, dtype=np.uint64 if self.spec.sparse else np.int64)
+        else:
+            keys = np.asarray(keys)
+            u = keys.astype(np.uint64) if self.spec.sparse else keys
+            if len(u) and (int(u.min()) < lo or int(u.max()) >= hi):
+                raise KeyOutOfRange(f"push_range on table {self.name!r}: keys outside [{lo}, {hi})")
+        return self.push(keys, updates)
+
+    def _bounds(self, lo, hi, op: str) -> tuple[int, int]:
+        lo, hi = int(lo), int(hi)
+        if not 0 <= lo <= hi <= self.spec.rows:
+            raise KeyOutOfRange(f"{op} on table {self.name!r}: [{lo}, {hi}) is not within [0, {self.spec.rows})")
+        return lo, hi
 
     def flush(self) -> None:
         """Send this table's buffered pushes now (BSP/SSP tables buffer them until clock()), so that
@@ -317,11 +366,12 @@ class Table:
         return out
 
     def _request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool, gpos=None,
-                 fresh: bool = False, direct: bool = False) -> Future:
+                 fresh: bool = False, direct: bool = False, rows: bool = False) -> Future:
         """Serve or send `keys`; with `gpos`, key i's row goes to out[gpos[i]]. `fresh`: `out` was
         allocated for this pull (no `out=`), so a large reply that answers all of it in order may
         become the result itself instead of being copied into `out` (see client.request.Request.on_part).
-        `direct`: this thread waits for the result at once, so the replies come to its reply box."""
+        `direct`: this thread waits for the result at once, so the replies come to its reply box.
+        `rows`: a push that wants the rows after it in `out` (push_pull)."""
         n = len(keys)
         if n == 0:
             return Future.completed(out, self._desc(kind))
@@ -343,7 +393,7 @@ class Table:
             self._track(fut)
             return fut
         if shard.slot[keys[0]] >= 0:  # probably all local: one locked pass, no routing
-            miss = self._local(kind, keys, values, out, gpos)
+            miss = self._local(kind, keys, values, out, gpos, rows)
             self._state.local_keys += len(keys) - len(miss)
             if not len(miss):
                 return Future.completed(out, self._desc(kind))
@@ -360,23 +410,23 @@ class Table:
         # other nodes moved some of the keys: their manager forwards them)
         dest = ranges.one_manager(keys) if st.shard.static and not st.loc_cache.size else -1
         if dest >= 0:
-            self._part(req, dest, keys, values, gpos, copy, ranges.nodes)
+            self._part(req, dest, keys, values, gpos, copy, ranges.nodes, rows)
         else:  # each key to where it lives (or may live); `ranges.nodes`: on its way here
             hops = route.next_hops(keys, st.shard, ranges, self._ctx.rank, st.loc_cache)
             for d, idx, pk, pv in route.parts(keys, values, hops, ranges.nodes + 1):
                 if idx is None:
-                    self._part(req, d, pk, pv, gpos, copy, ranges.nodes)
+                    self._part(req, d, pk, pv, gpos, copy, ranges.nodes, rows)
                 else:
-                    self._part(req, d, pk, pv, idx if gpos is None else gpos[idx], False, ranges.nodes)
+                    self._part(req, d, pk, pv, idx if gpos is None else gpos[idx], False, ranges.nodes, rows)
         if req.reply_to and req.parts:
             fut.pumped_by(self._ctx.endpoint.pump)
         self._track(fut)
         return fut
 
-    def _part(self, req, dest, keys, values, gpos, copy, incoming) -> None:
+    def _part(self, req, dest, keys, values, gpos, copy, incoming, rows=False) -> None:
         me = self._ctx.rank
         if dest == me:
-            miss = self._local(req.kind, keys, values, req.out, gpos)
+            miss = self._local(req.kind, keys, values, req.out, gpos, rows)
             served = len(keys) - len(miss)
             self._state.local_keys += served
             if served:
@@ -392,7 +442,7 @@ class Table:
         req.parts.append((gpos, keys if self._state.loc_cache.size else None))
         self._state.remote_keys += len(keys)
         self._ctx.endpoint.request(dest, req.kind, self.spec.table_id, req.rid, part=len(req.parts) - 1, dim=self.dim,
-                                   copy=copy, reply_to=req.reply_to, keys=keys, values=values)
+                                   copy=copy, reply_to=req.reply_to, flags=ROWS if rows else 0, keys=keys, values=values)
 
     def _replica(self, kind, keys, values, out, pos) -> None:
         replicas = self._state.shard.replicas
@@ -403,11 +453,20 @@ class Table:
         else:
             replicas.set(keys, values)
 
-    def _local(self, kind, keys, values, out, pos) -> np.ndarray:
+    def _local(self, kind, keys, values, out, pos, rows=False) -> np.ndarray:
         """Serve the keys this node owns; returns the indices of those it does not."""
         shard = self._state.shard
         if kind == Kind.PULL:
             return shard.pull(keys, out, pos)
+        if kind == Kind.PUSH and rows:
+            if pos is None:
+                return shard.push_pull(keys, values, out)
+            got = np.empty((len(keys), self.dim), self.dtype)
+            miss = shard.push_pull(keys, values, got)
+            hit = np.ones(len(keys), bool)
+            hit[miss] = False
+            out[pos[hit]] = got[hit]
+            return miss
         if kind == Kind.PUSH:
             return shard.push(keys, values)
         return shard.set(keys, values)

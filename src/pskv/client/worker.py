@@ -6,6 +6,7 @@ import threading
 
 from ..net.requests import Future, wait as wait_futures
 from .context import Context
+from .sparse import SparseTable
 from .table import Table
 
 class Worker:
@@ -27,7 +28,9 @@ class Worker:
         handle = self._tables.get(name)
         if handle is None:
             self._ctx.check()
-            handle = self._tables[name] = Table(self._ctx, self._ctx.catalog.get(name), self)
+            state = self._ctx.catalog.get(name)
+            kind = SparseTable if state.spec.sparse else Table
+            handle = self._tables[name] = kind(self._ctx, state, self)
         return handle
 
     @property
@@ -56,6 +59,14 @@ class Worker:
         with self._lock:
             updates, self._updates = self._updates, []
         return self._ctx.clocks.tick(self, [f for f in updates if not f.done()])
+
+    def wait_clock(self, clock: int, timeout: float | None = None) -> None:
+        """Block until every worker of every node ended clock `clock - 1` and the pushes and sets it
+        issued before were applied (the global clock reached `clock`): bounded delay on
+        asynchronous tables, e.g. `worker.clock(); worker.wait_clock(worker.current_clock - s)`.
+        Raises WaitTimeout after `timeout` seconds (default: PSKV_COLLECTIVE_TIMEOUT)."""
+        self._ctx.check()
+        self._ctx.clocks.wait_for(clock, timeout if timeout is not None else self._ctx.collective_timeout)
 
     def wait_all(self, timeout: float | None = None) -> None:
         """Block until every request this worker issued so far completed; raises the first error.

@@ -24,7 +24,8 @@ from __future__ import annotations
 from ..net.dispatch import Verdict
 from ..net.wire import COORDINATOR, FROM_COORDINATOR, Header, Kind
 from ..placement.chains import Chains
-from ..placement.ranges import KeyRanges
+from ..placement.ranges import KeyRanges, SparseRanges
+from ..store.spec import SPARSE_ROWS
 
 _FIRST_WORDS = frozenset({Kind.WELCOME, Kind.ABORT})  # all a node accepts from the coordinator before WELCOME
 
@@ -92,7 +93,10 @@ class View:
         return max([self.num_nodes, *(r + 1 for r in (self.addresses or {}))])
 
     def key_ranges(self, rows: int) -> KeyRanges:
-        """The manager ranges of a table of `rows` keys, as managed in this epoch."""
+        """The manager ranges of a table of `rows` keys, as managed in this epoch (a sparse table's
+        uint64 key space: SparseRanges)."""
+        if rows == SPARSE_ROWS:
+            return SparseRanges(self.num_nodes, self.managers, self.ranks)
         return KeyRanges(rows, self.num_nodes, self.managers, self.ranks)
 
     def admit(self, header: Header) -> Verdict:

@@ -124,4 +124,5 @@ class Endpoint:
             except ProtocolError:
                 self.dropped += 1
             return
-        self.tracker.on_reply(header.request_id, header.n_keys, header.sender, (header, payload))
+        count = 1 if header.kind == Kind.RANGE_REPLY else header.n_keys  # (a range is one part, whatever it holds)
+        self.tracker.on_reply(header.request_id, count, header.sender, (header, payload))

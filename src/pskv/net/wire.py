@@ -14,6 +14,8 @@ zero-copy frames and are read back with np.frombuffer; nothing on the data path 
                    (`part`: the keys' owner, where they stay; `dim`: ms left of the shortest
                    lease that holds them there);
                    [header, keys, values, (state)] TRANSFER
+    ranges         [header, (lo, hi - 1)] RANGE (a sparse table's written keys in the unsigned
+                   interval [lo, hi)); [header, keys, values] RANGE_REPLY (sorted; counts as one part)
     leaving        [header, keys, values, (state)] HANDOFF (`part`: r + 1 when the receiver manages range r
                    from now on, 0 for rows returned to their manager); [header, keys] OWNERS (`part`:
                    the node that owns the keys); both answered by ACK
@@ -54,9 +56,9 @@ import numpy as np
 from ..errors import ProtocolError
 
 MAGIC = b"PSKV"
-VERSION = 7  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups); 5: BATCH;
+VERSION = 8  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups); 5: BATCH;
 # 6: a batch's writes flag their positions; CHAIN and SNAPSHOT flag ROUNDS (aggregated BSP tables with backups);
-# 7: HANDOFF, OWNERS (a node leaving without backups)
+# 7: HANDOFF, OWNERS (a node leaving without backups); 8: RANGE, RANGE_REPLY, a PUSH with flag ROWS (push_pull)
 COORDINATOR = -1  # the `sender`/destination rank of the coordinator
 
 
@@ -78,6 +80,8 @@ class Kind(enum.IntEnum):
     SUBSCRIBE = 15  # localize with backups: make `origin` a reader (a kept-current copy) of these keys
     HANDOFF = 16  # a leaving node -> a member: take these rows (and state); `part` r + 1: and manage range r
     OWNERS = 17  # a leaving node -> the new manager of its range: `part` owns these keys
+    RANGE = 18  # pull_range of a sparse table: the keys frame is (lo, hi - 1), the unsigned bounds
+    RANGE_REPLY = 19  # every written key of the range, sorted, and its row
     # control traffic between nodes and the coordinator; payload is one JSON frame
     HELLO = 20
     WELCOME = 21
@@ -106,7 +110,7 @@ class Kind(enum.IntEnum):
 
 _KINDS = {int(k): k for k in Kind}
 REQUESTS = frozenset({Kind.PULL, Kind.PUSH, Kind.SET})
-REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR})
+REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR, Kind.RANGE_REPLY})
 RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC, Kind.HANDOFF,
                         Kind.OWNERS})
 POSITIONS = 1  # flag: a positions frame follows the keys (requests) or the header (replies)
@@ -118,7 +122,8 @@ ROUNDS = 4  # flag: an AGG_PUSH (or a SNAPSHOT) carries an int64 round per key a
 SET = 8  # flag: a CHAIN message carries a set (else a push)
 READER = 16  # flag: a CHAIN or SNAPSHOT for a reader's copy (server.readers); a SUBSCRIBE passed down a chain
 READERS = 32  # flag: a SNAPSHOT carries each key's reader, (n,) int64, after the applied writes
-ROWS = 64  # flag: a PUSH (and its CHAIN hops) whose writer wants the rows after it: the tail answers PULL_REPLY
+ROWS = 64  # flag: a PUSH (and its CHAIN hops) whose writer wants the rows after it (Table.push_pull): answered
+# by PULL_REPLY (with backups, by the chain's tail)
 BATCH = 128  # flag: a CHAIN or ACK carrying several writes, described by a (m, 5) int64 frame last (see `split`)
 AGGREGATION = frozenset({Kind.AGG_PUSH})  # handled by Server, served by server.aggregate.Owner
 FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRIER_RELEASE, Kind.SHUTDOWN_OK,
@@ -126,8 +131,8 @@ FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRI
                               Kind.LEFT, Kind.JOINED})
 BACKUPS = frozenset({Kind.CHAIN, Kind.SNAPSHOT, Kind.SUBSCRIBE})
 _BATCHED = frozenset({Kind.CHAIN, Kind.ACK})  # the kinds a BATCH may be
-_WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS
-_WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH,
+_WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS | {Kind.RANGE, Kind.RANGE_REPLY}
+_WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.RANGE_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH,
                           Kind.HANDOFF,
                           Kind.CHAIN, Kind.SNAPSHOT})
 

@@ -86,3 +86,42 @@ class KeyRanges:
     def __repr__(self) -> str:
         moved = "" if self.identity else f" managers={self._managers}"
         return f"<KeyRanges rows={self.rows} ranges={self.num_ranges} nodes={self.nodes}{moved}>"
+
+
+class SparseRanges(KeyRanges):
+    """The ranges of a sparse table's uint64 key space (store.sparse): range i is
+    [i * 2**64 // R, (i + 1) * 2**64 // R) in unsigned order; keys arrive as int64 with the same bits.
+    Its ranges never move (`managers` is the identity)."""
+
+    def __init__(self, num_ranges: int, managers=None, nodes: int | None = None) -> None:
+        super().__init__(1, num_ranges, managers, nodes)
+        self.rows = 1 << 64
+        self._ubounds = [i * (1 << 64) // num_ranges for i in range(num_ranges + 1)]  # python ints, last 2**64
+        self._starts = np.array(self._ubounds[:-1], np.uint64)  # (R,) each range's first key
+
+    def with_managers(self, managers, nodes: int) -> "SparseRanges":
+        return SparseRanges(self.num_ranges, managers, nodes)
+
+    def range_bounds(self, r: int) -> tuple[int, int]:
+        return self._ubounds[r], self._ubounds[r + 1]
+
+    def range_of(self, keys: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self._starts, keys.view(np.uint64), side="right").astype(np.int64) - 1
+
+    def one_range(self, keys: np.ndarray) -> int:
+        u = keys.view(np.uint64)
+        lo, hi = int(u.min()), int(u.max())
+        r = bisect.bisect_right(self._ubounds, lo) - 1
+        return r if hi < self._ubounds[r + 1] else -1
+
+    def ranges_within(self, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """(range, lo', hi') for each range that meets the unsigned key interval [lo, hi)."""
+        out = []
+        for r in range(self.num_ranges):
+            a, b = max(lo, self._ubounds[r]), min(hi, self._ubounds[r + 1])
+            if a < b:
+                out.append((r, a, b))
+        return out
+
+    def __repr__(self) -> str:
+        return f"<SparseRanges uint64 ranges={self.num_ranges} nodes={self.nodes}>"

@@ -36,7 +36,7 @@ from .chain import Chain
 from .relocate import Relocation
 
 log = logging.getLogger(__name__)
-HANDLES = REQUESTS | BACKUPS | {Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC,
+HANDLES = REQUESTS | BACKUPS | {Kind.RANGE, Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC,
                                 Kind.AGG_PUSH, Kind.HANDOFF, Kind.OWNERS}
 _HOP_SHIFT = 8  # flags bits 8..15 count forwards: a routing bug becomes an error, never an endless loop
 _MAX_HOPS = 32  # a relocation chain moves a key at most once per hop; 32 is far beyond any real chain
@@ -53,7 +53,7 @@ class Server:
         self.relocation = Relocation(endpoint, tracker, serve=self._serve, reject=self.reject, on_declined=on_declined)
         self.aggregators: dict[int, Callable[[Header, Payload], None]] = {}  # table id -> AGG_PUSH handler
         self.chain: Chain | None = None  # with backups: chain replication and failover (set by the node)
-        self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve,
+        self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve, Kind.RANGE: self._range,
                           Kind.CHAIN: self._chain, Kind.SNAPSHOT: self._chain, Kind.SUBSCRIBE: self._chain,
                           Kind.LOCALIZE: self.relocation.localize, Kind.HANDOVER: self.relocation.handover,
                           Kind.TRANSFER: self.relocation.transfer, Kind.DECLINE: self.relocation.on_decline,
@@ -105,7 +105,7 @@ class Server:
         if (p.values is not None or header.kind in REQUESTS) and header.dim != spec.dim or (
                 p.values is not None and p.values.dtype != spec.dtype):
             raise ProtocolError(f"{header!r} does not match table {spec.name!r} {spec.describe()}")
-        if p.keys is not None and len(p.keys):
+        if p.keys is not None and len(p.keys) and not spec.sparse:  # (a sparse table's keys are any uint64)
             lo, hi = kernels.key_range(p.keys)
             if lo < 0 or hi >= spec.rows:
                 raise ProtocolError(f"{header!r}: keys {lo}..{hi} outside table {spec.name!r} [0, {spec.rows})")
@@ -122,6 +122,9 @@ class Server:
         if header.kind == Kind.PULL:
             out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)  # (n, dim), sent zero-copy
             miss = shard.pull(keys, out)
+        elif header.kind == Kind.PUSH and header.flags & ROWS:  # push_pull: the rows after the push
+            out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)
+            miss = shard.push_pull(keys, p.values, out)
         elif header.kind == Kind.PUSH:
             miss = shard.push(keys, p.values)
         else:
@@ -131,6 +134,14 @@ class Server:
             self._reply(header, p.positions, miss, out, len(keys))
         if len(miss):
             self._pass_on(header, p, keys, miss, shard)
+
+    def _range(self, header: Header, p: Payload, shard) -> None:
+        """RANGE: every written key of a sparse table in [lo, hi) with its row, sorted (store.sparse)."""
+        if not shard.spec.sparse or len(p.keys) != 2:
+            raise ProtocolError(f"{header!r}: RANGE takes (lo, hi - 1) of a key_space='uint64' table")
+        lo, last = (int(k) for k in np.asarray(p.keys).view(np.uint64))
+        keys, rows = shard.scan(lo, last + 1)
+        self._endpoint.reply(header, Kind.RANGE_REPLY, n_keys=len(keys), keys=keys.view(np.int64), values=rows)
 
     def _reply(self, header, positions, miss, out, n) -> None:
         pos = None

@@ -88,10 +88,18 @@ class Shard:
 
     def push(self, keys: np.ndarray, updates: np.ndarray) -> np.ndarray:
         """Apply the updater to owned rows; duplicate keys are summed. Returns indices not owned."""
+        return self.push_pull(keys, updates, None)
+
+    def push_pull(self, keys: np.ndarray, updates: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        """push, then (unless `out` is None) out[i] = row keys[i] after it, under the same locks (no
+        write in between, no move). Returns the indices not owned (their `out` rows untouched)."""
         home = self._home(keys)
         with self._locked(keys):
             if home and self.static:
-                self.spec.updater.apply(self.data, self.state, keys - self.start if self.start else keys, updates)
+                rows = keys - self.start if self.start else keys
+                self.spec.updater.apply(self.data, self.state, rows, updates)
+                if out is not None:
+                    kernels.gather(self.data, keys, self.start, out)
                 return kernels.NONE
             slots = np.empty(len(keys), np.int64)
             miss = kernels.resolve(self.slot, keys, slots)
@@ -100,6 +108,8 @@ class Shard:
             elif miss < len(keys):
                 hit = slots >= 0
                 self.spec.updater.apply(self.data, self.state, slots[hit], updates[hit])
+            if out is not None:
+                kernels.gather_slots(self.data, slots, out, kernels.NONE, False)
         return kernels.NONE if not miss else np.flatnonzero(slots < 0)
 
     def set(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -282,6 +292,14 @@ class Store:
 
     def add(self, spec: TableSpec, start: int, stop: int, rank: int = 0, fill: bool = True) -> Shard:
         shard = Shard(spec, start, stop, rank, fill)
+        with self._lock:
+            self.shards[spec.table_id] = shard
+        return shard
+
+    def add_sparse(self, spec: TableSpec, rank: int):
+        """A sparse table's shard (store.sparse): the rows of its keys written so far."""
+        from .sparse import SparseShard
+        shard = SparseShard(spec, rank)
         with self._lock:
             self.shards[spec.table_id] = shard
         return shard

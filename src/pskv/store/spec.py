@@ -1,7 +1,9 @@
 """What a table is, without I/O: `TableSpec`, initialisers, and the checks of the public API's input.
 
 A table is `rows x dim` values with one updater. Keys are int64 row ids in [0, rows); which node
-holds which keys is placement's business (`pskv.placement`).
+holds which keys is placement's business (`pskv.placement`). A sparse table (`key_space="uint64"`)
+has no row count: its keys are any uint64 ids (hashed features), and inside pskv they travel as
+the int64 with the same bits (store.sparse).
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ def as_init(init) -> Init:
 
 
 # ---- spec --------------------------------------------------------------------------------------
+KEY_SPACES = ("dense", "uint64")
+SPARSE_ROWS = 1 << 64  # the `rows` of a sparse table: its key space
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -93,22 +97,36 @@ class TableSpec:
     updater: object  # an updaters.Updater
     init: Init
     table_id: int = 0
+    key_space: str = "dense"  # "dense": rows [0, rows); "uint64": any uint64 id, rows == SPARSE_ROWS
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise TableError(f"table name {self.name!r} must be a non-empty string")
+        if self.key_space not in KEY_SPACES:
+            raise ConfigError(f"table {self.name!r}: key_space={self.key_space!r}; use 'dense' (rows 0..rows-1) "
+                              "or 'uint64' (any uint64 id, rows=None)")
+        if self.sparse and self.rows != SPARSE_ROWS:
+            raise ShapeError(f"table {self.name!r}: a key_space='uint64' table has no row count; pass rows=None")
         if int(self.rows) < 1 or int(self.dim) < 1:
             raise ShapeError(f"table {self.name!r}: rows={self.rows}, dim={self.dim}; both must be >= 1")
         if np.dtype(self.dtype) not in _DTYPES:
             raise DTypeError(f"table {self.name!r}: dtype {self.dtype} is not supported; use float32 or float64")
 
+    @property
+    def sparse(self) -> bool:
+        return self.key_space == "uint64"
+
     def config(self) -> dict:
         """What must agree on every node (compared by the coordinator)."""
-        return {"name": self.name, "rows": int(self.rows), "dim": int(self.dim), "dtype": str(np.dtype(self.dtype)),
-                "updater": self.updater.config(), "init": self.init.config()}
+        out = {"name": self.name, "rows": None if self.sparse else int(self.rows), "dim": int(self.dim),
+               "dtype": str(np.dtype(self.dtype)), "updater": self.updater.config(), "init": self.init.config()}
+        if self.sparse:
+            out["key_space"] = self.key_space
+        return out
 
     def describe(self) -> str:
-        return f"({self.rows}, {self.dim}) {np.dtype(self.dtype)} updater={self.updater!r}"
+        rows = "uint64 keys" if self.sparse else self.rows
+        return f"({rows}, {self.dim}) {np.dtype(self.dtype)} updater={self.updater!r}"
 
 
 # ---- input checks (the public API calls these before anything is sent) --------------------------
@@ -124,6 +142,8 @@ def check_keys(spec: TableSpec, keys, op: str) -> np.ndarray:
         if arr.size == 0:
             return np.empty(0, np.int64)
         raise DTypeError(f"{op} on table {spec.name!r}: keys have dtype {arr.dtype}; keys are integer row ids")
+    if spec.sparse:
+        return _sparse_keys(spec, arr, op)
     if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= spec.rows:
         raise KeyOutOfRange(f"{op} on table {spec.name!r}: key {int(arr.max())} is outside [0, {spec.rows}); "
                             "keys are row indices, so map ids to rows before calling")
@@ -137,6 +157,16 @@ def check_keys(spec: TableSpec, keys, op: str) -> np.ndarray:
             raise KeyOutOfRange(f"{op} on table {spec.name!r}: key {bad} is outside [0, {spec.rows}); "
                                 "keys are row indices, so map ids to rows before calling")
     return arr
+
+
+def _sparse_keys(spec: TableSpec, arr: np.ndarray, op: str) -> np.ndarray:
+    """Keys of a sparse table: any uint64 (signed input must be >= 0), as the int64 with the same bits."""
+    if arr.dtype.kind == "i" and arr.size and int(arr.min()) < 0:
+        raise KeyOutOfRange(f"{op} on table {spec.name!r}: key {int(arr.min())} is negative; the keys of a "
+                            "key_space='uint64' table are uint64 ids (pass them as np.uint64)")
+    if arr.dtype != np.uint64:
+        arr = arr.astype(np.uint64)
+    return np.ascontiguousarray(arr).view(np.int64)
 
 
 def check_values(spec: TableSpec, values, n: int, op: str) -> np.ndarray:

@@ -1,0 +1,124 @@
+"""Node programs for the sparse-table tests: `python sparse_scenarios.py NAME [ARGS]`.
+
+Every node computes the whole cluster's expected result locally (everything is seeded) and
+asserts exact values; the test checks the exit status and the lines printed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import pskv
+
+sys.path.insert(0, str(Path(__file__).parent))
+from scenarios import main  # noqa: E402
+
+EDGE = np.array([0, 1, 2**63 - 1, 2**63, 2**64 - 1], np.uint64)  # range borders and the extremes
+
+
+def _updates(rank: int, thread: int, step: int, n: int = 24):
+    """Keys anywhere in the uint64 space (a few shared by everyone, duplicates) and integer rows."""
+    rng = np.random.default_rng([rank, thread, step])
+    keys = np.concatenate([rng.integers(0, 2**64 - 1, n - 8, dtype=np.uint64, endpoint=True),
+                           rng.choice(EDGE, 4), rng.integers(0, 50, 4).astype(np.uint64)])
+    keys[-1] = keys[0]
+    vals = rng.integers(-3, 4, (len(keys), 2)).astype(np.float32)  # small integers: float32 sums are exact
+    return keys, vals
+
+
+def sums(node: pskv.Node, threads: int, steps: int = 200) -> None:
+    """Concurrent pushes of uint64 keys from every thread of every node sum exactly; pulls of keys
+    never written give the initial value; pull_range returns exactly the written keys; each node
+    holds only the written keys of its range."""
+    node.table("w", rows=None, dim=2, key_space="uint64", init=pskv.Constant(1.0))
+    expected: dict[int, np.ndarray] = {}
+    for r in range(node.num_nodes):
+        for t in range(threads):
+            for step in range(steps):
+                keys, vals = _updates(r, t, step)
+                for k, v in zip(keys.tolist(), vals):
+                    expected[k] = expected.get(k, 1.0) + v
+    written = np.array(sorted(expected), np.uint64)
+    rows = np.array([expected[k] for k in written.tolist()], np.float32)
+
+    def train(w: pskv.Worker) -> None:
+        table = w.table("w")
+        for step in range(steps):
+            keys, vals = _updates(w.rank, w.thread, step)
+            table.push(keys, vals)
+            if step % 50 == 0:
+                table.pull_async(keys)  # reads in flight with the pushes
+        w.barrier()
+        order = np.random.default_rng(w.thread).permutation(len(written))
+        assert np.array_equal(table.pull(written[order]), rows[order]), "pulled sums differ"
+        never = np.array([5 * 10**18 + 7, 77], np.uint64)  # (77: no key below 50 + small ones; this one unseen)
+        never = never[~np.isin(never, written)]
+        assert (table.pull(never) == 1.0).all(), "a key never written is not at its initial value"
+        keys, got = table.pull_range(0, 2**64)
+        assert np.array_equal(keys, written) and np.array_equal(got, rows), "pull_range(0, 2**64) differs"
+        lo, hi = 2**62, 2**63 + 2**61  # across the border of two ranges
+        inside = (written >= np.uint64(lo)) & (written < np.uint64(hi))
+        keys, got = table.pull_range(lo, hi)
+        assert np.array_equal(keys, written[inside]) and np.array_equal(got, rows[inside]), "pull_range(lo, hi)"
+        w.barrier()
+
+    node.run(train, threads=threads)
+    shard = node.catalog.get("w").shard
+    lo, hi = node.catalog.get("w").ranges.range_bounds(node.rank)
+    mine = int(((written >= np.uint64(lo)) & (written <= np.uint64(hi - 1))).sum())
+    assert len(shard) == mine, f"node {node.rank} holds {len(shard)} keys, its range has {mine} written"
+    print(f"sparse sums ok node={node.rank} keys={len(shard)} of {len(written)}", flush=True)
+
+
+def push_pull(node: pskv.Node, threads: int) -> None:
+    """push_pull returns each key's row right after this push, on sparse and dense tables; with one
+    writer per key the rows are exact; with every worker writing, the final rows sum exactly."""
+    sparse = node.table("s", rows=None, dim=1, key_space="uint64", updater=pskv.SGD(lr=0.5))
+    dense = node.table("d", rows=100, dim=1, updater=pskv.SGD(lr=0.5))
+    n, rounds = node.num_nodes, 5
+
+    def train(w: pskv.Worker) -> None:
+        me = w.rank * threads + w.thread
+        own = np.array([me * 2**60 + 3, 2**64 - 1 - me], np.uint64)  # keys only this worker writes
+        for handle, keys in ((w.table("s"), own), (w.table("d"), np.array([me, 50 + me]))):
+            for r in range(1, rounds + 1):
+                got = handle.push_pull(keys, np.full((2, 1), 2.0)).wait()
+                assert (got == -1.0 * r).all(), f"push_pull round {r} gave {got.ravel()}"  # w -= 0.5 * 2
+        shared = np.array([42, 2**63 + 5], np.uint64)
+        got = w.table("s").push_pull(shared, np.ones((2, 1))).wait()
+        assert got.shape == (2, 1) and (got <= -0.5).all()
+        w.barrier()
+        final = w.table("s").pull(shared)
+        assert (final == -0.5 * n * threads).all(), f"shared keys end at {final.ravel()}"
+        w.barrier()
+
+    node.run(train, threads=threads)
+    print(f"push_pull ok node={node.rank}", flush=True)
+
+
+def bounded(node: pskv.Node, threads: int, rounds: int = 6) -> None:
+    """worker.wait_clock bounds delay on sparse tables: after clock c and wait_clock(c), a pull sees
+    every worker's pushes of clocks < c (exact counts)."""
+    node.table("c", rows=None, dim=1, key_space="uint64")
+    total = node.num_nodes * threads
+    key = np.array([2**64 - 3], np.uint64)
+
+    def train(w: pskv.Worker) -> None:
+        table = w.table("c")
+        for c in range(1, rounds + 1):
+            table.push(key, np.ones((1, 1)))
+            w.clock()
+            w.wait_clock(c)
+            got = float(table.pull(key)[0, 0])
+            assert got >= c * total, f"clock {c}: {got} < {c * total}"
+        w.barrier()
+
+    node.run(train, threads=threads)
+    print(f"bounded ok node={node.rank}", flush=True)
+
+
+if __name__ == "__main__":
+    main(globals())

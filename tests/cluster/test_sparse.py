@@ -1,0 +1,36 @@
+"""Sparse tables (key_space="uint64") on multi-process clusters: exact sums, push_pull, pull_range,
+bounded delay with worker clocks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+SCENARIOS = str(Path(__file__).with_name("sparse_scenarios.py"))
+
+
+def _run(cluster_factory, nodes: int, threads: int, *args: str):
+    cluster = cluster_factory(nodes, [sys.executable, SCENARIOS, *args], threads=threads)
+    assert cluster.wait(timeout=150) == 0, cluster.logs_tail()
+    return cluster
+
+
+def test_sparse_sums_ranges_and_memory(cluster_factory):
+    cluster = _run(cluster_factory, 3, 2, "sums")
+    held = [int(cluster.output(r).split("keys=")[1].split()[0]) for r in range(3)]
+    total = int(cluster.output(0).split(" of ")[1].split()[0])
+    assert sum(held) == total and min(held) > 0  # every written key on exactly one node
+
+
+def test_push_pull_sparse_and_dense(cluster_factory):
+    cluster = _run(cluster_factory, 2, 2, "push_pull")
+    assert all("push_pull ok" in cluster.output(r) for r in range(2))
+
+
+def test_wait_clock_bounds_delay(cluster_factory):
+    cluster = _run(cluster_factory, 2, 2, "bounded")
+    assert all("bounded ok" in cluster.output(r) for r in range(2))
