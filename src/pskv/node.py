@@ -415,7 +415,7 @@ class Node:
         left unset for a checkpoint to fill)."""
         ranges = self.view.key_ranges(spec.rows)
         if spec.sparse:  # keys stay at their range's node: no technique parts (node.table checked)
-            state = TableState(spec, ranges, self.store.add_sparse(spec, self.rank), options, consistency,
+            state = TableState(spec, ranges, self.store.add_sparse(spec, self.rank, ranges.manager_range(self.rank)), options, consistency,
                                np.empty(0, np.int64))
             return state, {**spec.config(), "consistency": consistency.spec}
         shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank, fill)

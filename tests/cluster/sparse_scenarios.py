@@ -120,5 +120,53 @@ def bounded(node: pskv.Node, threads: int, rounds: int = 6) -> None:
     print(f"bounded ok node={node.rank}", flush=True)
 
 
+def _checkpoint_rows():
+    rng = np.random.default_rng(11)
+    keys = np.unique(rng.integers(0, 2**64 - 1, 500, dtype=np.uint64, endpoint=True))
+    return keys, rng.integers(-4, 5, (len(keys), 2)).astype(np.float64)
+
+
+def save(node: pskv.Node, threads: int, ckpt: str) -> None:
+    """Every node pushes a part of the keys twice (Adagrad: rows and state), then a checkpoint."""
+    table = node.table("w", rows=None, dim=2, dtype="float64", key_space="uint64", updater=pskv.Adagrad(lr=0.5))
+    keys, vals = _checkpoint_rows()
+    mine = slice(node.rank, None, node.num_nodes)
+    for _ in range(2):
+        table.push(keys[mine], vals[mine]).wait()
+    worker = node.worker()
+    worker.barrier()
+    node.checkpoint(ckpt)
+    got_keys, got = table.pull_range(0, 2**64)
+    np.save(Path(ckpt) / f"expected-{node.rank}.npy", got)
+    assert np.array_equal(got_keys, keys)
+    worker.close()
+    print(f"saved node={node.rank}", flush=True)
+
+
+def restore(node: pskv.Node, threads: int, ckpt: str) -> None:
+    """A cluster of another size restores the sparse table: rows and updater state are exact (a
+    further push moves each row as it would have moved in the saving cluster)."""
+    table = node.table("w", rows=None, dim=2, dtype="float64", key_space="uint64", updater=pskv.Adagrad(lr=0.5))
+    keys, vals = _checkpoint_rows()
+    got_keys, got = table.pull_range(0, 2**64)
+    expected = np.load(Path(ckpt) / "expected-0.npy")
+    assert np.array_equal(got_keys, keys) and np.array_equal(got, expected), "restored rows differ"
+    ref = pskv.updaters.get(pskv.Adagrad(lr=0.5))
+    data, state = np.zeros((len(keys), 2)), np.empty((len(keys), 2))
+    ref.init_state(state)
+    for _ in range(3):  # the two pushes before the checkpoint and one more after it
+        ref.apply(data, state, np.arange(len(keys)), vals)
+    worker = node.worker()
+    worker.barrier()
+    if node.rank == 0:
+        table.push(keys, vals).wait()
+    worker.barrier()
+    assert np.array_equal(table.pull(keys), data), "state was not restored: the next push differs"
+    saved = pskv.load_checkpoint(ckpt)["w"]
+    assert np.array_equal(saved.keys, keys) and np.array_equal(saved.values, expected)
+    worker.close()
+    print(f"restored node={node.rank}", flush=True)
+
+
 if __name__ == "__main__":
     main(globals())

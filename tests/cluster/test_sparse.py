@@ -13,8 +13,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 SCENARIOS = str(Path(__file__).with_name("sparse_scenarios.py"))
 
 
-def _run(cluster_factory, nodes: int, threads: int, *args: str):
-    cluster = cluster_factory(nodes, [sys.executable, SCENARIOS, *args], threads=threads)
+def _run(cluster_factory, nodes: int, threads: int, *args: str, **kwargs):
+    cluster = cluster_factory(nodes, [sys.executable, SCENARIOS, *args], threads=threads, **kwargs)
     assert cluster.wait(timeout=150) == 0, cluster.logs_tail()
     return cluster
 
@@ -34,3 +34,12 @@ def test_push_pull_sparse_and_dense(cluster_factory):
 def test_wait_clock_bounds_delay(cluster_factory):
     cluster = _run(cluster_factory, 2, 2, "bounded")
     assert all("bounded ok" in cluster.output(r) for r in range(2))
+
+
+def test_checkpoint_of_a_sparse_table_restores_on_another_cluster_size(cluster_factory, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    _run(cluster_factory, 3, 1, "save", str(ckpt))
+    cluster = cluster_factory(2, [sys.executable, SCENARIOS, "restore", str(ckpt)], threads=1,
+                              restore=str(ckpt))
+    assert cluster.wait(timeout=150) == 0, cluster.logs_tail()
+    assert all("restored" in cluster.output(r) for r in range(2))

@@ -163,8 +163,11 @@ class Checkpointer:
         first = self.rank == min(self._members())
         for state in self._catalog.tables():
             shard, tid = state.shard, state.spec.table_id
-            keys = np.flatnonzero(shard.slot >= 0).astype(np.int64)
-            rows, st = _rows(state, keys)
+            if state.spec.sparse:  # its written keys (uint64, sorted), rows and state
+                keys, rows, st = shard.snapshot()
+            else:
+                keys = np.flatnonzero(shard.slot >= 0).astype(np.int64)
+                rows, st = _rows(state, keys)
             entry = {"keys": f"t{tid}.node{self.rank}.keys.npy", "rows": f"t{tid}.node{self.rank}.rows.npy",
                      "state": f"t{tid}.node{self.rank}.state.npy" if st is not None else None, "count": len(keys)}
             try:
@@ -207,7 +210,7 @@ class Checkpointer:
             entry = {**spec.config(), "consistency": state.consistency.spec, "table_id": spec.table_id,
                      "state_width": spec.updater.state_width(spec.dim),
                      "state_layout": {k: list(v) for k, v in spec.updater.state_layout(spec.dim).items()},
-                     "ranges": state.ranges.bounds.tolist() if hasattr(state.ranges, "bounds") else None,
+                     "ranges": None if spec.sparse else state.ranges.bounds.tolist(),
                      "files": [p["tables"][spec.name]["file"] for p in parts if spec.name in p["tables"]]}
             replicas = next((p["tables"][spec.name].get("replicas") for p in parts
                              if p["tables"].get(spec.name, {}).get("replicas")), None)
@@ -260,6 +263,8 @@ class Restorer:
     def load(self, entry: dict, shard: Shard) -> int:
         """Put the saved rows and state of `shard`'s key range into it (this node's shard, or a copy
         it holds as a backup); returns the rows loaded."""
+        if shard.spec.sparse:
+            return self._load_sparse(entry, shard)
         wanted = np.arange(shard.start, shard.stop, dtype=np.int64)
         seen = np.zeros(len(wanted), bool)
         def into(keys: np.ndarray):  # a run of the shard's own keys: read straight into its rows
@@ -286,6 +291,21 @@ class Restorer:
         if shard.replicas is not None and entry.get("replicas"):
             self._load_replicas(entry, shard.replicas)
         return len(wanted)
+
+    def _load_sparse(self, entry: dict, shard) -> int:
+        """A sparse table: the saved keys of this node's range of the uint64 space (any node's file may
+        hold some: the cluster may have had another size), with their rows and state."""
+        lo, hi = shard.key_range
+        loaded = 0
+        for keys, rows, st in fmt.table_parts(self.path, entry):
+            keys = np.asarray(keys).view(np.uint64)
+            mine = keys >= np.uint64(lo)
+            if hi < 1 << 64:
+                mine &= keys < np.uint64(hi)
+            if mine.any():
+                shard.restore(keys[mine], rows[mine], None if st is None else st[mine])
+                loaded += int(mine.sum())
+        return loaded
 
     def _load_replicas(self, entry: dict, replicas: Replicas) -> None:
         rep = entry["replicas"]

@@ -54,8 +54,9 @@ class CheckpointTable:
     """One table of a checkpoint, read whole into memory (`load`)."""
 
     spec: dict  # name, rows, dim, dtype, updater (kind and hyperparameters), init, consistency
-    values: np.ndarray  # (rows, dim)
+    values: np.ndarray  # (rows, dim); a sparse table's: the rows of `keys`
     state: dict[str, np.ndarray]  # updater state by name (e.g. "accumulator"), each (rows, k)
+    keys: np.ndarray | None = None  # a sparse table (key_space "uint64"): its written keys, uint64, sorted
 
 
 def pskv_version() -> str:
@@ -259,6 +260,9 @@ def load(path) -> dict[str, CheckpointTable]:
     verify(path, manifest)
     tables = {}
     for name, entry in manifest["tables"].items():
+        if entry.get("key_space") == "uint64":
+            tables[name] = _load_sparse(path, entry)
+            continue
         values = np.zeros((entry["rows"], entry["dim"]), entry["dtype"])
         width = int(entry.get("state_width") or 0)
         state = np.zeros((entry["rows"], width), entry["dtype"]) if width else None
@@ -278,6 +282,23 @@ def load(path) -> dict[str, CheckpointTable]:
     return tables
 
 
+def _load_sparse(path: Path, entry: dict) -> CheckpointTable:
+    """A sparse table: every node's written keys (disjoint), merged in key order."""
+    parts = list(table_parts(path, entry))
+    keys = np.concatenate([np.asarray(k).view(np.uint64) for k, _, _ in parts]) if parts else np.empty(0, np.uint64)
+    order = np.argsort(keys, kind="stable")
+    values = np.concatenate([r for _, r, _ in parts])[order] if parts else np.empty((0, entry["dim"]), entry["dtype"])
+    width = int(entry.get("state_width") or 0)
+    state = {}
+    if width and parts and all(s is not None for _, _, s in parts):
+        full = np.concatenate([s for _, _, s in parts])[order]
+        layout = entry.get("state_layout") or {"state": [0, width]}
+        state = {n: full[:, a:b] for n, (a, b) in layout.items()}
+    spec = {k: entry[k] for k in ("name", "rows", "dim", "dtype", "updater", "init", "consistency", "key_space")
+            if k in entry}
+    return CheckpointTable(spec, values, state, keys[order])
+
+
 def info(path: Path, manifest: dict) -> CheckpointInfo:
     return CheckpointInfo(Path(path), int(manifest["step"]), sorted(manifest["tables"]), int(manifest.get("clock", 0)),
                           float(manifest["created"]))
@@ -295,7 +316,8 @@ def describe(path) -> list[str]:
              f"checksums: all {len(manifest['files'])} files match"]
     for name, e in sorted(manifest["tables"].items()):
         updater = e["updater"].get("name", "?")
-        lines.append(f"  table {name!r}: {e['rows']:,} x {e['dim']} {e['dtype']}, updater {updater}"
+        rows = "uint64 keys" if e.get("key_space") == "uint64" else f"{e['rows']:,}"
+        lines.append(f"  table {name!r}: {rows} x {e['dim']} {e['dtype']}, updater {updater}"
                      f"{', with state' if e.get('state_width') else ''}, {len(e['files'])} node file(s)"
                      f"{', replicated keys' if e.get('replicas') else ''}")
     if manifest.get("extra"):

@@ -296,10 +296,10 @@ class Store:
             self.shards[spec.table_id] = shard
         return shard
 
-    def add_sparse(self, spec: TableSpec, rank: int):
+    def add_sparse(self, spec: TableSpec, rank: int, key_range: tuple[int, int]):
         """A sparse table's shard (store.sparse): the rows of its keys written so far."""
         from .sparse import SparseShard
-        shard = SparseShard(spec, rank)
+        shard = SparseShard(spec, rank, key_range)
         with self._lock:
             self.shards[spec.table_id] = shard
         return shard

@@ -84,12 +84,13 @@ class SparseShard:
     replicas = None  # (a sparse table never replicates; the server and tables read these of any shard)
     static = True  # rows never move between nodes
 
-    def __init__(self, spec: TableSpec, rank: int) -> None:
+    def __init__(self, spec: TableSpec, rank: int, key_range: tuple[int, int] = (0, 1 << 64)) -> None:
         if not isinstance(spec.init, (Zeros, Constant)):
             raise ConfigError(f"table {spec.name!r}: a sparse table starts every row at one value; "
                               f"use init=0.0 or init=c, not {spec.init!r}")
         self.spec = spec
         self.rank = rank
+        self.key_range = key_range  # [lo, hi) of the uint64 space this node manages (hi up to 2**64)
         self.width = spec.updater.state_width(spec.dim)
         self._initial = 0.0 if isinstance(spec.init, Zeros) else float(spec.init.value)
         self._keys = np.zeros(_MIN_CAPACITY, np.uint64)  # (capacity,) the map, a power of two
@@ -152,6 +153,23 @@ class SparseShard:
             keys, slots = keys[inside], slots[inside]
             order = np.argsort(keys, kind="stable")
             return keys[order], self.data[slots[order]]
+
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(keys, rows, state): every written key (uint64, sorted) with copies of its row and state
+        (a checkpoint; writes are held meanwhile)."""
+        with self._lock:
+            keys, slots = self._keys[self._used], self._slot[self._used]
+            order = np.argsort(keys, kind="stable")
+            keys, slots = keys[order], slots[order]
+            return keys, self.data[slots], None if self.state is None else self.state[slots]
+
+    def restore(self, keys: np.ndarray, rows: np.ndarray, state: np.ndarray | None) -> None:
+        """Rows (and updater state) of uint64 `keys` from a checkpoint: created, then overwritten."""
+        with self._lock:
+            slots = self._rows(np.ascontiguousarray(keys, np.uint64).view(np.int64))
+            self.data[slots] = rows
+            if self.state is not None and state is not None:
+                self.state[slots] = state
 
     def nbytes(self) -> int:
         """Memory held by the map and the rows."""
