@@ -1,4 +1,4 @@
-"""Update rules a server applies to a table shard: add, assign, sgd, adagrad, adam, custom.
+"""The general update rules a server applies to a table shard: add, assign, sgd, adagrad, adam, custom.
 
 A shard is `data`, (n_rows, dim) float32/float64, plus an optional `state`, (n_rows, width) of the same dtype,
 that stateful rules keep beside the rows. `apply(data, state, idx, upd)` sums the update rows of duplicate
@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numba
 import numpy as np
 
-from .errors import ConfigError, ConfigTypeError, DTypeError, ShapeError
+from ..errors import ConfigError, ConfigTypeError, DTypeError, ShapeError
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -416,36 +416,3 @@ class Custom(Updater):
         data[rows] = gathered
         if sub is not None:
             state[rows] = sub
-
-
-_BUILTINS: dict[str, type[Updater]] = {"add": Add, "assign": Assign, "sgd": SGD, "adagrad": Adagrad, "adam": Adam}
-
-
-def get(spec: Updater | str) -> Updater:
-    """The updater for `spec`: an Updater (returned as is) or a built-in name, case-insensitive, with default
-    params. Raises ValueError for an unknown name and TypeError for anything else."""
-    if isinstance(spec, Updater):
-        return spec
-    if isinstance(spec, str):
-        cls = _BUILTINS.get(spec.lower())
-        if cls is None:
-            raise ConfigError(f"unknown updater {spec!r}; valid names are {', '.join(_BUILTINS)} or a pskv Updater")
-        return cls()
-    raise ConfigTypeError(f"updater must be a name ({', '.join(_BUILTINS)}) or an Updater, got {type(spec).__name__}")
-
-
-def from_config(cfg: dict[str, Any]) -> Updater:
-    """Rebuild a built-in updater from its `config()` dict (e.g. after a JSON round trip).
-
-    Raises ConfigError for a Custom config (a function cannot travel as JSON) or an unknown name."""
-    if "custom" in cfg:
-        raise ConfigError(
-            f"custom updater {cfg.get('name')!r} ({cfg['custom']}) cannot be rebuilt from config; "
-            "pass the Custom instance on every node instead"
-        )
-    cls = type(get(str(cfg.get("name", ""))))
-    params = {k: v for k, v in cfg.items() if k != "name"}
-    try:
-        return cls(**params)
-    except TypeError as exc:
-        raise ConfigError(f"config {cfg!r} does not fit {cls.__name__}: {exc}") from exc
