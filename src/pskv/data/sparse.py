@@ -1,0 +1,222 @@
+"""Sparse examples for linear models: a binary format that workers memory-map, and libsvm text.
+
+The binary format (one file, `.pskvsp`) keeps a CSR matrix in the spirit of Li et al.'s parameter
+server: row offsets, column ids (uint64 feature keys: hashed features or libsvm's indices) and
+values, plus a label per row:
+
+    bytes 0..8     b"PSKVSP01"
+    bytes 8..16    little-endian uint64: length L of the JSON header that follows
+    JSON           {"rows", "nnz", "binary", "offsets": {name: byte offset}, ...user fields}
+    arrays         labels float32 (rows,), indptr int64 (rows + 1,), keys uint64 (nnz,),
+                   values float32 (nnz,) (absent when "binary": every value is 1), each at a
+                   64-byte aligned offset
+
+`SparseData.open(path)` maps the arrays without reading them; `shard(rank, n)` is a contiguous
+block of rows whose pages are read only when touched, so each worker reads its own part of
+the file. `read_libsvm` parses libsvm/svmlight text (`label idx:value ...`, `#` comments) and
+raises DataError naming the file and line of anything malformed; `convert` writes the binary
+format from it (`pskv data convert FILE.libsvm OUT`). Nothing is half-written: files are written
+to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .fetch import DataError
+
+MAGIC = b"PSKVSP01"
+_ALIGN = 64
+
+
+class SparseData:
+    """Rows of sparse examples: `labels` (n,) float32 in {0, 1}, CSR `indptr` (n + 1,) int64 into
+    `keys` (nnz,) uint64 and `values` (nnz,) float32 (None: all ones). Arrays may be memory maps."""
+
+    def __init__(self, labels, indptr, keys, values=None, meta: dict | None = None, path: Path | None = None):
+        self.labels, self.indptr, self.keys, self.values = labels, indptr, keys, values
+        self.meta = dict(meta or {})
+        self.path = path
+
+    @property
+    def rows(self) -> int:
+        return len(self.labels)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indptr[-1] - self.indptr[0])
+
+    @classmethod
+    def open(cls, path) -> "SparseData":
+        """Memory-map a .pskvsp file (nothing is read until used). Raises DataError."""
+        path = Path(path)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(16)
+                if len(head) < 16 or head[:8] != MAGIC:
+                    raise DataError(f"{path} is not a pskv sparse file (no {MAGIC!r} at its start); write one "
+                                    "with `pskv data convert FILE.libsvm OUT`")
+                meta = json.loads(f.read(int.from_bytes(head[8:16], "little")))
+            rows, nnz, at = int(meta["rows"]), int(meta["nnz"]), meta["offsets"]
+            mm = lambda name, dtype, n: np.memmap(path, dtype, "r", int(at[name]), (n,)) if n else np.empty(0, dtype)
+            labels = mm("labels", np.float32, rows)
+            indptr = mm("indptr", np.int64, rows + 1)
+            keys = mm("keys", np.uint64, nnz)
+            values = None if meta.get("binary") else mm("values", np.float32, nnz)
+        except (OSError, ValueError, KeyError) as exc:
+            raise DataError(f"{path} cannot be read as a pskv sparse file ({exc}); convert it again") from None
+        if len(indptr) and (indptr[0] != 0 or indptr[-1] != nnz):
+            raise DataError(f"{path}: row offsets do not cover its {nnz} entries; the file is damaged, convert it again")
+        return cls(labels, indptr, keys, values, meta, path)
+
+    def shard(self, rank: int, n: int) -> "SparseData":
+        """Rows [rank * rows // n, (rank + 1) * rows // n): views, offsets rebased to 0."""
+        lo, hi = rank * self.rows // n, (rank + 1) * self.rows // n
+        return self.slice(lo, hi)
+
+    def slice(self, lo: int, hi: int) -> "SparseData":
+        a, b = int(self.indptr[lo]), int(self.indptr[hi])
+        return SparseData(self.labels[lo:hi], np.asarray(self.indptr[lo:hi + 1]) - a, self.keys[a:b],
+                          None if self.values is None else self.values[a:b], self.meta, self.path)
+
+    def distinct_keys(self) -> np.ndarray:
+        return np.unique(np.asarray(self.keys))
+
+    def write(self, path) -> Path:
+        """Write the binary format to `path` (atomically). Returns the path."""
+        path = Path(path)
+        binary = self.values is None or bool((np.asarray(self.values) == 1).all())
+        arrays = [("labels", np.ascontiguousarray(self.labels, np.float32)),
+                  ("indptr", np.ascontiguousarray(np.asarray(self.indptr) - self.indptr[0], np.int64)),
+                  ("keys", np.ascontiguousarray(self.keys, np.uint64))]
+        if not binary:
+            arrays.append(("values", np.ascontiguousarray(self.values, np.float32)))
+        meta = {**self.meta, "rows": self.rows, "nnz": self.nnz, "binary": binary, "offsets": {}}
+        for _ in range(2):  # offsets depend on the header's length: settle them (twice is enough)
+            header = json.dumps(meta, sort_keys=True).encode()
+            at = _aligned(16 + len(header) + 32)  # (room for the offsets' digits to grow)
+            for name, arr in arrays:
+                meta["offsets"][name] = at
+                at = _aligned(at + arr.nbytes)
+        header = json.dumps(meta, sort_keys=True).encode()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(MAGIC + len(header).to_bytes(8, "little") + header)
+                for name, arr in arrays:
+                    f.write(b"\0" * (meta["offsets"][name] - f.tell()))
+                    f.write(memoryview(arr).cast("B"))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return path
+
+    def __repr__(self) -> str:
+        return f"<SparseData rows={self.rows} nnz={self.nnz} binary={self.values is None} path={self.path}>"
+
+
+def _aligned(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def read_libsvm(path, *, progress=None) -> SparseData:
+    """Parse a libsvm/svmlight text file: `label idx:value idx:value ...` per line; labels -1/+1 or
+    0/1 (become 0/1), any non-negative integer idx (the feature key), `#` starts a comment, blank
+    lines are skipped. Raises DataError with the file and line of the first malformed entry.
+    `progress(bytes)` is called as the file is read."""
+    path = Path(path)
+    labels, indptr, keys, values = [], [0], [], []
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror}") from None
+    with f:
+        for number, raw in enumerate(f, 1):
+            if progress is not None:
+                progress(len(raw))
+            line = raw.split(b"#", 1)[0].strip()
+            if not line:
+                continue
+            label, *pairs = line.split()
+            labels.append(_label(label, path, number))
+            for pair in pairs:
+                idx, sep, val = pair.partition(b":")
+                try:
+                    k, v = int(idx), float(val)
+                except ValueError:
+                    k = v = None
+                if not sep or k is None or k < 0 or k >= 1 << 64 or not np.isfinite(v):
+                    raise DataError(f"{path}:{number}: {pair.decode(errors='replace')!r} is not idx:value with a "
+                                    "non-negative integer idx and a finite value")
+                keys.append(k)
+                values.append(v)
+            indptr.append(len(keys))
+    if not labels:
+        raise DataError(f"{path} holds no examples; expected lines like `+1 3:1 17:0.5`")
+    return SparseData(np.array(labels, np.float32), np.array(indptr, np.int64), np.array(keys, np.uint64),
+                      np.array(values, np.float32), {"source": str(path)})
+
+
+def _label(token: bytes, path: Path, number: int) -> float:
+    try:
+        y = float(token)
+    except ValueError:
+        y = None
+    if y not in (-1.0, 0.0, 1.0):
+        raise DataError(f"{path}:{number}: label {token.decode(errors='replace')!r} is not -1, +1, 0 or 1 "
+                        "(binary classification)")
+    return 1.0 if y == 1.0 else 0.0
+
+
+def write_libsvm(data: SparseData, path) -> Path:
+    """Write `data` as libsvm text (labels +1/-1), atomically."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    indptr, keys = np.asarray(data.indptr), np.asarray(data.keys)
+    values = None if data.values is None else np.asarray(data.values)
+    try:
+        with open(tmp, "w") as f:
+            for i in range(data.rows):
+                a, b = indptr[i], indptr[i + 1]
+                vals = ["1"] * (b - a) if values is None else [f"{v:.9g}" for v in values[a:b].tolist()]
+                f.write(("+1" if data.labels[i] > 0.5 else "-1") + "".join(
+                    f" {k}:{v}" for k, v in zip(keys[a:b].tolist(), vals)) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def load(path, *, cache_dir: Path | None = None) -> SparseData:
+    """A data file as SparseData: a .pskvsp file is mapped; libsvm text is parsed (and, with
+    `cache_dir`, converted once to `cache_dir/NAME.pskvsp`, reused while newer than the text)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path} does not exist; give a libsvm file or a .pskvsp file (pskv data convert)")
+    with open(path, "rb") as f:
+        if f.read(8) == MAGIC:
+            return SparseData.open(path)
+    if cache_dir is None:
+        return read_libsvm(path)
+    cached = Path(cache_dir) / f"{path.name}.pskvsp"
+    if not cached.is_file() or cached.stat().st_mtime < path.stat().st_mtime:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        read_libsvm(path).write(cached)
+    return SparseData.open(cached)
+
+
+def convert(source, out, *, quiet: bool = False) -> SparseData:
+    """`pskv data convert`: libsvm text `source` -> binary `out`, with a progress bar on stderr."""
+    from tqdm import tqdm
+
+    source = Path(source)
+    size = source.stat().st_size if source.is_file() else None
+    with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {source.name}", disable=quiet,
+              leave=False) as bar:
+        data = read_libsvm(source, progress=bar.update)
+    data.write(out)
+    return SparseData.open(out)
