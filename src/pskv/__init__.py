@@ -5,6 +5,7 @@ placement, consistency, server, client) and modules are internal. See README.md 
 """
 
 from . import updaters as updaters
+from .client import filters as filters
 from .errors import AggregationError as AggregationError
 from .errors import Fenced as Fenced
 from .errors import BarrierTimeout as BarrierTimeout
@@ -64,7 +65,7 @@ __all__ = sorted([
     "CoordinatorUnreachable", "DTypeError", "Fenced", "Future", "KeyOutOfRange", "Node", "NodeAggregate", "NodeFailure", "Normal",
     "ProtocolError", "PskvError", "Relocate", "RemoteError", "Replicate", "RequestStalled", "SGD", "SSP", "Sampling", "ShapeError",
     "Table", "TableError", "TableMismatch", "TransportError", "Uniform", "UnknownTable", "WaitTimeout",
-    "Worker", "Zeros", "init", "load_checkpoint", "updaters", "wait",
+    "Worker", "Zeros", "filters", "init", "load_checkpoint", "updaters", "wait",
 ])
 
 for _name in __all__:

@@ -55,9 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command every node runs")
     run.set_defaults(run=_launch)
 
-    app = sub.add_parser("run", help="run an app (mf, kge, word2vec, mnist) on N local nodes, or as this node's part",
+    app = sub.add_parser("run", help="run an app (mf, kge, word2vec, mnist, lr) on N local nodes, or as this node's part",
                          usage="pskv run APP [--nodes N] [--threads T] [--] [APP ARGS ...]")
-    app.add_argument("app", help="mf, kge, word2vec or mnist")
+    app.add_argument("app", help="mf, kge, word2vec, mnist or lr")
     app.add_argument("--nodes", type=int, help="local node processes to start (default 1); "
                                                 "ignored under `pskv launch`")
     app.add_argument("--threads", type=int, help="worker threads per node (default 1)")

@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 SRC = Path(__file__).resolve().parents[2] / "src"
 ROWS, DIM = 100, 4
 WIRE = struct.Struct("<4sBBHIhHQIIIBBhHH")  # the header layout, spelled out: a change to it must be deliberate
+_BAD_CODES = [c for c in range(256) if c & 0x0F > 8 or c >> 4 > 2]  # no dtype code, plain or net.codec's
 F32, F64, I64, I32 = (dtype_code(np.float32), dtype_code(np.float64), dtype_code(np.int64), dtype_code(np.int32))
 RID = 1 << 40  # request ids of our messages: far above anything node 0's tracker hands out
 
@@ -140,7 +141,7 @@ class Fuzz:
         elif which == 2:
             fields[2] = int(self.rng.choice([0, 43, 50, 99, 200, 255]))  # kinds no Kind names
         else:
-            fields[11 if which == 3 else 12] = int(self.rng.integers(5, 256))
+            fields[11 if which == 3 else 12] = int(self.rng.choice(_BAD_CODES))
         return [WIRE.pack(*fields), *self.frames(h)[1:]], "dropped"
 
     # -- well-formed, but not from this cluster: would change rows if it were accepted

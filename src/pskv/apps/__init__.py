@@ -1,4 +1,4 @@
-"""pskv's apps: matrix factorization, knowledge-graph embeddings, word2vec, LeNet-5 on Fashion-MNIST.
+"""pskv's apps: matrix factorization, knowledge-graph embeddings, word2vec, LeNet-5 on Fashion-MNIST, sparse logistic regression.
 
     pskv run mf --nodes 2 --threads 2 -- --data ml-100k --epochs 10
     pskv launch -n 2 --threads 2 -- python -m pskv.apps.mf --data ml-100k
@@ -18,6 +18,7 @@ APPS = {  # name -> module
     "mf": "pskv.apps.mf",
     "kge": "pskv.apps.kge",
     "word2vec": "pskv.apps.word2vec",
+    "lr": "pskv.apps.lr",
     "mnist": "pskv.apps.mnist",  # needs pskv[torch]
 }
 

@@ -23,14 +23,19 @@ from .table import Table
 class SparseTable(Table):
     """A worker's handle on a key_space="uint64" table. Keys: uint64 (or non-negative int) arrays."""
 
-    def push(self, keys, updates, *, copy: bool = True) -> Future:
-        return self._update(super().push(keys, updates, copy=copy))
+    def push(self, keys, updates, *, copy: bool = True, filters=None) -> Future:
+        return self._update(super().push(keys, updates, copy=copy, filters=filters))
 
     def set(self, keys, values, *, copy: bool = True) -> Future:
         return self._update(super().set(keys, values, copy=copy))
 
-    def push_pull(self, keys, updates, *, out: np.ndarray | None = None) -> Future:
-        return self._update(super().push_pull(keys, updates, out=out))
+    def push_pull(self, keys, updates, *, out: np.ndarray | None = None, filters=None) -> Future:
+        return self._update(super().push_pull(keys, updates, out=out, filters=filters))
+
+    def local_range(self) -> tuple[int, int]:
+        """[lo, hi) of the uint64 key space this node holds (hi up to 2**64): pull_range over it is
+        served from this node's memory, no message."""
+        return self._state.ranges.range_bounds(self._ctx.rank)
 
     def pull_range(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """(keys, rows): every key in [lo, hi) written so far (uint64, sorted) and its row. Blocks.
@@ -72,7 +77,7 @@ class SparseTable(Table):
         raise TableError(f"pull_if_local on table {self.name!r}: use pull (local keys are read from memory)")
 
     def _request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool, gpos=None,
-                 fresh: bool = False, direct: bool = False, rows: bool = False) -> Future:
+                 fresh: bool = False, direct: bool = False, rows: bool = False, codec=None) -> Future:
         """Each key to the node of its range; this node's part from memory."""
         if not len(keys):
             return Future.completed(out, self._desc(kind))
@@ -98,7 +103,7 @@ class SparseTable(Table):
             st.remote_keys += len(pk)
             self._ctx.endpoint.request(dest, kind, self.spec.table_id, req.rid, part=len(req.parts) - 1,
                                        dim=self.dim, copy=copy and idx is None, reply_to=req.reply_to,
-                                       flags=ROWS if rows else 0, keys=pk, values=pv)
+                                       flags=ROWS if rows else 0, codec=codec, keys=pk, values=pv)
         if req.reply_to and req.parts:
             fut.pumped_by(self._ctx.endpoint.pump)
         self._track(fut)

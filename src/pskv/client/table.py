@@ -29,6 +29,7 @@ from ..store.spec import TableSpec, check_keys, check_values
 from ..tensors import from_numpy, is_tensor, to_numpy
 from . import backed, sampling
 from .context import Context
+from .filters import codec_of
 from .request import Request
 
 
@@ -45,12 +46,13 @@ class Table:
         self._descs: dict[Kind, str] = {}
 
     # ---- public ---------------------------------------------------------------------------------
-    def pull(self, keys, *, out: np.ndarray | None = None, timeout: float | None = None) -> np.ndarray:
+    def pull(self, keys, *, out: np.ndarray | None = None, timeout: float | None = None,
+             filters=None) -> np.ndarray:
         """Rows `keys` as a (len(keys), dim) array. Blocks. See pull_async.
 
         The calling thread receives the replies itself (its own reply box), without waking the
-        node's pskv-server thread in between."""
-        return self._pull(keys, out, None, direct=True).wait(timeout)
+        node's pskv-server thread in between. `filters`: pskv.filters.KeyCache / Compress for the keys."""
+        return self._pull(keys, out, None, direct=True, codec=codec_of(filters)).wait(timeout)
 
     def pull_async(self, keys, *, out: np.ndarray | None = None,
                    callback: Callable[[np.ndarray], None] | None = None) -> Future:
@@ -67,7 +69,7 @@ class Table:
         NodeFailure if a node holding some keys dies."""
         return self._pull(keys, out, callback, direct=False)
 
-    def _pull(self, keys, out, callback, *, direct: bool) -> Future:
+    def _pull(self, keys, out, callback, *, direct: bool, codec=None) -> Future:
         """pull/pull_async; `direct`: the caller waits at once, in this thread (see pull). Given
         tensors (keys or out), the Future gives a tensor: `out`, or one on the result's memory."""
         self._ctx.check()
@@ -81,19 +83,20 @@ class Table:
         elif self._state.consistency.synchronous:
             fut = self._pull_bounded(keys, out, direct)
         else:
-            fut = self._request(Kind.PULL, keys, None, out, copy=True, fresh=fresh, direct=direct)
+            fut = self._request(Kind.PULL, keys, None, out, copy=True, fresh=fresh, direct=direct, codec=codec)
         if callback is not None:
             fut = fut.then(callback)
         if tensor is not False:
             fut = fut.map(from_numpy if tensor is True else lambda _: tensor)
         return fut
 
-    def push(self, keys, updates, *, copy: bool = True) -> Future:
+    def push(self, keys, updates, *, copy: bool = True, filters=None) -> Future:
         """Send `updates` (len(keys), dim) for rows `keys` to the table's updater. Returns a Future.
 
         Does not wait for remote owners; rows owned by this node are updated before it returns.
         Duplicate keys: their rows are summed before the updater sees them. With copy=False the
-        arrays must not change until the Future resolves. Thread-safe."""
+        arrays must not change until the Future resolves. Thread-safe. `filters`: wire filters
+        (pskv.filters.KeyCache, Compress, Quantize) for the remote parts of an asynchronous push."""
         self._ctx.check()
         keys = check_keys(self.spec, keys, "push")
         updates = check_values(self.spec, updates, len(keys), "push")
@@ -105,11 +108,11 @@ class Table:
         try:
             if self._state.buffer is not None:
                 return self._update(self._push_buffered(keys, updates))
-            return self._request(Kind.PUSH, keys, updates, None, copy=copy)  # Async: no clock to hold
+            return self._request(Kind.PUSH, keys, updates, None, copy=copy, codec=codec_of(filters))  # Async
         finally:
             gate.leave()
 
-    def push_pull(self, keys, updates, *, out: np.ndarray | None = None) -> Future:
+    def push_pull(self, keys, updates, *, out: np.ndarray | None = None, filters=None) -> Future:
         """Push `updates` for `keys` and get the rows of the same keys right after that push, in one
         exchange per owner (the Li et al. server's fused push/pull). `.wait()` gives the (n, dim) rows.
         The owner applies the push and reads the rows under the same locks. Asynchronous tables
@@ -128,7 +131,7 @@ class Table:
         gate = self._ctx.gate
         gate.enter(self._ctx.check)
         try:
-            return self._request(Kind.PUSH, keys, updates, out, copy=True, rows=True)
+            return self._request(Kind.PUSH, keys, updates, out, copy=True, rows=True, codec=codec_of(filters))
         finally:
             gate.leave()
 
@@ -366,12 +369,12 @@ class Table:
         return out
 
     def _request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool, gpos=None,
-                 fresh: bool = False, direct: bool = False, rows: bool = False) -> Future:
+                 fresh: bool = False, direct: bool = False, rows: bool = False, codec=None) -> Future:
         """Serve or send `keys`; with `gpos`, key i's row goes to out[gpos[i]]. `fresh`: `out` was
         allocated for this pull (no `out=`), so a large reply that answers all of it in order may
         become the result itself instead of being copied into `out` (see client.request.Request.on_part).
         `direct`: this thread waits for the result at once, so the replies come to its reply box.
-        `rows`: a push that wants the rows after it in `out` (push_pull)."""
+        `rows`: a push that wants the rows after it in `out` (push_pull). `codec`: how remote parts travel."""
         n = len(keys)
         if n == 0:
             return Future.completed(out, self._desc(kind))
@@ -410,20 +413,20 @@ class Table:
         # other nodes moved some of the keys: their manager forwards them)
         dest = ranges.one_manager(keys) if st.shard.static and not st.loc_cache.size else -1
         if dest >= 0:
-            self._part(req, dest, keys, values, gpos, copy, ranges.nodes, rows)
+            self._part(req, dest, keys, values, gpos, copy, ranges.nodes, rows, codec)
         else:  # each key to where it lives (or may live); `ranges.nodes`: on its way here
             hops = route.next_hops(keys, st.shard, ranges, self._ctx.rank, st.loc_cache)
             for d, idx, pk, pv in route.parts(keys, values, hops, ranges.nodes + 1):
                 if idx is None:
-                    self._part(req, d, pk, pv, gpos, copy, ranges.nodes, rows)
+                    self._part(req, d, pk, pv, gpos, copy, ranges.nodes, rows, codec)
                 else:
-                    self._part(req, d, pk, pv, idx if gpos is None else gpos[idx], False, ranges.nodes, rows)
+                    self._part(req, d, pk, pv, idx if gpos is None else gpos[idx], False, ranges.nodes, rows, codec)
         if req.reply_to and req.parts:
             fut.pumped_by(self._ctx.endpoint.pump)
         self._track(fut)
         return fut
 
-    def _part(self, req, dest, keys, values, gpos, copy, incoming, rows=False) -> None:
+    def _part(self, req, dest, keys, values, gpos, copy, incoming, rows=False, codec=None) -> None:
         me = self._ctx.rank
         if dest == me:
             miss = self._local(req.kind, keys, values, req.out, gpos, rows)
@@ -442,7 +445,8 @@ class Table:
         req.parts.append((gpos, keys if self._state.loc_cache.size else None))
         self._state.remote_keys += len(keys)
         self._ctx.endpoint.request(dest, req.kind, self.spec.table_id, req.rid, part=len(req.parts) - 1, dim=self.dim,
-                                   copy=copy, reply_to=req.reply_to, flags=ROWS if rows else 0, keys=keys, values=values)
+                                   copy=copy, reply_to=req.reply_to, flags=ROWS if rows else 0, codec=codec, keys=keys,
+                                   values=values)
 
     def _replica(self, kind, keys, values, out, pos) -> None:
         replicas = self._state.shard.replicas

@@ -37,12 +37,17 @@ class Endpoint:
 
     # ---- sending ------------------------------------------------------------------------------------
     def request(self, dest: int, kind: Kind, table: int, rid: int, *, part: int = 0, dim: int = 0, copy: bool = False,
-                reply_to: int = 0, flags: int = 0, **arrays) -> None:
+                reply_to: int = 0, flags: int = 0, codec=None, **arrays) -> None:
         """Send part `part` of this node's tracked request `rid` to node `dest`; its replies come to
-        this node's inbox, or with `reply_to`, to that reply box (see `pump`)."""
+        this node's inbox, or with `reply_to`, to that reply box (see `pump`). `codec` (a
+        net.codec.Codec): key caching, compression, 16-bit values on the way (the server decodes)."""
         self.tracker.sent_to(rid, dest)
-        self.send(dest, Header(kind, table=table, request_id=rid, part=part, dim=dim, flags=flags, origin=self.rank,
-                               reply_to=reply_to), copy=copy, **arrays)
+        header = self._stamp(Header(kind, table=table, request_id=rid, part=part, dim=dim, flags=flags,
+                                    origin=self.rank, reply_to=reply_to))
+        frames = encode(header, **arrays)
+        if codec is not None:
+            frames = codec.encode(frames, header, dest)
+        self._transport.send(dest, frames, copy=copy)
 
     def reply(self, to: Header, kind: Kind, *, n_keys: int = 0, **arrays) -> None:
         """Answer the request `to` at its origin (ACK, PULL_REPLY, or a TRANSFER a HANDOVER causes),

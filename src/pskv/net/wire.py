@@ -138,6 +138,16 @@ _WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.RANGE_REPLY
 
 _DTYPES = {0: None, 1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int64), 4: np.dtype(np.int32)}
 _CODES = {dt: code for code, dt in _DTYPES.items() if dt is not None}
+# codes only a request encoded by net.codec carries (decoded by the receiver before `unpack`): values
+# as float16 / bfloat16 bits; keys to remember, or the 8-byte hash of a remembered list; the high
+# nibble of either byte names a compression (1 zstd, 2 lz4)
+FP16, BF16, KEYS_REMEMBER, KEYS_CACHED = 5, 6, 7, 8
+_VALUE_CODES = frozenset(_DTYPES) | {FP16, BF16}
+_KEY_CODES = frozenset(_DTYPES) | {KEYS_REMEMBER, KEYS_CACHED}
+
+
+def _valid_code(code: int, low: frozenset) -> bool:
+    return code & 0x0F in low and code >> 4 in (0, 1, 2)
 
 # magic, version, kind, flags, cluster, sender, table, request_id, part, n_keys, dim, dtype, key dtype, origin,
 # reply_to, epoch
@@ -194,7 +204,7 @@ def unpack_header(frame: bytes | memoryview) -> Header:
     code, kind = kind, _KINDS.get(kind)  # (a dict, not Kind(kind): the enum call costs more than the rest)
     if kind is None:
         raise ProtocolError(f"unknown message kind {code}")
-    if dtype not in _DTYPES or key_dtype not in _DTYPES:
+    if not _valid_code(dtype, _VALUE_CODES) or not _valid_code(key_dtype, _KEY_CODES):
         raise ProtocolError(f"unknown dtype code {dtype}/{key_dtype} in {kind.name}")
     return Header(kind, cluster, sender, table, rid, part, n_keys, dim, dtype, key_dtype, flags, origin, reply_to,
                   epoch)
@@ -230,7 +240,7 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     keys = positions = values = state = None
     i = 1
     if has_keys:
-        kdt = _DTYPES[header.key_dtype]
+        kdt = _DTYPES.get(header.key_dtype)
         if kdt is None or kdt.kind != "i":
             raise ProtocolError(f"{header!r} carries keys of dtype code {header.key_dtype}, not an integer")
         keys = _view(frames[i], kdt, (header.n_keys,), header)
@@ -239,7 +249,7 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
         positions = _view(frames[i], np.dtype(np.int64), (header.n_keys,), header)
         i += 1
     if has_values:
-        vdt = _DTYPES[header.dtype]
+        vdt = _DTYPES.get(header.dtype)
         if vdt is None or vdt.kind != "f":
             raise ProtocolError(f"{header!r} carries values of dtype code {header.dtype}, not a float")
         values = _view(frames[i], vdt, (header.n_keys, header.dim), header)

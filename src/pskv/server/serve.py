@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import _hooks, kernels
 from ..errors import ProtocolError
+from ..net import codec
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
 from ..net.wire import BACKUPS, BATCH, REQUESTS, ROWS, Header, Kind, Payload, split, unpack
@@ -61,6 +62,7 @@ class Server:
                           Kind.AGG_PUSH: self._aggregate,
                           Kind.HANDOFF: self._handoff,
                           Kind.OWNERS: lambda h, p, s: handoff.on_owners(endpoint, h, p, s)}
+        self.remembered = codec.Remembered()  # key lists other nodes' threads cache here (key caching)
         self.requests = 0  # handled, for stats
         self.errors = 0
         self.forwards = 0  # keys passed on to another node
@@ -75,6 +77,7 @@ class Server:
             shard = self._store.get(header.table)
             if shard is None:
                 raise ProtocolError(f"node {self.rank} has no table with id {header.table}")
+            frames = codec.decode(header, frames, self.remembered)  # (a request sent with pskv.filters)
             payload = unpack(header, frames, shard.width)
             self._check(header, payload, shard)
             self._handlers[header.kind](header, payload, shard)

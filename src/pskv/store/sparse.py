@@ -99,7 +99,7 @@ class SparseShard:
         self.data = np.empty((_MIN_CAPACITY // 2, spec.dim), spec.dtype)  # (rows capacity, dim)
         self.state = np.empty((len(self.data), self.width), spec.dtype) if self.width else None
         self.size = 0  # rows created
-        self.forwards = 0  # (never: a sparse table's keys stay at their manager)
+        self.forwards = self.relocated_in = 0  # (never: a sparse table's keys stay at their manager)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:

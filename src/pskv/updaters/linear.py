@@ -65,14 +65,15 @@ def _ftrl(data, state, rows, summed, alpha, beta, l1, l2):  # pragma: no cover -
 
 @numba.njit(nogil=True, cache=True)
 def _block_prox(data, rows, summed, eta, l1, l2, eps):  # pragma: no cover - compiled
-    """Row (w, h): with the pushed (g, h), w = soft(w - eta * (g + l2 w) / H, eta * l1 / H), H = h + l2 + eps."""
+    """Row (w, d): with the pushed (g, h), d = g + l2 w, H = h + l2 + eps, w = soft(w - eta d / H, eta l1 / H)."""
     for k in range(rows.shape[0]):
         r = rows[k]
         w = data[r, 0]
         g, h = summed[k, 0], summed[k, 1]
+        d = g + l2 * w
         big = h + l2 + eps
-        data[r, 0] = _soft(w - eta * (g + l2 * w) / big, eta * l1 / big)
-        data[r, 1] = h
+        data[r, 0] = _soft(w - eta * d / big, eta * l1 / big)
+        data[r, 1] = d
 
 
 class Prox(Updater):
@@ -129,9 +130,10 @@ class FTRL(Updater):
 
 class BlockProx(Updater):
     """The server step of delayed block proximal gradient (Li et al., OSDI 2014): a table of rows
-    (w, h) takes pushes of (g, h), a block's summed gradient and diagonal curvature, and sets
-    w = soft(w - eta * (g + l2 w) / H, eta * l1 / H) with H = h + l2 + eps (a proximal Newton step
-    per coordinate; h is kept beside w). Tables of dim 2 only."""
+    (w, d) takes pushes of (g, h), a block's summed gradient and diagonal curvature (bound), and sets
+    w = soft(w - eta * d / H, eta * l1 / H) with d = g + l2 w and H = h + l2 + eps (a proximal
+    Newton step per coordinate). d, the smooth part's gradient, stays beside w: the KKT filter reads
+    it (w = 0 and |d| < l1 means the step left w at 0). Tables of dim 2 only."""
 
     name = "block_prox"
 

@@ -1,0 +1,321 @@
+"""Sparse L1/L2 logistic regression on a parameter server, the Li et al. (OSDI 2014) way.
+
+    pskv run lr --nodes 2 -- --data census --l1 1e-4
+    pskv run lr -- --data train.libsvm --test test.libsvm --l1 1e-5 --algo ftrl --out model.npz
+
+Minimizes mean log loss + l1 |w|_1 + l2/2 |w|^2 over hashed uint64 feature keys (scikit-learn's
+C is l1 = 1 / (C n)); every example also has a bias feature, penalised like the others (as
+liblinear does). Weights live in a sparse pskv table (key_space "uint64"), rows created as
+features appear; workers hold row shards of the examples (data.sparse, memory-mapped).
+
+--algo:
+  dbpg   delayed block proximal gradient (the paper's): features are cut into --blocks key ranges;
+         in round t every worker pushes its examples' gradient and diagonal curvature bound for
+         block t mod B to `lr-grad` (sums), then the node managing each key applies the server
+         step (pskv.updaters.BlockProx, a proximal Newton step per coordinate) and every worker
+         pulls the block's new weights. Rounds are ordered by worker clocks (worker.clock,
+         worker.wait_clock); --delay tau lets a worker start round t + 1 .. t + tau before it has
+         the weights of round t (bounded delay; its margins are then that much behind).
+  prox   proximal SGD: minibatch gradients pushed with push_pull to pskv.updaters.Prox, which
+         soft-thresholds; the fresh weights of the batch's keys come back in the same exchange.
+  ftrl   FTRL-proximal (pskv.updaters.FTRL) the same way (l1 weighs the sum of a pass's batch gradients).
+
+--filters (comma-separated, composable; see pskv.filters): kkt (skip features whose weight is 0
+and whose gradient sits inside [-l1, l1]: the step leaves them at 0), sig:T (significantly
+modified: send only entries of at least T, keep the rest for later), keycache, zstd or lz4,
+fp16 or bf16. Each epoch reports test AUC and log loss, the objective, non-zero weights and bytes
+sent; the last line is `test AUC ...`. --out writes the non-zero weights (lr_model.load_model,
+predict: no cluster needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+import pskv
+
+from .. import filters as pskv_filters
+from ..data import DataError, cache_dir, census
+from ..data.sparse import SparseData, load
+from ..errors import ConfigError
+from . import common
+from .lr_model import (AUC_BINS, Local, add_margins, auc_of_histogram, batch_gradient, block_gradient,
+                       loss_sum, margins, save_model, score_histogram)
+
+_W, _G = "lr-w", "lr-grad"
+_SCALARS = 7  # loss sum, train rows, |w|_1, |w|^2, non-zeros, bytes sent, test loss sum
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = common.parser("lr", "sparse L1/L2 logistic regression (Li et al.'s parameter server)", epochs=10)
+    g = p.add_argument_group("lr")
+    g.add_argument("--data", default="census", help="census (built in: pskv data fetch census-income) or a "
+                                                    "libsvm / .pskvsp file of training examples")
+    g.add_argument("--test", help="a libsvm / .pskvsp file of test examples (census: its test split; else "
+                                  "--test-fraction of --data held out)")
+    g.add_argument("--test-fraction", type=float, default=0.2, help="held-out share without --test")
+    g.add_argument("--rows", type=int, default=0, help="train on the first N examples only (0: all)")
+    g.add_argument("--l1", type=float, default=1e-4, help="L1 weight (mean-loss scale: sklearn C = 1/(l1 n))")
+    g.add_argument("--l2", type=float, default=0.0, help="L2 weight")
+    g.add_argument("--algo", choices=["dbpg", "prox", "ftrl"], default="dbpg")
+    g.add_argument("--blocks", type=int, default=32, help="dbpg: feature blocks (key ranges)")
+    g.add_argument("--delay", type=int, default=0, help="dbpg: bounded delay tau, in rounds")
+    g.add_argument("--lr", type=float, default=0.5, help="prox: step size; ftrl: alpha")
+    g.add_argument("--ftrl-beta", type=float, default=1.0, help="ftrl: beta")
+    g.add_argument("--batch", type=int, default=500, help="prox/ftrl: examples per push")
+    g.add_argument("--filters", type=pskv_filters.parse, default=pskv_filters.parse(""), metavar="LIST",
+                   help="kkt, sig:T, keycache, zstd|lz4, fp16|bf16, comma-separated")
+    g.add_argument("--out", type=Path, metavar="MODEL.npz", help="write the non-zero weights here")
+    return p
+
+
+@dataclasses.dataclass
+class State:
+    s: common.Session
+    train: SparseData
+    test: SparseData
+    rows: int  # training examples in all
+    names: dict | None = None  # key -> feature name (census)
+    evaluation_bytes: int = 0  # bytes this node sent for test evaluation and metrics (thread 0 counts)
+
+
+def _load(args: argparse.Namespace, rank: int) -> tuple[SparseData, SparseData, dict | None]:
+    """Train and test data (node 0 prepares what needs preparing; the others call after a collective)."""
+    if args.data == "census":
+        directory = census.prepare(quiet=rank != 0)
+        train, test = SparseData.open(directory / "train.pskvsp"), SparseData.open(directory / "test.pskvsp")
+        names = census.feature_names(directory) if args.out else None
+    else:
+        train = load(args.data, cache_dir=cache_dir() / "lr")
+        names = None
+        if args.test:
+            test = load(args.test, cache_dir=cache_dir() / "lr")
+        else:
+            cut = int(round(train.rows * (1 - args.test_fraction)))
+            if not 0 < cut < train.rows:
+                raise DataError(f"--test-fraction {args.test_fraction} leaves no train or test examples of {train.rows}")
+            train, test = train.slice(0, cut), train.slice(cut, train.rows)
+    if args.rows:
+        train = train.slice(0, min(args.rows, train.rows))
+    return train, test, names
+
+
+def setup(s: common.Session) -> State:
+    args, node = s.args, s.node
+    if args.blocks < 1 or args.delay < 0 or args.batch < 1 or args.l1 < 0 or args.l2 < 0:
+        raise ConfigError("lr: --blocks and --batch must be >= 1, --delay, --l1 and --l2 >= 0")
+    if node.rank == 0:
+        _load(args, 0)  # fetch, featurize or convert once, before the others read
+    node.table("lr-ready", rows=1)  # (a collective: the other nodes wait here until node 0 has the data ready)
+    train, test, names = _load(args, node.rank)
+    if args.algo == "dbpg":
+        node.table(_W, rows=None, dim=2, key_space="uint64", updater=pskv.updaters.BlockProx(args.l1, args.l2))
+        node.table(_G, rows=None, dim=2, key_space="uint64")
+    else:
+        batches = -(-train.rows // args.batch)  # per pass, over every worker
+        node.table(_W, rows=None, dim=1, key_space="uint64", updater=_updater(args, batches))
+    if node.rank == 0:
+        print(f"lr: {args.algo} on {train.rows:,} train / {test.rows:,} test examples, {train.nnz:,} non-zeros; "
+              f"l1={args.l1:g} l2={args.l2:g}; {s.workers} worker(s); filters: {args.filters or 'none'}", flush=True)
+    return State(s, train, test, train.rows, names)
+
+
+def _updater(args: argparse.Namespace, batches: int):
+    """prox: the mean-loss l1, l2 per step; ftrl: they weigh the sum of a pass's `batches` mean gradients."""
+    if args.algo == "prox":
+        return pskv.updaters.Prox(lr=args.lr, l1=args.l1, l2=args.l2)
+    return pskv.updaters.FTRL(alpha=args.lr, beta=args.ftrl_beta, l1=args.l1 * batches, l2=args.l2 * batches)
+
+
+def train(w: pskv.Worker, st: State) -> None:
+    s, args = st.s, st.s.args
+    me = s.index(w)
+    local = Local(st.train.shard(me, s.workers))
+    test = Local(st.test.shard(me, s.workers))
+    progress = common.Progress(w, total=args.epochs * st.rows, scale=s.workers, mode=args.progress,
+                               watchdog=s.report.watchdog)
+    run = _Dbpg(w, st, local) if args.algo == "dbpg" else _Sgd(w, st, local)
+    for epoch in range(1, args.epochs + 1):
+        loss = run.epoch(epoch, progress)
+        _report(w, st, run, test, epoch, loss, progress)
+    progress.close()
+
+
+class _Sgd:
+    """prox / ftrl: minibatches, one push_pull per batch; the batch's fresh weights come back in it."""
+
+    def __init__(self, w: pskv.Worker, st: State, local: Local) -> None:
+        self.w, self.st, self.local = w, st, local
+        self.table = w.table(_W)
+        self.weights = self.table.pull(local.keys)[:, 0].astype(np.float64)  # (m,) this worker's copy
+        m = len(local.keys)
+        self.g, self.mark, self.touched = np.zeros(m), np.zeros(m, np.int64), np.empty(m, np.int64)
+        self.stamp = 0
+        self.rng = np.random.default_rng([st.s.args.seed, st.s.index(w)])
+        kkt_exact = st.s.args.algo == "prox"  # (for ftrl a skipped gradient changes z: the filter is off)
+        self.chain = pskv_filters.Chain(st.s.args.filters, l1=st.s.args.l1 if kkt_exact else 0.0)
+
+    def epoch(self, epoch: int, progress) -> float:
+        loc, batch = self.local, self.st.s.args.batch
+        order = self.rng.permutation(loc.rows)
+        total, pending = 0.0, None
+        for start in range(0, loc.rows, batch):
+            rows = order[start:start + batch]
+            self.stamp += 1
+            n, loss = batch_gradient(rows, loc.indptr, loc.col, loc.values, loc.has_values, loc.labels,
+                                     self.weights, loc.bias, self.g, self.mark, self.stamp, self.touched)
+            total += loss
+            cols = self.touched[:n].copy()
+            grads = self.g[cols] / len(rows)
+            self.g[cols] = 0.0
+            cols, grads = self.chain.select(loc.keys, cols, grads, self.weights)
+            if pending is not None:
+                self._land(*pending)
+            if len(cols):
+                pending = (cols, self.table.push_pull(loc.keys[cols], grads[:, None].astype(np.float32),
+                                                      filters=self.chain.wire))
+            else:
+                pending = None
+            progress.update(len(rows))
+        if pending is not None:
+            self._land(*pending)
+        return total
+
+    def _land(self, cols: np.ndarray, fut) -> None:
+        self.weights[cols] = fut.wait()[:, 0]
+
+    def weights_of(self, keys: np.ndarray) -> np.ndarray:
+        return self.table.pull(keys)[:, 0]
+
+
+class _Dbpg:
+    """Delayed block proximal gradient: per round one block, two worker clocks (see the module doc)."""
+
+    def __init__(self, w: pskv.Worker, st: State, local: Local) -> None:
+        self.w, self.st, self.local = w, st, local
+        args = st.s.args
+        self.blocks, self.delay = args.blocks, args.delay
+        self.block_of = local.block_of(self.blocks)
+        self.cols = [np.flatnonzero(self.block_of == b) for b in range(self.blocks)]
+        self.table, self.grad_t = w.table(_W), w.table(_G)
+        self.weights = np.zeros(len(local.keys))  # (m,) this worker's copy of its features' weights
+        self.last_d = np.full(len(local.keys), np.inf)  # the server's last gradient per feature (KKT filter)
+        self.m = np.zeros(local.rows)  # margins
+        margins(local.indptr, local.col, local.values, local.has_values, self.weights, local.bias, self.m)
+        self.round = 0
+        self.pending: deque = deque()  # rounds whose weights are not pulled yet: (round, block)
+        self.chain = pskv_filters.Chain(args.filters, l1=args.l1)
+        self.scale = 1.0 / st.rows
+
+    def epoch(self, epoch: int, progress) -> float:
+        loc = self.local
+        for b in range(self.blocks):
+            t = self.round
+            while self.pending and self.pending[0][0] < t - self.delay:
+                self._land(*self.pending.popleft())
+            g, h = np.zeros(len(loc.keys)), np.zeros(len(loc.keys))
+            most = block_gradient(loc.indptr, loc.col, loc.values, loc.has_values, loc.labels, self.m, loc.bias,
+                                  self.block_of, b, g, h, self.scale)
+            cols = self.cols[b]
+            refresh = epoch % 5 == 1  # the first pass, and every 5th, sends every gradient (fresh KKT data)
+            cols, gb = self.chain.select(loc.keys, cols, g[cols], self.weights, self.last_d, kkt=not refresh)
+            self.grad_t.push(loc.keys[cols], np.stack([gb, h[cols] * max(most, 1)], axis=1).astype(np.float32),
+                             filters=self.chain.wire)
+            self.w.clock()
+            self.w.wait_clock(2 * t + 1)  # every worker's sums of round t are in
+            if self.w.thread == 0:
+                self._server_step(b)
+            self.w.clock()
+            self.pending.append((t, cols))  # (a key filtered out here is filtered on every worker: same
+            # weights and server gradients; its weight stays 0, so only the keys sent are pulled)
+            self.round += 1
+            progress.update(loc.rows // self.blocks + (b < loc.rows % self.blocks))
+        while self.pending:
+            self._land(*self.pending.popleft())
+        return float(loss_sum(self.m, loc.labels))
+
+    def _server_step(self, b: int) -> None:
+        """This node's keys of block b: the summed (g, h) become a BlockProx step, then start again at 0."""
+        lo, hi = self.grad_t.local_range()
+        width = (1 << 64) // self.blocks if self.blocks > 1 else 1 << 64
+        lo, hi = max(lo, b * width), min(hi, (1 << 64) if b == self.blocks - 1 else (b + 1) * width)
+        if lo >= hi:
+            return
+        keys, gh = self.grad_t.pull_range(lo, hi)
+        if len(keys):
+            self.table.push(keys, gh).wait()
+            self.grad_t.set(keys, np.zeros_like(gh)).wait()
+
+    def _land(self, t: int, cols: np.ndarray) -> None:
+        """Round t's new weights of the columns it pushed: pulled, and the margins moved by the change."""
+        self.w.wait_clock(2 * t + 2)
+        if not len(cols):
+            return
+        rows = self.table.pull(self.local.keys[cols], filters=self.chain.wire)
+        delta = np.zeros(len(self.local.keys))
+        delta[cols] = rows[:, 0] - self.weights[cols]
+        self.weights[cols] = rows[:, 0]
+        self.last_d[cols] = rows[:, 1]
+        if delta.any():
+            loc = self.local
+            add_margins(loc.indptr, loc.col, loc.values, loc.has_values, delta, loc.bias, self.m)
+
+    def weights_of(self, keys: np.ndarray) -> np.ndarray:
+        return self.table.pull(keys)[:, 0]
+
+
+def _report(w: pskv.Worker, st: State, run, test: Local, epoch: int, loss: float, progress) -> None:
+    """Test AUC and log loss, objective, non-zeros and bytes over every worker (one Reducer round)."""
+    s, args = st.s, st.s.args
+    w.barrier()  # every update of the epoch is applied
+    before = s.node.stats()["bytes_sent"] if w.thread == 0 else 0
+    wt = run.weights_of(test.keys)
+    m = np.empty(test.rows)
+    margins(test.indptr, test.col, test.values, test.has_values, wt.astype(np.float64), test.bias, m)
+    prob = 1.0 / (1.0 + np.exp(-m))
+    l1 = sq = nnz = sent = 0.0
+    if w.thread == 0:  # this node's range of the weights: read from its memory
+        keys, rows = run.table.pull_range(*run.table.local_range())
+        weights = rows[:, 0].astype(np.float64)
+        l1, sq, nnz = np.abs(weights).sum(), (weights ** 2).sum(), np.count_nonzero(weights)
+        sent = before - st.evaluation_bytes  # training traffic only
+    scalars = [loss, run.local.rows, l1, sq, nnz, sent, loss_sum(m, test.labels)]
+    totals = s.reducer.sum(w, np.concatenate([scalars, score_histogram(prob, test.labels)]))
+    if w.thread == 0:
+        w.barrier()  # (every node's evaluation traffic is sent: none of it counts as training's)
+        st.evaluation_bytes += s.node.stats()["bytes_sent"] - before
+    else:
+        w.barrier()
+    loss_mean = totals[0] / max(totals[1], 1)
+    objective = loss_mean + args.l1 * totals[2] + 0.5 * args.l2 * totals[3]
+    s.report.epoch(w, epoch, progress, test_auc=auc_of_histogram(totals[_SCALARS:]), objective=objective,
+                   test_logloss=totals[6] / max(st.test.rows, 1), nonzeros=totals[4], mb_sent=totals[5] / 2**20)
+
+
+def finish(st: State, wall: float) -> list[str]:
+    s, args = st.s, st.s.args
+    row = s.report.rows[-1] if s.report.rows else {}
+    lines = [f"lr: {args.algo}, {args.epochs} epochs in {wall:.1f} s; objective {row.get('objective', float('nan')):.6f}, "
+             f"{int(row.get('nonzeros', 0)):,} non-zero weights, {row.get('mb_sent', 0):.1f} MiB sent"]
+    if args.out:
+        table = s.node.worker().table(_W)
+        keys, rows = table.pull_range(0, 1 << 64)
+        save_model(args.out, keys, rows[:, 0], st.names, algo=args.algo, l1=args.l1, l2=args.l2)
+        lines.append(f"lr: wrote {int(np.count_nonzero(rows[:, 0])):,} non-zero weights to {args.out}")
+    lines.append(f"test AUC {row.get('test_auc', float('nan')):.4f} test logloss {row.get('test_logloss', float('nan')):.4f}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return common.run_app("lr", args, metrics=_SCALARS + 2 * AUC_BINS, setup=setup, train=train, finish=finish)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
