@@ -4,8 +4,12 @@ Layout: the public API is exactly what this file re-exports; the packages (net, 
 placement, consistency, server, client) and modules are internal. See README.md and docs/design.md.
 """
 
+import sys as _sys
+
 from . import updaters as updaters
 from .client import filters as filters
+
+_sys.modules[__name__ + ".filters"] = filters  # `from pskv.filters import Kkt` works as for pskv.updaters
 from .errors import AggregationError as AggregationError
 from .errors import Fenced as Fenced
 from .errors import BarrierTimeout as BarrierTimeout
@@ -75,4 +79,4 @@ for _name in __all__:
             _obj.__module__ = "pskv"
         except (AttributeError, TypeError):
             pass
-del _name, _obj
+del _name, _obj, _sys

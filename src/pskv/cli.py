@@ -70,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("names", nargs="+", metavar="NAME")
     fetch.add_argument("--quiet", action="store_true", help="print only the directories")
     fetch.set_defaults(run=_data_fetch)
+    convert = data_sub.add_parser("convert", help="libsvm/svmlight text -> pskv's binary sparse format (.pskvsp), "
+                                                  "which `pskv run lr` workers memory-map")
+    convert.add_argument("source", type=Path, metavar="FILE.libsvm")
+    convert.add_argument("out", type=Path, metavar="OUT.pskvsp")
+    convert.add_argument("--quiet", action="store_true", help="no progress bar")
+    convert.set_defaults(run=_data_convert)
 
     ckpt = sub.add_parser("checkpoint", help="list the checkpoints in a directory, or inspect and verify one")
     ckpt_sub = ckpt.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -127,6 +133,16 @@ def _data_fetch(args: argparse.Namespace, rest: list[str]) -> int:
 
     for name in args.names:
         print(fetch(name, quiet=args.quiet))
+    return 0
+
+
+def _data_convert(args: argparse.Namespace, rest: list[str]) -> int:
+    from .data.sparse import convert
+
+    data = convert(args.source, args.out, quiet=args.quiet)
+    keys = len(data.distinct_keys())
+    print(f"{args.out}: {data.rows:,} examples, {data.nnz:,} non-zeros, {keys:,} distinct features, "
+          f"{float(data.labels.mean()):.1%} positive")
     return 0
 
 

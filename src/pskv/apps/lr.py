@@ -203,6 +203,7 @@ class _Dbpg:
         self.blocks, self.delay = args.blocks, args.delay
         self.block_of = local.block_of(self.blocks)
         self.cols = [np.flatnonzero(self.block_of == b) for b in range(self.blocks)]
+        self.parts = local.split(self.block_of, self.blocks)  # each block's nonzeros alone
         self.table, self.grad_t = w.table(_W), w.table(_G)
         self.weights = np.zeros(len(local.keys))  # (m,) this worker's copy of its features' weights
         self.last_d = np.full(len(local.keys), np.inf)  # the server's last gradient per feature (KKT filter)
@@ -220,19 +221,20 @@ class _Dbpg:
             while self.pending and self.pending[0][0] < t - self.delay:
                 self._land(*self.pending.popleft())
             g, h = np.zeros(len(loc.keys)), np.zeros(len(loc.keys))
-            most = block_gradient(loc.indptr, loc.col, loc.values, loc.has_values, loc.labels, self.m, loc.bias,
-                                  self.block_of, b, g, h, self.scale)
+            indptr, col, values = self.parts[b]
+            block_gradient(indptr, col, values, loc.has_values, loc.labels, self.m, loc.bias,
+                           self.block_of[loc.bias] == b, g, h, self.scale)
             cols = self.cols[b]
             refresh = epoch % 5 == 1  # the first pass, and every 5th, sends every gradient (fresh KKT data)
             cols, gb = self.chain.select(loc.keys, cols, g[cols], self.weights, self.last_d, kkt=not refresh)
-            self.grad_t.push(loc.keys[cols], np.stack([gb, h[cols] * max(most, 1)], axis=1).astype(np.float32),
+            self.grad_t.push(loc.keys[cols], np.stack([gb, h[cols]], axis=1).astype(np.float32),
                              filters=self.chain.wire)
             self.w.clock()
             self.w.wait_clock(2 * t + 1)  # every worker's sums of round t are in
             if self.w.thread == 0:
                 self._server_step(b)
             self.w.clock()
-            self.pending.append((t, cols))  # (a key filtered out here is filtered on every worker: same
+            self.pending.append((t, b, cols))  # (a key filtered out here is filtered on every worker: same
             # weights and server gradients; its weight stays 0, so only the keys sent are pulled)
             self.round += 1
             progress.update(loc.rows // self.blocks + (b < loc.rows % self.blocks))
@@ -252,7 +254,7 @@ class _Dbpg:
             self.table.push(keys, gh).wait()
             self.grad_t.set(keys, np.zeros_like(gh)).wait()
 
-    def _land(self, t: int, cols: np.ndarray) -> None:
+    def _land(self, t: int, b: int, cols: np.ndarray) -> None:
         """Round t's new weights of the columns it pushed: pulled, and the margins moved by the change."""
         self.w.wait_clock(2 * t + 2)
         if not len(cols):
@@ -263,8 +265,8 @@ class _Dbpg:
         self.weights[cols] = rows[:, 0]
         self.last_d[cols] = rows[:, 1]
         if delta.any():
-            loc = self.local
-            add_margins(loc.indptr, loc.col, loc.values, loc.has_values, delta, loc.bias, self.m)
+            indptr, col, values = self.parts[b]
+            add_margins(indptr, col, values, self.local.has_values, delta, self.local.bias, self.m)
 
     def weights_of(self, keys: np.ndarray) -> np.ndarray:
         return self.table.pull(keys)[:, 0]
@@ -302,7 +304,7 @@ def finish(st: State, wall: float) -> list[str]:
     s, args = st.s, st.s.args
     row = s.report.rows[-1] if s.report.rows else {}
     lines = [f"lr: {args.algo}, {args.epochs} epochs in {wall:.1f} s; objective {row.get('objective', float('nan')):.6f}, "
-             f"{int(row.get('nonzeros', 0)):,} non-zero weights, {row.get('mb_sent', 0):.1f} MiB sent"]
+             f"{int(row.get('nonzeros', 0)):,} non-zero weights, {row.get('mb_sent', 0):.2f} MiB sent in training"]
     if args.out:
         table = s.node.worker().table(_W)
         keys, rows = table.pull_range(0, 1 << 64)

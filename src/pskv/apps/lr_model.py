@@ -40,6 +40,21 @@ class Local:
         self.labels = np.asarray(data.labels, np.float32)
         self.rows = len(self.labels)
 
+    def split(self, block_of: np.ndarray, blocks: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Each block's part of the examples, (indptr, col, values) with the rows of all examples: a
+        round of block b then touches only block b's nonzeros."""
+        rows = np.repeat(np.arange(self.rows), np.diff(self.indptr))
+        which = block_of[self.col]
+        order = np.argsort(which, kind="stable")  # by block, rows in order within each
+        bounds = np.searchsorted(which[order], np.arange(blocks + 1))
+        parts = []
+        for b in range(blocks):
+            take = order[bounds[b]:bounds[b + 1]]
+            indptr = np.zeros(self.rows + 1, np.int64)
+            np.cumsum(np.bincount(rows[take], minlength=self.rows), out=indptr[1:])
+            parts.append((indptr, self.col[take], self.values[take] if self.has_values else self.values))
+        return parts
+
     def block_of(self, blocks: int) -> np.ndarray:
         """(m,) int64: the key-range block of each local feature (block b = [b, b + 1) * 2**64 / blocks)."""
         if blocks == 1:
@@ -95,30 +110,27 @@ def batch_gradient(rows, indptr, col, values, has_values, labels, w, bias, g, ma
 
 
 @numba.njit(nogil=True, cache=True)
-def block_gradient(indptr, col, values, has_values, labels, m, bias, block_of, b, g, h, scale):  # pragma: no cover
-    """For the features of block b: g[j] += scale * sum_i (sigmoid(m_i) - y_i) x_ij and
-    h[j] += scale * sum_i sigmoid'(m_i) x_ij^2 (the bias is in block 0); returns the largest count of
-    block-b features in one row (the diagonal majorizer's factor)."""
-    most = 0
+def block_gradient(indptr, col, values, has_values, labels, m, bias, bias_here, g, h, scale):  # pragma: no cover
+    """For one block's part of the examples (every nonzero of `col` is the block's; `bias_here`: the
+    bias is one of its features too): g[j] += scale * sum_i (sigmoid(m_i) - y_i) x_ij, and the
+    diagonal curvature bound h[j] += scale * sum_i k_i sigmoid'(m_i) x_ij^2, where k_i counts row i's
+    features in the block: since (sum_j x_ij d_j)^2 <= k_i sum_j x_ij^2 d_j^2, a step by these h
+    never overshoots what the block's features do together."""
     for i in range(indptr.shape[0] - 1):
+        k = indptr[i + 1] - indptr[i] + (1 if bias_here else 0)
+        if k == 0:
+            continue
         pr = _sigmoid(m[i])
         r = (pr - labels[i]) * scale
-        c = pr * (1.0 - pr) * scale
-        count = 0
-        if b == block_of[bias]:
+        c = pr * (1.0 - pr) * scale * k
+        if bias_here:
             g[bias] += r
             h[bias] += c
-            count += 1
         for p in range(indptr[i], indptr[i + 1]):
             j = col[p]
-            if block_of[j] == b:
-                x = values[p] if has_values else 1.0
-                g[j] += r * x
-                h[j] += c * x * x
-                count += 1
-        if count > most:
-            most = count
-    return most
+            x = values[p] if has_values else 1.0
+            g[j] += r * x
+            h[j] += c * x * x
 
 
 @numba.njit(nogil=True, cache=True)

@@ -60,14 +60,17 @@ class SparseData:
                 if len(head) < 16 or head[:8] != MAGIC:
                     raise DataError(f"{path} is not a pskv sparse file (no {MAGIC!r} at its start); write one "
                                     "with `pskv data convert FILE.libsvm OUT`")
-                meta = json.loads(f.read(int.from_bytes(head[8:16], "little")))
+                size = int.from_bytes(head[8:16], "little")
+                if size > 1 << 24:
+                    raise DataError(f"{path} is not a pskv sparse file (a header of {size} bytes); convert it again")
+                meta = json.loads(f.read(size))
             rows, nnz, at = int(meta["rows"]), int(meta["nnz"]), meta["offsets"]
             mm = lambda name, dtype, n: np.memmap(path, dtype, "r", int(at[name]), (n,)) if n else np.empty(0, dtype)
             labels = mm("labels", np.float32, rows)
             indptr = mm("indptr", np.int64, rows + 1)
             keys = mm("keys", np.uint64, nnz)
             values = None if meta.get("binary") else mm("values", np.float32, nnz)
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DataError(f"{path} cannot be read as a pskv sparse file ({exc}); convert it again") from None
         if len(indptr) and (indptr[0] != 0 or indptr[-1] != nnz):
             raise DataError(f"{path}: row offsets do not cover its {nnz} entries; the file is damaged, convert it again")
