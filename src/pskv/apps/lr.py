@@ -49,7 +49,7 @@ from .lr_model import (AUC_BINS, Local, add_margins, auc_of_histogram, batch_gra
                        loss_sum, margins, save_model, score_histogram)
 
 _W, _G = "lr-w", "lr-grad"
-_SCALARS = 7  # loss sum, train rows, |w|_1, |w|^2, non-zeros, bytes sent, test loss sum
+_SCALARS = 8  # loss sum, train rows, |w|_1, |w|^2, non-zeros, bytes sent, test loss sum, messages sent
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,7 +82,7 @@ class State:
     test: SparseData
     rows: int  # training examples in all
     names: dict | None = None  # key -> feature name (census)
-    evaluation_bytes: int = 0  # bytes this node sent for test evaluation and metrics (thread 0 counts)
+    evaluation: tuple = (0, 0)  # bytes and messages this node sent for test evaluation and metrics (thread 0)
 
 
 def _load(args: argparse.Namespace, rank: int) -> tuple[SparseData, SparseData, dict | None]:
@@ -276,35 +276,43 @@ def _report(w: pskv.Worker, st: State, run, test: Local, epoch: int, loss: float
     """Test AUC and log loss, objective, non-zeros and bytes over every worker (one Reducer round)."""
     s, args = st.s, st.s.args
     w.barrier()  # every update of the epoch is applied
-    before = s.node.stats()["bytes_sent"] if w.thread == 0 else 0
+    before = _sent(s.node) if w.thread == 0 else (0, 0)
     wt = run.weights_of(test.keys)
     m = np.empty(test.rows)
     margins(test.indptr, test.col, test.values, test.has_values, wt.astype(np.float64), test.bias, m)
     prob = 1.0 / (1.0 + np.exp(-m))
-    l1 = sq = nnz = sent = 0.0
+    l1 = sq = nnz = sent = messages = 0.0
     if w.thread == 0:  # this node's range of the weights: read from its memory
         keys, rows = run.table.pull_range(*run.table.local_range())
         weights = rows[:, 0].astype(np.float64)
         l1, sq, nnz = np.abs(weights).sum(), (weights ** 2).sum(), np.count_nonzero(weights)
-        sent = before - st.evaluation_bytes  # training traffic only
-    scalars = [loss, run.local.rows, l1, sq, nnz, sent, loss_sum(m, test.labels)]
+        sent, messages = before[0] - st.evaluation[0], before[1] - st.evaluation[1]  # training traffic only
+    scalars = [loss, run.local.rows, l1, sq, nnz, sent, loss_sum(m, test.labels), messages]
     totals = s.reducer.sum(w, np.concatenate([scalars, score_histogram(prob, test.labels)]))
     if w.thread == 0:
         w.barrier()  # (every node's evaluation traffic is sent: none of it counts as training's)
-        st.evaluation_bytes += s.node.stats()["bytes_sent"] - before
+        after = _sent(s.node)
+        st.evaluation = (st.evaluation[0] + after[0] - before[0], st.evaluation[1] + after[1] - before[1])
     else:
         w.barrier()
     loss_mean = totals[0] / max(totals[1], 1)
     objective = loss_mean + args.l1 * totals[2] + 0.5 * args.l2 * totals[3]
     s.report.epoch(w, epoch, progress, test_auc=auc_of_histogram(totals[_SCALARS:]), objective=objective,
-                   test_logloss=totals[6] / max(st.test.rows, 1), nonzeros=totals[4], mb_sent=totals[5] / 2**20)
+                   test_logloss=totals[6] / max(st.test.rows, 1), nonzeros=totals[4], mb_sent=totals[5] / 2**20,
+                   messages=totals[7])
+
+
+def _sent(node: pskv.Node) -> tuple[int, int]:
+    stats = node.stats()
+    return stats["bytes_sent"], stats["messages_sent"]
 
 
 def finish(st: State, wall: float) -> list[str]:
     s, args = st.s, st.s.args
     row = s.report.rows[-1] if s.report.rows else {}
     lines = [f"lr: {args.algo}, {args.epochs} epochs in {wall:.1f} s; objective {row.get('objective', float('nan')):.6f}, "
-             f"{int(row.get('nonzeros', 0)):,} non-zero weights, {row.get('mb_sent', 0):.2f} MiB sent in training"]
+             f"{int(row.get('nonzeros', 0)):,} non-zero weights, {row.get('mb_sent', 0):.2f} MiB sent in training "
+             f"({int(row.get('messages', 0)):,} messages)"]
     if args.out:
         table = s.node.worker().table(_W)
         keys, rows = table.pull_range(0, 1 << 64)
