@@ -157,3 +157,22 @@ def test_torch_mf_on_two_nodes_reaches_the_mf_apps_test_rmse():
         return float(re.findall(r"test RMSE (\d\.\d+)", text)[-1])
 
     assert abs(rmse(torch_mf.stdout) - rmse(mf.stdout)) <= 0.01, (torch_mf.stdout[-500:], mf.stdout[-500:])
+
+
+SPARSE = ROOT / "examples" / "sparse.py"
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_sparse_example_finds_the_informative_features(nodes):
+    """examples/sparse.py (sparse table, push_pull, Prox, filters, pull_range) recovers every informative
+    hashed feature and no other, with L1 leaving many weights at exactly 0."""
+    cmd = [sys.executable, str(SPARSE)]
+    if nodes > 1:
+        cmd = [sys.executable, "-m", "pskv", "launch", "-n", str(nodes), "--", *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    m = re.search(r"(\d+) weights written, (\d+) non-zero; (\d+) of the 25 informative features found, (\d+) others",
+                  proc.stdout)
+    assert m, proc.stdout
+    written, nonzero, found, others = map(int, m.groups())
+    assert written == 501 and nonzero < 0.8 * written and found >= 23 and others == 0
