@@ -123,6 +123,10 @@ def setup(s: common.Session) -> State:
     if node.rank == 0:
         print(f"lr: {args.algo} on {train.rows:,} train / {test.rows:,} test examples, {train.nnz:,} non-zeros; "
               f"l1={args.l1:g} l2={args.l2:g}; {s.workers} worker(s); filters: {args.filters or 'none'}", flush=True)
+        if args.data == "census":
+            c = census.stats(census.prepare(quiet=True))
+            print(f"lr: census-income: {c['features']:,} hashed features ({c['fields']} fields, {c['crosses']} "
+                  f"crosses), {c['collisions']} hash collisions ({c['collision_rate']:.2e})", flush=True)
     return State(s, train, test, train.rows, names)
 
 
