@@ -41,7 +41,11 @@ def files(tmp_path_factory):
 def _run(files, tmp_path, *args: str, nodes: int = 2, ok: bool = True, l1: str = "2e-4") -> subprocess.CompletedProcess:
     train, test = files
     env = {**os.environ, "PSKV_DATA_DIR": str(tmp_path / "data")}
-    proc = subprocess.run([sys.executable, "-m", "pskv", "run", "lr", "--nodes", str(nodes), "--", "--data", str(train),
+    threads = []
+    if "--threads" in args:  # (a flag of `pskv run`, not of the app)
+        at = args.index("--threads")
+        threads, args = list(args[at:at + 2]), args[:at] + args[at + 2:]
+    proc = subprocess.run([sys.executable, "-m", "pskv", "run", "lr", "--nodes", str(nodes), *threads, "--", "--data", str(train),
                            "--test", str(test), "--progress", "none", "--l1", l1, *args],
                           capture_output=True, text=True, timeout=120, env=env)
     if ok:
@@ -68,6 +72,15 @@ def test_dbpg_trains_the_same_model_on_one_and_two_nodes(files, tmp_path):
     assert b["objective"] == pytest.approx(a["objective"], rel=1e-4)
     assert abs(a["nonzeros"] - b["nonzeros"]) <= max(3, a["nonzeros"] // 50)
     assert b["auc"] == pytest.approx(a["auc"], abs=2e-3) and b["auc"] > 0.7
+
+
+def test_bounded_delay_with_threads_stays_near_the_model(files, tmp_path):
+    """--delay 2 on 2 nodes x 2 threads (margins up to 2 rounds behind): about the same objective as
+    no delay on one worker; the stale rounds show (it is not the same run)."""
+    one = _summary(_run(files, tmp_path, "--epochs", "4", "--blocks", "8", nodes=1))
+    late = _summary(_run(files, tmp_path, "--epochs", "4", "--blocks", "8", "--delay", "2", "--threads", "2"))
+    assert late["objective"] == pytest.approx(one["objective"], rel=1e-2)
+    assert late["objective"] != one["objective"]
 
 
 def test_filters_cut_the_bytes_at_the_same_auc(files, tmp_path):
