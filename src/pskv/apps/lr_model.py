@@ -70,14 +70,10 @@ def _sigmoid(z):  # pragma: no cover - compiled
     return e / (1.0 + e)
 
 
-@numba.njit(nogil=True, cache=True)
-def margins(indptr, col, values, has_values, w, bias, out):  # pragma: no cover - compiled
+def margins(indptr, col, values, has_values, w, bias, out) -> None:
     """out[i] = w[bias] + sum of w[col[p]] * x_p over row i."""
-    for i in range(indptr.shape[0] - 1):
-        s = w[bias]
-        for p in range(indptr[i], indptr[i + 1]):
-            s += w[col[p]] * (values[p] if has_values else 1.0)
-        out[i] = s
+    out[:] = 0.0
+    add_margins(indptr, col, values, has_values, w, bias, out)
 
 
 @numba.njit(nogil=True, cache=True)
