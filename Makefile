@@ -24,7 +24,7 @@ test: $(STAMP)
 
 # randomized stress rounds under a CPU burner (tests/stress); PSKV_STRESS_SEED=N replays a run
 stress: $(STAMP)
-	$(PY) -m pytest -q -s -m stress tests/stress
+	$(PY) -m pytest -q -s -p no:xdist -m stress tests/stress
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_kv.py

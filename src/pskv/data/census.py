@@ -19,6 +19,7 @@ example has one feature per field and per cross: 40 + 66 binary features.
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import itertools
 import json
@@ -55,6 +56,14 @@ def prepare(*, quiet: bool = False) -> Path:
     target = fetch(NAME, quiet=quiet)
     if all((target / f).is_file() for f in FILES):
         return target
+    with open(target.parent / f".{NAME}-features.lock", "w") as lock:  # one process featurizes; the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all((target / f).is_file() for f in FILES):
+            _featurize_files(target)
+    return target
+
+
+def _featurize_files(target: Path) -> None:
     train, test = _read(target / _TRAIN), _read(target / _TEST)
     names: dict[int, str] = {}
     parts = [_featurize(train, names), _featurize(test, names)]
@@ -74,7 +83,6 @@ def prepare(*, quiet: bool = False) -> Path:
     tmp = target / f".stats.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(stats, indent=1))
     os.replace(tmp, target / "stats.json")
-    return target
 
 
 def stats(directory: Path) -> dict:

