@@ -76,8 +76,8 @@ def sums(node: pskv.Node, threads: int, steps: int = 200) -> None:
 def push_pull(node: pskv.Node, threads: int) -> None:
     """push_pull returns each key's row right after this push, on sparse and dense tables; with one
     writer per key the rows are exact; with every worker writing, the final rows sum exactly."""
-    sparse = node.table("s", rows=None, dim=1, key_space="uint64", updater=pskv.SGD(lr=0.5))
-    dense = node.table("d", rows=100, dim=1, updater=pskv.SGD(lr=0.5))
+    node.table("s", rows=None, dim=1, key_space="uint64", updater=pskv.SGD(lr=0.5))
+    node.table("d", rows=100, dim=1, updater=pskv.SGD(lr=0.5))
     n, rounds = node.num_nodes, 5
 
     def train(w: pskv.Worker) -> None:
