@@ -28,7 +28,7 @@ LAYERS = [
     ["server", "client"],  # siblings: never import each other
     ["node"],
     ["pskv"],  # the public API (__init__.py) re-exports the layers below
-    ["launch", "data"],
+    ["launch", "data", "schedule"],
     ["torch"],  # pskv.torch, the optional extra
     ["apps"],
     ["bench", "demo"],

@@ -19,6 +19,7 @@ APPS = {  # name -> module
     "kge": "pskv.apps.kge",
     "word2vec": "pskv.apps.word2vec",
     "lr": "pskv.apps.lr",
+    "lasso": "pskv.apps.lasso",
     "mnist": "pskv.apps.mnist",  # needs pskv[torch]
 }
 
@@ -37,6 +38,10 @@ def run(app: str, argv: list[str], *, nodes: int | None = None, threads: int | N
         return importlib.import_module(APPS[app]).main(argv)
     from ..launch import launch
 
+    orchestrate = getattr(importlib.import_module(APPS[app]), "orchestrate", None)  # an app that runs several clusters
+    status = orchestrate(argv, nodes, threads, launch) if orchestrate is not None else None
+    if status is not None:
+        return status
     backups = argparse.ArgumentParser(add_help=False)
     backups.add_argument("--backups", type=int, default=None)  # the launcher must know too: the others go on
     return launch(nodes or 1, [sys.executable, "-m", APPS[app], *argv], threads=threads or 1,

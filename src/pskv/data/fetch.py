@@ -104,6 +104,10 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in [
             "98402b1ab879573d0a7f38a699a40258080e25e33d3401e7bf9c96d3fa0fab8c",
     }, "Census-Income (KDD, 1994-95 CPS): 199,523 + 99,762 people, 40 attributes, income > $50k "
        "(6.2%); `pskv run lr` crosses them into hashed binary features (data.census)"),
+    Dataset("all-genes", "deb:r-bioc-all=1.40.0-1", {
+        "usr/lib/R/site-library/ALL/data/ALL.rda": "ed394602065429adb06d2701924c91ee565921bfb4b0e85f80192767fcad51ae",
+    }, "Bioconductor's ALL: expression of 12,625 genes (Affymetrix probes) in 128 leukaemia patients "
+       "(Debian's r-bioc-all; read with the rdata parser: pip install 'pskv[compare]')"),
     Dataset("gensim-text", _GENSIM, {
         _GENSIM_DATA + "head500.noblanks.cor": "af9892fa37eef66079a8fcd5d25090104ee7e588f6121ee43817d82131f12474",
         _GENSIM_DATA + "lee_background.cor": "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb",

@@ -126,11 +126,11 @@ def _aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def read_libsvm(path, *, progress=None) -> SparseData:
+def read_libsvm(path, *, progress=None, real_labels: bool = False) -> SparseData:
     """Parse a libsvm/svmlight text file: `label idx:value idx:value ...` per line; labels -1/+1 or
-    0/1 (become 0/1), any non-negative integer idx (the feature key), `#` starts a comment, blank
-    lines are skipped. Raises DataError with the file and line of the first malformed entry.
-    `progress(bytes)` is called as the file is read."""
+    0/1 (become 0/1; any finite number with `real_labels`, for regression), any non-negative
+    integer idx (the feature key), `#` starts a comment, blank lines are skipped. Raises DataError
+    with the file and line of the first malformed entry. `progress(bytes)` is called as the file is read."""
     path = Path(path)
     labels, indptr, keys, values = [], [0], [], []
     try:
@@ -145,7 +145,7 @@ def read_libsvm(path, *, progress=None) -> SparseData:
             if not line:
                 continue
             label, *pairs = line.split()
-            labels.append(_label(label, path, number))
+            labels.append(_real(label, path, number) if real_labels else _label(label, path, number))
             for pair in pairs:
                 idx, sep, val = pair.partition(b":")
                 try:
@@ -160,7 +160,8 @@ def read_libsvm(path, *, progress=None) -> SparseData:
             indptr.append(len(keys))
     if not labels:
         raise DataError(f"{path} holds no examples; expected lines like `+1 3:1 17:0.5`")
-    return SparseData(np.array(labels, np.float32), np.array(indptr, np.int64), np.array(keys, np.uint64),
+    return SparseData(np.array(labels, np.float64 if real_labels else np.float32), np.array(indptr, np.int64),
+                      np.array(keys, np.uint64),
                       np.array(values, np.float32), {"source": str(path)})
 
 
@@ -173,6 +174,16 @@ def _label(token: bytes, path: Path, number: int) -> float:
         raise DataError(f"{path}:{number}: label {token.decode(errors='replace')!r} is not -1, +1, 0 or 1 "
                         "(binary classification)")
     return 1.0 if y == 1.0 else 0.0
+
+
+def _real(token: bytes, path: Path, number: int) -> float:
+    try:
+        y = float(token)
+    except ValueError:
+        y = float("nan")
+    if not np.isfinite(y):
+        raise DataError(f"{path}:{number}: label {token.decode(errors='replace')!r} is not a finite number")
+    return y
 
 
 def write_libsvm(data: SparseData, path) -> Path:

@@ -1,0 +1,291 @@
+"""Lasso by parallel coordinate descent on a STRADS-style scheduler (pskv.schedule).
+
+    pskv run lasso --nodes 2 -- --data all --alpha 0.05 --scheduler strads
+    pskv run lasso --nodes 2 -- --data synthetic:400x2000:0.9 --scheduler all --plot schedulers.png
+    pskv run lasso -- --data train.libsvm --alpha 0.01              # your own file (real-valued labels)
+
+Minimizes scikit-learn's Lasso objective (1/(2n)) |y - X beta - b|^2 + alpha |beta|_1 with a
+fitted intercept b (b = mean(y) - mean(X) beta, so the centered problem is solved), and prints
+`objective ...` as its last line. Examples are sharded by rows over the workers (each keeps its
+rows of X, its residuals r and the offset c that centers them: centered residual = r + c). Per
+round the scheduler (node 0's extra thread) publishes up to --per-round coordinates S; every
+worker computes its partial sums x_j . r for j in S and pushes them; once all are in (worker
+clocks), every worker pulls the same totals and applies the same soft-thresholded updates
+beta_j = S(x~_j . r~ / n + z_j beta_j, alpha) / z_j (z_j: the centered column's mean square),
+so every worker holds the same beta; worker 0 reports |change| back to the scheduler's priority
+model. --scheduler: strads (priority sampling + a correlation check: two coordinates whose
+columns correlate by --rho or more never go in one round), shotgun (random, no check), cyclic;
+`all` runs the three one after the other (`pskv run` starts a cluster for each) and --plot
+draws their objective against time.
+
+--data: `all` (Bioconductor's ALL: 128 x 12,625 gene expressions, Debian's r-bioc-all; y planted
+on --planted genes), `synthetic:NxP:RHO` (blocks of 10 features correlated RHO; y planted), or a
+libsvm file with real-valued labels (loaded dense).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import pskv
+
+from .. import schedule
+from ..data import DataError, genes
+from ..data.sparse import read_libsvm
+from ..errors import ConfigError
+from . import common
+
+_SUMS = "lasso-sums"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = common.parser("lasso", "Lasso by parallel coordinate descent on a STRADS-style scheduler", epochs=20)
+    g = p.add_argument_group("lasso")
+    g.add_argument("--data", default="all", help="all, synthetic:NxP:RHO or a libsvm file (real labels)")
+    g.add_argument("--alpha", type=float, default=0.05, help="L1 weight (scikit-learn's alpha)")
+    g.add_argument("--scheduler", default="strads", help="strads, shotgun, cyclic, or all (one run each)")
+    g.add_argument("--per-round", type=int, default=16, help="coordinates updated in parallel per round")
+    g.add_argument("--candidates", type=int, default=0, help="strads: candidates drawn per round (0: 4 x per-round)")
+    g.add_argument("--rho", type=float, default=0.5, help="strads: the largest |correlation| of two coordinates of one "
+                                                          "round (and each one's summed |correlation| with the others < 1)")
+    g.add_argument("--planted", type=int, default=20, help="all / synthetic: non-zero coefficients of the planted y")
+    g.add_argument("--eval-every", type=int, default=1, help="rounds between objective evaluations")
+    return p
+
+
+@dataclasses.dataclass
+class State:
+    s: common.Session
+    x: np.ndarray  # (n, p) every example: each worker takes its rows
+    y: np.ndarray
+    sched: schedule.Scheduler
+    rounds: int
+    start: float = 0.0
+    final: dict = dataclasses.field(default_factory=dict)
+
+
+def load(data: str, planted: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(X, y) of --data, float64, dense."""
+    if data == "all":
+        x = genes.all_expression()
+        return x, genes.planted(x, planted, seed)[0]
+    if data.startswith("synthetic:"):
+        try:
+            shape, rho = data.split(":")[1:]
+            n, p = (int(v) for v in shape.split("x"))
+            rho = float(rho)
+        except ValueError:
+            raise DataError(f"--data {data!r}: write synthetic:NxP:RHO, e.g. synthetic:400x2000:0.9") from None
+        x = genes.correlated(n, p, rho, 10, seed)
+        return x, genes.planted(x, planted, seed)[0]
+    d = read_libsvm(data, real_labels=True)
+    keys = np.unique(np.asarray(d.keys))
+    if d.rows * len(keys) > 50_000_000:
+        raise DataError(f"{data}: {d.rows} x {len(keys)} is too large to hold dense (50M values at most)")
+    x = np.zeros((d.rows, len(keys)))
+    rows = np.repeat(np.arange(d.rows), np.diff(d.indptr))
+    x[rows, np.searchsorted(keys, d.keys)] = d.values
+    return x, np.asarray(d.labels, np.float64)
+
+
+def setup(s: common.Session) -> State:
+    args, node = s.args, s.node
+    if args.scheduler not in schedule.POLICIES:
+        raise ConfigError(f"--scheduler {args.scheduler!r}: use strads, shotgun, cyclic or all (under `pskv run`)")
+    x, y = load(args.data, args.planted, args.seed)
+    n, p = x.shape
+    per_round = min(args.per_round, p)
+    rounds = args.epochs * -(-p // per_round)
+    dependencies = None
+    if args.scheduler == "strads" and node.rank == 0:  # the scheduler reads whole columns (node 0 holds X)
+        std = x - x.mean(axis=0)
+        norms = np.linalg.norm(std, axis=0)
+        std /= np.where(norms > 0, norms, 1.0)
+        dependencies = schedule.correlation_check(lambda idx: std[:, idx], args.rho)
+    sched = schedule.Scheduler(node, "lasso", p, per_round, policy=args.scheduler, candidates=args.candidates or None,
+                               dependencies=dependencies, seed=args.seed)
+    node.table(_SUMS, rows=2 * (per_round + 1) + 2 * p + 2, dim=1, dtype="float64")
+    if node.rank == 0:
+        print(f"lasso: {n} x {p}, alpha={args.alpha:g}, {args.scheduler}, {per_round} coordinates per round, "
+              f"{rounds} rounds; {s.workers} worker(s)", flush=True)
+    state = State(s, x, y, sched, rounds)
+    sched.start(rounds + 1)  # (the last round updates nothing: it measures the final objective)
+    state.start = time.monotonic()
+    return state
+
+
+class _Worker:
+    """One worker's rows, residuals and copy of beta."""
+
+    def __init__(self, w: pskv.Worker, st: State) -> None:
+        s, args = st.s, st.s.args
+        me, workers = s.index(w), s.workers
+        n = len(st.y)
+        lo, hi = me * n // workers, (me + 1) * n // workers
+        self.w, self.x, self.y = w, st.x[lo:hi], st.y[lo:hi]
+        self.n, self.p, self.alpha = n, st.x.shape[1], args.alpha
+        self.width = st.sched.per_round + 1
+        self.sums = w.table(_SUMS)
+        self.seen = np.zeros((2, self.width))  # each slot's cumulative totals as last read
+        self.beta = np.zeros(self.p)
+        self.r = self.y.copy()  # y - X beta on these rows (beta = 0)
+        # the column statistics every worker needs: sums over all rows, through the table once
+        stats_at = np.arange(2 * self.width, 2 * self.width + 2 * self.p + 2)
+        local = np.concatenate([self.x.sum(axis=0), (self.x ** 2).sum(axis=0), [self.y.sum(), len(self.y)]])
+        self.sums.push(stats_at, local[:, None]).wait()
+        st.sched.begin(w)
+        w.wait_clock(1)
+        total = self.sums.pull(stats_at)[:, 0]
+        self.mean = total[:self.p] / n
+        self.z = total[self.p:2 * self.p] / n - self.mean ** 2  # centered columns' mean squares
+        self.c = -total[2 * self.p] / n  # centered residual = r + c (c = mean(X) beta - mean(y))
+
+    def partial(self, chosen: np.ndarray, measure: bool) -> np.ndarray:
+        """(x_j . r for j in chosen, then this worker's sum of centered squared residuals or 0)."""
+        out = np.zeros(self.width)
+        out[:len(chosen)] = self.x[:, chosen].T @ self.r
+        if measure:
+            out[-1] = float(((self.r + self.c) ** 2).sum())
+        return out
+
+    def totals(self, t: int) -> np.ndarray:
+        """Round t's sums over every worker (a slot's growth since this worker last read it)."""
+        slot = t % 2
+        cumulative = self.sums.pull(np.arange(slot * self.width, (slot + 1) * self.width))[:, 0]
+        got, self.seen[slot] = cumulative - self.seen[slot], cumulative
+        return got
+
+    def apply(self, chosen: np.ndarray, sums: np.ndarray) -> np.ndarray:
+        """The coordinate updates of `chosen` from the totals; returns the changes."""
+        xr = sums[:len(chosen)] + self.c * self.n * self.mean[chosen]  # x~_j . r~ summed over all rows
+        z = self.z[chosen]
+        rho = xr / self.n + z * self.beta[chosen]
+        new = np.where(z > 0, np.sign(rho) * np.maximum(np.abs(rho) - self.alpha, 0.0) / np.where(z > 0, z, 1), 0.0)
+        delta = new - self.beta[chosen]
+        self.beta[chosen] = new
+        self.r -= self.x[:, chosen] @ delta
+        self.c += float(self.mean[chosen] @ delta)
+        return delta
+
+    def objective(self, rss: float) -> float:
+        return rss / (2 * self.n) + self.alpha * float(np.abs(self.beta).sum())
+
+
+def train(w: pskv.Worker, st: State) -> None:
+    s, args, sched = st.s, st.s.args, st.sched
+    me = _Worker(w, st)
+    leader = common.is_leader(w)
+    progress = common.Progress(w, total=st.rounds, scale=1, unit="rounds", mode=args.progress,
+                               watchdog=s.report.watchdog)
+    per_epoch = -(-me.p // sched.per_round)
+    previous, objective, epoch_start = None, float("nan"), time.monotonic()
+    for t in range(st.rounds + 1):
+        chosen = sched.take(w, t)  # round t - 1's sums are in everywhere, too
+        if previous is not None:
+            sums = me.totals(t - 1)
+            delta = me.apply(previous, sums)
+            if leader:
+                sched.report(w, t - 1, previous, delta)
+            if (t - 1) % args.eval_every == 0 or t == st.rounds:
+                objective = me.objective(sums[-1])
+        measure = t % args.eval_every == 0 or t == st.rounds  # rss of beta after round t - 1
+        if t == st.rounds:
+            chosen = chosen[:0]
+        slot = t % 2
+        me.sums.push(np.arange(slot * me.width, (slot + 1) * me.width), me.partial(chosen, measure)[:, None]).wait()
+        sched.end_round(w)
+        previous = chosen
+        if t:
+            progress.update(1)
+        if t and t % per_epoch == 0:
+            now = time.monotonic()
+            s.report.epoch(w, t // per_epoch, progress, objective=objective,
+                           nonzeros=float(np.count_nonzero(me.beta)), ms_per_round=1000 * (now - epoch_start) / per_epoch)
+            epoch_start = now
+            if not np.isfinite(objective) or objective > 1e12:
+                progress.write(f"lasso: the objective diverged ({objective:g}) after round {t}")
+    w.wait_clock(st.rounds + 2)  # every worker's last push (the final rss) is in
+    sums = me.totals(st.rounds)  # the final objective: rss with every update applied
+    if leader:
+        st.final.update(objective=me.objective(sums[-1]), nonzeros=int(np.count_nonzero(me.beta)),
+                        intercept=float(st.y.mean() - me.mean @ me.beta), beta=me.beta.copy())
+    progress.close()
+
+
+def finish(st: State, wall: float) -> list[str]:
+    st.sched.close(timeout=60)
+    info = st.sched.stats()
+    f = st.final
+    share = info["choose_seconds"] / max(wall, 1e-9)
+    return [f"lasso: {st.s.args.scheduler}, {st.rounds} rounds in {wall:.2f} s ({1000 * wall / st.rounds:.2f} ms per "
+            f"round, {info['updates'] / max(info['rounds'], 1):.1f} coordinates per round); the scheduler chose for "
+            f"{info['choose_seconds']:.2f} s ({share:.0%} of the run, pipelined), "
+            f"{f.get('nonzeros', 0)} non-zero coefficients, intercept {f.get('intercept', float('nan')):.6g}",
+            f"objective {f.get('objective', float('nan')):.10g}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.scheduler == "all":
+        raise ConfigError("--scheduler all runs one cluster per scheduler: start it with `pskv run lasso`")
+    return common.run_app("lasso", args, metrics=1, setup=setup, train=train, finish=finish)
+
+
+def orchestrate(argv: list[str], nodes: int | None, threads: int | None, launch) -> int | None:
+    """`pskv run lasso -- --scheduler all ...`: one cluster per scheduler, then their objectives in one
+    plot (--plot). None: not that case (run as usual)."""
+    args, _ = _parser().parse_known_args(argv)
+    if args.scheduler != "all":
+        return None
+    rest = [a for i, a in enumerate(argv) if not (a == "--scheduler" or i and argv[i - 1] == "--scheduler"
+                                                  or a == "--plot" or i and argv[i - 1] == "--plot"
+                                                  or a.startswith("--scheduler=") or a.startswith("--plot="))]
+    curves = {}
+    with tempfile.TemporaryDirectory(prefix="pskv-lasso-") as tmp:
+        for policy in schedule.POLICIES:
+            log = Path(tmp) / f"{policy}.jsonl"
+            status = launch(nodes or 1, [sys.executable, "-m", "pskv.apps.lasso", *rest, "--scheduler", policy,
+                                         "--log", str(log)], threads=threads or 1)
+            if status != 0:
+                return status
+            curves[policy] = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+    for policy, rows in curves.items():
+        last = rows[-1] if rows else {}
+        print(f"lasso {policy}: objective {last.get('objective', float('nan')):.10g} after {last.get('wall', 0):.2f} s")
+    if args.plot:
+        print(_plot(args.plot, curves))
+    return 0
+
+
+def _plot(path: Path, curves: dict) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return f"--plot {path}: matplotlib is not installed; pip install 'pskv[plot]'"
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for policy, rows in curves.items():
+        rows = [r for r in rows if np.isfinite(r.get("objective", np.nan))]
+        ax.plot([r["wall"] for r in rows], [r["objective"] for r in rows], marker=".", label=policy)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("objective")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return f"wrote {path}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
