@@ -71,6 +71,8 @@ class TableState:
             out.update(flushes=self.buffer.flushes, buffered_rows=self.buffer.rows_in, flushed_rows=self.buffer.rows_out)
         if self.aggregator is not None:
             out.update(aggregated_rounds=self.aggregator.rounds, aggregated_messages=self.aggregator.messages)
+        if getattr(self.shard, "disk", None) is not None:
+            out.update(self.shard.disk.counters())
         return out
 
     def parts(self) -> list[str]:

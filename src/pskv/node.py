@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
+import resource
 import signal
 import sys
 import threading
@@ -75,6 +76,7 @@ from .server.rounds import Rounds
 from .server.chain import Chain
 from .server.serve import Server
 from .store.replicas import Replicas
+from .store.disk import DiskRows
 from .store.spec import SPARSE_ROWS, TableSpec, as_init
 from .store.shard import Store
 
@@ -241,7 +243,8 @@ class Node:
     # ---- public API -----------------------------------------------------------------------------
     def table(self, name: str, rows: int | None, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
               placement=None, replicate=None, sampling=None, consistency=None, cache=None, aggregate=None,
-              key_space: str = "dense", **deprecated) -> Table:
+              key_space: str = "dense", storage: str = "memory", cache_rows: int | None = None, path=None,
+              **deprecated) -> Table:
         """Declare table `name` on every node (collective) and return a handle for this thread.
 
         Blocks until every node declared it. Raises TableMismatch (on every node) if nodes declared
@@ -258,7 +261,10 @@ class Node:
 
         `key_space="uint64", rows=None`: a sparse table whose keys are any uint64 ids (hashed
         features), rows created on first write, key ranges split over the nodes (store.sparse);
-        asynchronous only, without the techniques above, backups or elastic membership (ConfigError)."""
+        asynchronous only, without the techniques above, backups or elastic membership (ConfigError).
+
+        `storage="disk", cache_rows=N, path=DIR`: this node's rows live in files under DIR, with
+        at most about N rows' pages in memory (store.disk; Bösen's out-of-core tables)."""
         self.health.check()
         options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
         consistency = self.consistency if consistency is None else as_consistency(consistency)
@@ -270,7 +276,8 @@ class Node:
         spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
                          table_id=self.catalog.next_id(name), key_space=key_space)
         saved, mismatch = self._restorer.match(spec.config()) if self._restorer is not None else (None, None)
-        state, config = self._build(spec, options, consistency, fill=saved is None)
+        disk = self._disk(spec, storage, cache_rows, path)
+        state, config = self._build(spec, options, consistency, fill=saved is None, disk=disk)
         self.catalog.add(state)
         if state.shard.replicas is not None:
             self._replica_sync.start()
@@ -410,7 +417,21 @@ class Node:
         return dict(self._restorer.extra) if self._restorer is not None else {}
 
 
-    def _build(self, spec: TableSpec, options: TableOptions, consistency, fill: bool = True) -> tuple[TableState, dict]:
+    def _disk(self, spec: TableSpec, storage: str, cache_rows, path) -> DiskRows | None:
+        """The files of a storage="disk" table on this node (ConfigError for what cannot be on disk)."""
+        if storage == "memory":
+            return None
+        where = f"table {spec.name!r} (storage={storage!r})"
+        if storage != "disk":
+            raise ConfigError(f"{where}: storage is 'memory' or 'disk'")
+        if path is None:
+            raise ConfigError(f"{where}: give path=DIR, a directory for this node's rows")
+        if spec.sparse or self.config.backups:
+            raise ConfigError(f"{where}: disk tables are dense tables without backups for now")
+        return DiskRows(path, spec.name, self.rank, cache_rows, spec.dim * np.dtype(spec.dtype).itemsize)
+
+    def _build(self, spec: TableSpec, options: TableOptions, consistency, fill: bool = True,
+               disk: DiskRows | None = None) -> tuple[TableState, dict]:
         """The table's parts on this node, and what every node must agree on (`fill=False`: rows
         left unset for a checkpoint to fill)."""
         ranges = self.view.key_ranges(spec.rows)
@@ -418,7 +439,7 @@ class Node:
             state = TableState(spec, ranges, self.store.add_sparse(spec, self.rank, ranges.manager_range(self.rank)), options, consistency,
                                np.empty(0, np.int64))
             return state, {**spec.config(), "consistency": consistency.spec}
-        shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank, fill)
+        shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank, fill, disk=disk)
         for r in ranges.managed_by(self.rank):
             if r != self.rank:  # a range whose first manager left the cluster before this table came
                 shard.adopt(*ranges.range_bounds(r), self.rank, fill)
@@ -512,7 +533,8 @@ class Node:
                 "forwards": self.server.forwards,
                 "relocated_in": self.server.relocation.relocated_in,
                 "declined": self.server.relocation.declined, "clock": self.clocks.global_clock,
-                "clock_waits": self.clocks.waits, "clock_wait_seconds": round(self.clocks.wait_seconds, 6)}
+                "clock_waits": self.clocks.waits, "clock_wait_seconds": round(self.clocks.wait_seconds, 6),
+                "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # (Linux: KiB)
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Leave the cluster: wait until every node called shutdown (they may still need this

@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
                         "auto: adagrad on zipf data, else sgd")
     g.add_argument("--adagrad-lr", type=float, default=0.1, help="step size of the item Adagrad")
     g.add_argument("--out", type=Path, metavar="DIR", help="write the factors here (.npy)")
+    g.add_argument("--storage", choices=["memory", "disk"], default="memory",
+                   help="disk: the item table's rows in files under --storage-path, at most --cache-rows in memory")
+    g.add_argument("--storage-path", type=Path, metavar="DIR", help="directory of the item rows (--storage disk)")
+    g.add_argument("--cache-rows", type=int, default=100_000, help="item rows kept in memory (--storage disk)")
     return p
 
 
@@ -317,6 +321,10 @@ def _setup(s: common.Session, problem: Problem) -> _Run:
     updater = "add" if args.item_updater == "sgd" else pskv.Adagrad(lr=args.adagrad_lr, initial_accumulator=0.1)
     extra = {"replicate": pskv.Replicate(keys=_hottest(problem.train, args.replicate))} if args.replicate else {}
     extra["placement"] = common.placement(args)  # --lease, --location-caches
+    if args.storage == "disk":  # Bösen's out-of-core table: the item factors in files, a bounded cache
+        if args.storage_path is None:
+            raise ConfigError("mf: --storage disk needs --storage-path DIR (where each node keeps its item rows)")
+        extra.update(storage="disk", cache_rows=args.cache_rows, path=args.storage_path)
     items = node.table(_ITEMS, rows=problem.train.n_items, dim=args.rank + args.biases, updater=updater,
                        init=pskv.Normal(std=args.init_std, seed=args.seed), **extra)
     # the users' factors live in the workers; a table keeps them for --out, for whoever takes them over

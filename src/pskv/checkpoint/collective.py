@@ -171,9 +171,11 @@ class Checkpointer:
             entry = {"keys": f"t{tid}.node{self.rank}.keys.npy", "rows": f"t{tid}.node{self.rank}.rows.npy",
                      "state": f"t{tid}.node{self.rank}.state.npy" if st is not None else None, "count": len(keys)}
             try:
+                disk = getattr(shard, "disk", None)  # a disk table streams, never all of it in memory
                 for name, array in (("keys", keys), ("rows", rows), ("state", st)):
                     if entry[name]:
-                        files[entry[name]] = fmt.write_array(path / entry[name], array)
+                        files[entry[name]] = fmt.write_array(path / entry[name], array,
+                                                             None if disk is None else disk.trim)
                 replicas = shard.replicas
                 if replicas is not None and first:  # every node's replicas are equal after the flush
                     m = len(replicas.keys)

@@ -105,18 +105,22 @@ def resolve(path) -> Path:
 
 
 # ---- writing --------------------------------------------------------------------------------------------------
-def write_array(path: Path, array: np.ndarray) -> dict:
-    """Write `array` as .npy at `path` (fsynced); returns {"crc32", "bytes"} of the whole file."""
+def write_array(path: Path, array: np.ndarray, after_chunk=None) -> dict:
+    """Write `array` as .npy at `path` (fsynced); returns {"crc32", "bytes"} of the whole file.
+    `after_chunk()` runs after each chunk is written (a disk table drops the pages it read)."""
     array = np.ascontiguousarray(array)
     header = _npy_header(array)
     crc = zlib.crc32(header)
     with open(path, "wb") as f:
         f.write(header)
         flat = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
-        for lo in range(0, len(flat), _CHUNK):
-            chunk = flat[lo:lo + _CHUNK]
+        step = _CHUNK if after_chunk is None else _CHUNK // 16  # (4 MiB: what a disk table holds at once)
+        for lo in range(0, len(flat), step):
+            chunk = flat[lo:lo + step]
             crc = zlib.crc32(chunk, crc)
             f.write(chunk)
+            if after_chunk is not None:
+                after_chunk()
         f.flush()
         os.fsync(f.fileno())
     return {"crc32": crc, "bytes": len(header) + array.nbytes}

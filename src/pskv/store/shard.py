@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import kernels
 from ..errors import ProtocolError
+from .disk import DiskRows
 from .replicas import Replicas
 from .spec import TableSpec
 
@@ -38,10 +39,12 @@ class Shard:
     """One table on this node: the rows it owns (any keys), and the manager map of [start, stop)."""
 
     def __init__(self, spec: TableSpec, start: int, stop: int, rank: int, fill: bool = True,
-                 stripes: int = STRIPES) -> None:
+                 stripes: int = STRIPES, disk: DiskRows | None = None) -> None:
         """`fill=False`: leave the rows unset (a checkpoint is about to overwrite them all).
-        `stripes=1`: one lock (a copy only pskv-server writes, such as a backup's: server.chain)."""
+        `stripes=1`: one lock (a copy only pskv-server writes, such as a backup's: server.chain).
+        `disk`: the rows and state live in its files, with a budget of resident pages (store.disk)."""
         self.spec = spec
+        self.disk = disk
         self.start = start
         self.stop = stop
         n = stop - start
@@ -49,14 +52,17 @@ class Shard:
         self.slot[start:stop] = np.arange(n)
         self.owner = np.full(spec.rows, -1, np.int32)  # (rows,) manager map: owner of each managed key, else -1
         self.owner[start:stop] = rank
-        self.data = np.empty((max(n, 1), spec.dim), dtype=spec.dtype)  # (capacity, dim) the rows
+        self.data = self._rows_array("rows", max(n, 1), spec.dim)  # (capacity, dim) the rows
         for lo in range(0, n if fill else 0, 1 << 16):  # chunks keep the init kernel's working set small
             spec.init.fill(self.data[lo:lo + (1 << 16)], start + lo, spec.name)
+            self._touched(1 << 16)
         self.width = spec.updater.state_width(spec.dim)
         self.state = None
         if self.width:
-            self.state = np.empty((len(self.data), self.width), dtype=spec.dtype)  # (capacity, width)
-            spec.updater.init_state(self.state)
+            self.state = self._rows_array("state", len(self.data), self.width)  # (capacity, width)
+            for lo in range(0, len(self.state), 1 << 16):
+                spec.updater.init_state(self.state[lo:lo + (1 << 16)])
+                self._touched(1 << 16)
         self.static = True  # no key moved in or out yet: slot[k] == k - start (flips under all stripes)
         self._free = np.empty(len(self.data), np.int64)  # (capacity,) a stack of free rows of data: _free[:_n_free]
         self._n_free = 0  # (both under all stripes)
@@ -74,6 +80,8 @@ class Shard:
     def pull(self, keys: np.ndarray, out: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
         """out[i] (or out[pos[i]]) = row keys[i] for owned keys; returns the indices i not owned."""
         home = self._home(keys)
+        if self.disk is not None:
+            self._touched(len(keys))
         with self._locked(keys):
             if home and self.static:  # the common case: rows where they started, no slot map
                 if pos is None:
@@ -94,6 +102,8 @@ class Shard:
         """push, then (unless `out` is None) out[i] = row keys[i] after it, under the same locks (no
         write in between, no move). Returns the indices not owned (their `out` rows untouched)."""
         home = self._home(keys)
+        if self.disk is not None:
+            self._touched(len(keys))
         with self._locked(keys):
             if home and self.static:
                 rows = keys - self.start if self.start else keys
@@ -115,6 +125,8 @@ class Shard:
     def set(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Overwrite owned rows; for duplicate keys the last one wins. Returns indices not owned."""
         home = self._home(keys)
+        if self.disk is not None:
+            self._touched(len(keys))
         with self._locked(keys):
             if home and self.static:
                 kernels.assign(self.data, keys, self.start, values)
@@ -257,16 +269,27 @@ class Shard:
 
     def _grow(self, need: int) -> None:
         capacity = max(need, 2 * len(self.data))  # doubling: amortised O(1) per relocated row
-        data = np.empty((capacity, self.spec.dim), self.spec.dtype)
-        data[:self._used] = self.data[:self._used]
+        data = self._rows_array("rows", capacity, self.spec.dim)
+        if self.disk is None:  # (on disk the file grew in place and keeps the rows)
+            data[:self._used] = self.data[:self._used]
         self.data = data
         free = np.empty(capacity, np.int64)
         free[:self._n_free] = self._free[:self._n_free]
         self._free = free
         if self.state is not None:
-            state = np.empty((capacity, self.width), self.spec.dtype)
-            state[:self._used] = self.state[:self._used]
+            state = self._rows_array("state", capacity, self.width)
+            if self.disk is None:
+                state[:self._used] = self.state[:self._used]
             self.state = state
+
+    def _rows_array(self, which: str, n: int, width: int) -> np.ndarray:
+        if self.disk is None:
+            return np.empty((n, width), dtype=self.spec.dtype)
+        return self.disk.array(which, (n, width), self.spec.dtype)
+
+    def _touched(self, n: int) -> None:
+        if self.disk is not None:
+            self.disk.touched(n)
 
     def _locked(self, keys: np.ndarray | None) -> "_Held":
         """The stripe locks of `keys` (all of them for None or many keys), as a context manager."""
@@ -290,8 +313,9 @@ class Store:
         self.shards: dict[int, Shard] = {}
         self._lock = threading.Lock()  # guards adding to shards
 
-    def add(self, spec: TableSpec, start: int, stop: int, rank: int = 0, fill: bool = True) -> Shard:
-        shard = Shard(spec, start, stop, rank, fill)
+    def add(self, spec: TableSpec, start: int, stop: int, rank: int = 0, fill: bool = True,
+            disk: DiskRows | None = None) -> Shard:
+        shard = Shard(spec, start, stop, rank, fill, disk=disk)
         with self._lock:
             self.shards[spec.table_id] = shard
         return shard
