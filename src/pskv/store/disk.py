@@ -4,11 +4,13 @@ out-of-core tables): `node.table(..., storage="disk", cache_rows=N, path=DIR)`.
 The rows are a shared memory map of `DIR/<table>.node<R>.rows` (and `.state`), so every kernel of
 the shard works on them unchanged. What stays in memory is bounded: the pages the shard touched
 are its cache of hot rows, and once the rows touched since the last trim would exceed the
-budget (`cache_rows` rows), dirty pages are written back (msync) and every page is dropped, from
-this process (madvise MADV_DONTNEED) and from the page cache (posix_fadvise DONTNEED: cached
-neighbours would otherwise be mapped in with each page touched later, the kernel's fault-around).
-The file is the rows' home; the next access reads a row again. Counted conservatively: a
-touched row may bring in a page of 4 KiB, so the budget counts pages, not rows.
+budget (`cache_rows` rows' worth of distinct pages of the rows file; the updater state's pages
+follow the rows'), every page is dropped from this process (madvise MADV_DONTNEED: dirty pages
+stay in the page cache) and from the page cache (posix_fadvise DONTNEED, which also starts
+writing dirty pages back without waiting; cached neighbours would otherwise be mapped in with
+each page touched later, the kernel's fault-around).
+The file is the rows' home; the next access reads a row again. A touched row brings in its
+whole page (4 KiB), so the budget counts pages, not rows.
 
 Threads: the data path calls `touched()` from any thread; `trim()` needs no lock (dropping pages
 of a shared file mapping is safe while other threads read or write it: they fault them back).
@@ -40,9 +42,11 @@ class DiskRows:
         except OSError as exc:
             raise ConfigError(f"table {name!r}: cannot use {directory} for its rows on disk: {exc}") from None
         self.name, self.rank, self.cache_rows = name, rank, int(cache_rows)
-        self.budget_pages = max(1, self.cache_rows * row_bytes // PAGE)  # resident pages allowed
+        self.row_bytes = int(row_bytes)
+        self.budget_pages = max(1, self.cache_rows * self.row_bytes // PAGE)  # distinct row pages allowed
         self._maps: dict[str, np.memmap] = {}
-        self._since = 0  # pages possibly brought in since the last trim
+        self._seen = np.zeros(0, np.bool_)  # (pages of the rows file,) touched since the last trim
+        self._since = 0  # distinct pages of rows touched since the last trim
         self._lock = threading.Lock()  # guards _since and the trim count
         self.trims = 0
         self.peak_bytes = 0  # the largest resident size measured (just before each trim)
@@ -64,31 +68,62 @@ class DiskRows:
         self._maps[which] = arr
         return arr
 
-    def touched(self, n: int) -> None:
-        """`n` rows were read or written: trim when the budget may be exceeded."""
+    def touched(self, rows: np.ndarray) -> None:
+        """Rows (positions in the rows file) were read or written: trim once the distinct pages of
+        rows touched since the last trim exceed the budget (the state's pages follow the rows')."""
+        rows = np.asarray(rows, np.int64)
+        pages = np.unique(rows[rows >= 0] * self.row_bytes // PAGE)  # (rows moved here by relocation: no page)
         with self._lock:
-            self._since += n
+            if len(pages) and pages[-1] >= len(self._seen):
+                grown = np.zeros(max(int(pages[-1]) + 1, 2 * len(self._seen)), np.bool_)
+                grown[:len(self._seen)] = self._seen
+                self._seen = grown
+            fresh = pages[~self._seen[pages]]
+            self._seen[fresh] = True
+            self._since += len(fresh)
             if self._since <= self.budget_pages:
                 return
+            hot, self._seen = self._seen, np.zeros_like(self._seen)
             self._since = 0
-        self.trim()
+        self.trim(hot)
 
-    def trim(self) -> None:
-        """Write dirty rows back and drop every page of the files from this process and from the page
-        cache (else the kernel maps cached neighbours of each page touched later: fault-around)."""
+    def trim(self, hot: np.ndarray | None = None) -> None:
+        """Drop the pages of the files from this process, and from the page cache, but those of rows
+        touched since the last trim (`hot`: a page mask of the rows file; None: drop everything).
+        madvise DONTNEED keeps a shared map's dirty pages in the page cache; fadvise DONTNEED starts
+        writing them back without waiting and drops what is clean (pages left cached would be mapped
+        in as neighbours of pages touched later: the kernel's fault-around)."""
         self.peak_bytes = max(self.peak_bytes, self.resident_bytes())
         for which, arr in list(self._maps.items()):
             if arr._mmap is None:
                 continue
-            arr._mmap.flush()  # write-back (msync)
-            arr._mmap.madvise(mmap.MADV_DONTNEED)
             fd = os.open(self.path(which), os.O_RDONLY)
             try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                for lo, hi in self._cold(which, arr, hot):
+                    arr._mmap.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+                    os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
         with self._lock:
             self.trims += 1
+
+    def _cold(self, which: str, arr: np.memmap, hot: np.ndarray | None) -> list[tuple[int, int]]:
+        """Byte ranges (page aligned) of `arr` to drop: all, or the runs of pages with no hot row."""
+        size = len(arr._mmap)
+        if hot is None or not hot.any():
+            return [(0, size)]
+        scale = arr.nbytes / max(len(arr), 1) / self.row_bytes  # this file's bytes per byte of rows
+        keep = np.flatnonzero(hot)
+        lows = (keep * PAGE * scale).astype(np.int64) // PAGE * PAGE  # the hot pages, in this file
+        highs = -(-((keep + 1) * PAGE * scale).astype(np.int64) // PAGE) * PAGE
+        out, at = [], 0
+        for lo, hi in zip(np.minimum(lows, size).tolist(), np.minimum(highs, size).tolist()):
+            if lo > at:
+                out.append((at, lo))
+            at = max(at, hi)
+        if at < size:
+            out.append((at, size))
+        return out
 
     def resident_bytes(self) -> int:
         """Bytes of this shard's files resident in this process now (/proc/self/smaps), or 0 where unknown."""

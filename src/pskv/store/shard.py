@@ -55,14 +55,14 @@ class Shard:
         self.data = self._rows_array("rows", max(n, 1), spec.dim)  # (capacity, dim) the rows
         for lo in range(0, n if fill else 0, 1 << 16):  # chunks keep the init kernel's working set small
             spec.init.fill(self.data[lo:lo + (1 << 16)], start + lo, spec.name)
-            self._touched(1 << 16)
+            self._touched(np.arange(lo, min(lo + (1 << 16), n)))
         self.width = spec.updater.state_width(spec.dim)
         self.state = None
         if self.width:
             self.state = self._rows_array("state", len(self.data), self.width)  # (capacity, width)
             for lo in range(0, len(self.state), 1 << 16):
                 spec.updater.init_state(self.state[lo:lo + (1 << 16)])
-                self._touched(1 << 16)
+                self._touched(np.arange(lo, min(lo + (1 << 16), len(self.state))))
         self.static = True  # no key moved in or out yet: slot[k] == k - start (flips under all stripes)
         self._free = np.empty(len(self.data), np.int64)  # (capacity,) a stack of free rows of data: _free[:_n_free]
         self._n_free = 0  # (both under all stripes)
@@ -81,7 +81,7 @@ class Shard:
         """out[i] (or out[pos[i]]) = row keys[i] for owned keys; returns the indices i not owned."""
         home = self._home(keys)
         if self.disk is not None:
-            self._touched(len(keys))
+            self._touched(keys - self.start)  # (positions of the rows where they started: a page estimate)
         with self._locked(keys):
             if home and self.static:  # the common case: rows where they started, no slot map
                 if pos is None:
@@ -103,7 +103,7 @@ class Shard:
         write in between, no move). Returns the indices not owned (their `out` rows untouched)."""
         home = self._home(keys)
         if self.disk is not None:
-            self._touched(len(keys))
+            self._touched(keys - self.start)  # (positions of the rows where they started: a page estimate)
         with self._locked(keys):
             if home and self.static:
                 rows = keys - self.start if self.start else keys
@@ -126,7 +126,7 @@ class Shard:
         """Overwrite owned rows; for duplicate keys the last one wins. Returns indices not owned."""
         home = self._home(keys)
         if self.disk is not None:
-            self._touched(len(keys))
+            self._touched(keys - self.start)  # (positions of the rows where they started: a page estimate)
         with self._locked(keys):
             if home and self.static:
                 kernels.assign(self.data, keys, self.start, values)
@@ -287,9 +287,9 @@ class Shard:
             return np.empty((n, width), dtype=self.spec.dtype)
         return self.disk.array(which, (n, width), self.spec.dtype)
 
-    def _touched(self, n: int) -> None:
+    def _touched(self, rows: np.ndarray) -> None:
         if self.disk is not None:
-            self.disk.touched(n)
+            self.disk.touched(rows)
 
     def _locked(self, keys: np.ndarray | None) -> "_Held":
         """The stripe locks of `keys` (all of them for None or many keys), as a context manager."""
