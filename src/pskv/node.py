@@ -266,6 +266,8 @@ class Node:
         `storage="disk", cache_rows=N, path=DIR`: this node's rows live in files under DIR, with
         at most about N rows' pages in memory (store.disk; Bösen's out-of-core tables)."""
         self.health.check()
+        if storage != "disk" and cache_rows is not None:  # the old flat keyword of BSP/SSP's row cache
+            deprecated["cache_rows"], cache_rows = cache_rows, None
         options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
         consistency = self.consistency if consistency is None else as_consistency(consistency)
         if key_space == "uint64":
