@@ -1,4 +1,5 @@
-"""pskv's apps: matrix factorization, knowledge-graph embeddings, word2vec, LeNet-5 on Fashion-MNIST, sparse logistic regression.
+"""pskv's apps: matrix factorization, knowledge-graph embeddings, word2vec, LeNet-5 on Fashion-MNIST, sparse
+logistic regression, Lasso on a STRADS-style scheduler.
 
     pskv run mf --nodes 2 --threads 2 -- --data ml-100k --epochs 10
     pskv launch -n 2 --threads 2 -- python -m pskv.apps.mf --data ml-100k
