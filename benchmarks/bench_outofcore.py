@@ -5,7 +5,7 @@
 
 Both runs are `pskv run mf --nodes N -- --data zipf:USERSxITEMSxNNZ --stats ...` (Adagrad on the
 items, so every item row has as much updater state beside it). Printed per run: wall time, each
-node's peak RSS (getrusage), and for the disk run the table's files, the peak of their resident
+node's RSS after training (VmRSS; its peak, getrusage, includes generating the data), and for the disk run the table's files, the peak of their resident
 pages (measured before each trim) and the number of trims; then the slowdown.
 """
 
@@ -63,15 +63,16 @@ def main(argv=None) -> None:
             print(f"\n{storage}: {r['wall']:.1f} s, test RMSE {r['rmse']}")
             for s in r["stats"]:
                 t = s["tables"]["mf-items"]
-                line = f"  node {s['rank']}: peak RSS {s['max_rss_bytes'] / 2**20:.0f} MiB"
+                line = (f"  node {s['rank']}: RSS after training {s['rss_bytes'] / 2**20:.0f} MiB, peak RSS "
+                        f"{s['max_rss_bytes'] / 2**20:.0f} MiB (data generation included)")
                 if storage == "disk":
                     line += (f"; item files {t['disk_file_bytes'] / 2**20:.0f} MiB, their peak resident "
                              f"{t['disk_peak_bytes'] / 2**20:.1f} MiB, {t['disk_trims']} trims")
                 print(line, flush=True)
     mem, disk = results["memory"], results["disk"]
-    rss = lambda r: max(s["max_rss_bytes"] for s in r["stats"])
-    print(f"\ndisk / memory: {disk['wall'] / mem['wall']:.2f}x the wall time; peak RSS {rss(disk) / 2**20:.0f} vs "
-          f"{rss(mem) / 2**20:.0f} MiB")
+    rss = lambda r: max(s["rss_bytes"] for s in r["stats"])
+    print(f"\ndisk / memory: {disk['wall'] / mem['wall']:.2f}x the wall time; RSS after training {rss(disk) / 2**20:.0f} "
+          f"vs {rss(mem) / 2**20:.0f} MiB")
 
 
 if __name__ == "__main__":

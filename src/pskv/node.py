@@ -536,7 +536,8 @@ class Node:
                 "relocated_in": self.server.relocation.relocated_in,
                 "declined": self.server.relocation.declined, "clock": self.clocks.global_clock,
                 "clock_waits": self.clocks.waits, "clock_wait_seconds": round(self.clocks.wait_seconds, 6),
-                "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # (Linux: KiB)
+                "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # (Linux: KiB)
+                "rss_bytes": _rss_now()}
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Leave the cluster: wait until every node called shutdown (they may still need this
@@ -660,6 +661,18 @@ def _exit_hook(ref) -> None:
     if node is not None and not node.health.closed:
         node._abort("process exited without node.shutdown()", ClosedError("process exiting"))
         node._teardown()
+
+
+def _rss_now() -> int:
+    """This process's resident memory now (VmRSS), or 0 where /proc is not there."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def init(**overrides) -> Node:
