@@ -24,7 +24,8 @@ published round t. The scheduler publishes round t + 1 as soon as the global clo
 so it chooses while the workers compute round t (pipelined), and it uses the sizes reported for
 round t - 2, which are in by then whatever the timing (so a run is deterministic for a seed). Policies: "cyclic" (P coordinates in order),
 "shotgun" (P uniformly at random, no dependency check: Bradley et al.'s Shotgun), "strads"
-(C candidates drawn with probability proportional to `priority(sizes)`, default |change| + eta,
+(C candidates drawn with probability proportional to `priority(sizes)`, default |change| + eta x
+the largest |change| (eta = 0.01: a coordinate that stopped moving is still drawn now and then),
 then `dependencies(candidates)` keeps a safe subset, of which the first P go out).
 """
 
@@ -55,7 +56,7 @@ class Scheduler:
     def __init__(self, node, name: str, coords: int, per_round: int, *, policy: str = "strads",
                  candidates: int | None = None, priority: Callable[[np.ndarray], np.ndarray] | None = None,
                  dependencies: Callable[[np.ndarray], np.ndarray] | None = None, seed: int = 0,
-                 eta: float = 1e-6, max_seconds: float = 5.0) -> None:
+                 eta: float = 1e-2, max_seconds: float = 5.0) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"scheduler policy {policy!r}: use one of {', '.join(POLICIES)}")
         if not 1 <= per_round <= coords:
@@ -63,7 +64,7 @@ class Scheduler:
         self.node, self.name, self.coords, self.per_round = node, name, int(coords), int(per_round)
         self.policy = policy
         self.candidates = min(int(candidates or 4 * per_round), self.coords)
-        self.priority = priority or (lambda sizes: sizes + eta)
+        self.priority = priority or (lambda sizes: sizes + eta * sizes.max())  # (exploration: eta of the largest)
         self.dependencies = dependencies
         self.max_seconds = float(max_seconds)
         self._rng = np.random.default_rng(seed)
