@@ -68,7 +68,6 @@ class State:
     y: np.ndarray
     sched: schedule.Scheduler
     rounds: int
-    start: float = 0.0
     final: dict = dataclasses.field(default_factory=dict)
 
 
@@ -118,7 +117,6 @@ def setup(s: common.Session) -> State:
               f"{rounds} rounds; {s.workers} worker(s)", flush=True)
     state = State(s, x, y, sched, rounds)
     sched.start(rounds + 1)  # (the last round updates nothing: it measures the final objective)
-    state.start = time.monotonic()
     return state
 
 

@@ -211,8 +211,7 @@ class _Dbpg:
         self.table, self.grad_t = w.table(_W), w.table(_G)
         self.weights = np.zeros(len(local.keys))  # (m,) this worker's copy of its features' weights
         self.last_d = np.full(len(local.keys), np.inf)  # the server's last gradient per feature (KKT filter)
-        self.m = np.zeros(local.rows)  # margins
-        margins(local.indptr, local.col, local.values, local.has_values, self.weights, local.bias, self.m)
+        self.m = np.zeros(local.rows)  # margins of the weights, all 0 at first
         self.round = 0
         self.pending: deque = deque()  # rounds whose weights are not pulled yet: (round, block)
         self.chain = pskv_filters.Chain(args.filters, l1=args.l1)

@@ -141,23 +141,6 @@ class DiskRows:
             return 0
         return total
 
-    def flush(self) -> None:
-        for arr in self._maps.values():
-            arr.flush()
-
     def counters(self) -> dict:
         return {"disk_trims": self.trims, "disk_resident_bytes": self.resident_bytes(),
                 "disk_peak_bytes": self.peak_bytes, "disk_file_bytes": sum(a.nbytes for a in self._maps.values())}
-
-    def close(self) -> None:
-        for arr in self._maps.values():
-            if arr._mmap is not None:
-                arr._mmap.close()
-        self._maps.clear()
-
-    def remove(self) -> None:
-        for which in ("rows", "state"):
-            try:
-                os.unlink(self.path(which))
-            except FileNotFoundError:
-                pass

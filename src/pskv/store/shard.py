@@ -28,6 +28,7 @@ from .. import kernels
 from ..errors import ProtocolError
 from .disk import DiskRows
 from .replicas import Replicas
+from .sparse import SparseShard
 from .spec import TableSpec
 
 STRIPES = 16  # a handful of threads rarely collide on 16; taking each lock costs ~0.5 us of Python
@@ -322,7 +323,6 @@ class Store:
 
     def add_sparse(self, spec: TableSpec, rank: int, key_range: tuple[int, int]):
         """A sparse table's shard (store.sparse): the rows of its keys written so far."""
-        from .sparse import SparseShard
         shard = SparseShard(spec, rank, key_range)
         with self._lock:
             self.shards[spec.table_id] = shard
