@@ -39,7 +39,7 @@ import zlib
 from typing import Callable
 
 import numpy as np
-from . import updaters
+from . import _hooks, updaters
 from .catalog import Catalog, TableState
 from .checkpoint import format as checkpoint_format
 from .checkpoint.collective import Checkpointer, Restorer
@@ -280,7 +280,9 @@ class Node:
         saved, mismatch = self._restorer.match(spec.config()) if self._restorer is not None else (None, None)
         disk = self._disk(spec, storage, cache_rows, path)
         state, config = self._build(spec, options, consistency, fill=saved is None, disk=disk)
+        _hooks.reach("node.built", node=self.rank, table=name)
         self.catalog.add(state)
+        self._current_ranges(state)
         if state.shard.replicas is not None:
             self._replica_sync.start()
         try:
@@ -298,6 +300,18 @@ class Node:
             log.info("node %d restored %d rows of table %r from %s", self.rank, loaded, name, self._restorer.path)
             self.client.barrier()
         return self._main_worker.table(name)
+
+    def _current_ranges(self, state: TableState) -> None:
+        """Give a table just added to the catalog the key ranges of the view as it is now.
+        pskv-server renews the ranges (a node joined or left) only of tables in the catalog: one
+        built meanwhile kept the old view's and refused the new node's requests as from no member.
+        Until the view's epoch holds still while we read it: a change that lands between reading
+        the view and writing the ranges is read again (the view sets its epoch last)."""
+        for _ in range(100):  # (bounded: membership epochs do not change 100 times in a few microseconds)
+            epoch = self.view.epoch
+            state.ranges = self.view.key_ranges(state.spec.rows)
+            if self.view.epoch == epoch:
+                return
 
     def _check_sparse(self, name: str, rows, options: TableOptions, consistency) -> None:
         """What a sparse table cannot do yet, said before anything is declared."""

@@ -111,7 +111,7 @@ def test_elastic_example_a_third_node_joins_with_launch_join(tmp_path):
             first.wait(timeout=10)
         err.close()
     assert joined.returncode == 0 and "node 2 of [0, 1, 2] owns 332 rows" in joined.stdout, \
-        joined.stdout + joined.stderr
+        joined.stdout + joined.stderr + "\n---- the first two nodes:\n" + out + Path(err.name).read_text()
     assert first.returncode == 0, out + Path(err.name).read_text()
     assert "[node 0] node 0 of [0, 1, 2] owns 334 rows" in out and "[node 1] node 1 of [0, 1, 2] owns 334 rows" in out, out
 

@@ -100,6 +100,39 @@ def test_localize_racing_its_own_transfer_completes(cluster):
     np.testing.assert_array_equal(nodes[1].worker().table("t").pull(key, timeout=10), [[1, 1]])
 
 
+def test_a_table_built_while_a_node_joins_answers_the_joiner(cluster):
+    """Node 1 builds a table while node 2 joins: the MEMBERSHIP lands after node 1 read the view and
+    before the table is in its catalog. The table must still get the new view's key ranges; with the
+    old ones node 1 refused the joiner's localize as from no member and answered nobody, and the
+    joiner hung (CI, 1 run in 40 of examples/elastic.py beside a CPU burner)."""
+    nodes = cluster(2, request_timeout=5.0)
+    joined: list = []  # [node 2, its table or the exception]
+
+    def join():
+        joined.append(pskv.init(join=nodes[0].config.coordinator, **FAST, request_timeout=5.0))
+        joined.append(_quiet(lambda: joined[0].table("t", rows=100, dim=2)))  # its share: 50 // 3 of each range
+
+    def late(node, table):
+        if node == 1:  # node 1 read the view already: now node 2 joins, and its MEMBERSHIP lands here
+            threading.Thread(target=join, name="test-joiner", daemon=True).start()
+            wait_until(lambda: nodes[1].view.epoch >= 2, 10, "node 2's MEMBERSHIP at node 1")
+
+    try:
+        with _hooks.installed("node.built", late):
+            made = together(lambda: nodes[0].table("t", rows=100, dim=2), lambda: nodes[1].table("t", rows=100, dim=2))
+        assert all(isinstance(t, pskv.Table) for t in made), made
+        wait_until(lambda: len(joined) == 2, 20, "node 2's table")
+        table = joined[1]
+        assert isinstance(table, pskv.Table), table
+        assert nodes[1].catalog.get("t").ranges.nodes == 3
+        assert int(table.pull_if_local(np.arange(100))[0].sum()) == 32
+        table.push(np.arange(100), np.ones((100, 2))).wait(10)
+        np.testing.assert_array_equal(nodes[1].worker().table("t").pull(np.arange(100), timeout=10), np.ones((100, 2)))
+    finally:
+        if joined:
+            _quiet(lambda: joined[0].shutdown(timeout=5))
+
+
 def test_stalled_request_fails_with_request_stalled(cluster):
     """A pull whose server never answers fails after request_timeout with RequestStalled naming table, kind,
     key count, destination and what was seen last; the node goes on working."""
