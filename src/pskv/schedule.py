@@ -199,6 +199,41 @@ class Scheduler:
                 "wait_seconds": self.wait_seconds}
 
 
+class RoundSums:
+    """Every worker's partial sums of a round, totalled through one table: what a scheduled round
+    computes over sharded data (STRADS' push and aggregate). Rounds alternate between two slots of
+    `width` rows; the table only adds, so a slot holds cumulative totals and a worker reads a round's
+    as the growth since it last read that slot. Round t's totals are complete once every worker
+    ended round t (Scheduler.take(t + 1) waits for that). Rows past 2 x width are the app's.
+
+        RoundSums.declare(node, "lasso-sums", width, extra=2 * p)      # collective, before start()
+        sums = RoundSums(w, "lasso-sums", width)                       # each worker thread
+        sums.push(t, partial).wait(); ...; total = sums.totals(t)      # at round t + 1
+    """
+
+    def __init__(self, w, name: str, width: int) -> None:
+        self.table = w.table(name)
+        self.width = int(width)
+        self._seen = np.zeros((2, self.width))  # each slot's cumulative totals as last read
+
+    @staticmethod
+    def declare(node, name: str, width: int, extra: int = 0) -> None:
+        node.table(name, rows=2 * int(width) + int(extra), dim=1, dtype="float64")
+
+    def push(self, t: int, partial: np.ndarray):
+        """Add this worker's (width,) partial sums of round t; a Future."""
+        slot = t % 2
+        return self.table.push(np.arange(slot * self.width, (slot + 1) * self.width),
+                               np.asarray(partial, np.float64).reshape(self.width, 1))
+
+    def totals(self, t: int) -> np.ndarray:
+        """(width,) round t's sums over every worker."""
+        slot = t % 2
+        cumulative = self.table.pull(np.arange(slot * self.width, (slot + 1) * self.width))[:, 0]
+        got, self._seen[slot] = cumulative - self._seen[slot], cumulative
+        return got
+
+
 def correlation_check(columns: Callable[[np.ndarray], np.ndarray], rho: float) -> Callable[[np.ndarray], np.ndarray]:
     """A `dependencies` function: keeps candidates (in the order given) whose absolute correlation
     with every coordinate kept before is below `rho`, and while every kept coordinate's summed

@@ -111,7 +111,7 @@ def setup(s: common.Session) -> State:
         dependencies = schedule.correlation_check(lambda idx: std[:, idx], args.rho)
     sched = schedule.Scheduler(node, "lasso", p, per_round, policy=args.scheduler, candidates=args.candidates or None,
                                dependencies=dependencies, seed=args.seed)
-    node.table(_SUMS, rows=2 * (per_round + 1) + 2 * p + 2, dim=1, dtype="float64")
+    schedule.RoundSums.declare(node, _SUMS, per_round + 1, extra=2 * p + 2)
     if node.rank == 0:
         print(f"lasso: {n} x {p}, alpha={args.alpha:g}, {args.scheduler}, {per_round} coordinates per round, "
               f"{rounds} rounds; {s.workers} worker(s)", flush=True)
@@ -131,17 +131,16 @@ class _Worker:
         self.w, self.x, self.y = w, st.x[lo:hi], st.y[lo:hi]
         self.n, self.p, self.alpha = n, st.x.shape[1], args.alpha
         self.width = st.sched.per_round + 1
-        self.sums = w.table(_SUMS)
-        self.seen = np.zeros((2, self.width))  # each slot's cumulative totals as last read
+        self.sums = schedule.RoundSums(w, _SUMS, self.width)
         self.beta = np.zeros(self.p)
         self.r = self.y.copy()  # y - X beta on these rows (beta = 0)
         # the column statistics every worker needs: sums over all rows, through the table once
         stats_at = np.arange(2 * self.width, 2 * self.width + 2 * self.p + 2)
         local = np.concatenate([self.x.sum(axis=0), (self.x ** 2).sum(axis=0), [self.y.sum(), len(self.y)]])
-        self.sums.push(stats_at, local[:, None]).wait()
+        self.sums.table.push(stats_at, local[:, None]).wait()
         st.sched.begin(w)
         w.wait_clock(1)
-        total = self.sums.pull(stats_at)[:, 0]
+        total = self.sums.table.pull(stats_at)[:, 0]
         self.mean = total[:self.p] / n
         self.z = total[self.p:2 * self.p] / n - self.mean ** 2  # centered columns' mean squares
         self.c = -total[2 * self.p] / n  # centered residual = r + c (c = mean(X) beta - mean(y))
@@ -153,13 +152,6 @@ class _Worker:
         if measure:
             out[-1] = float(((self.r + self.c) ** 2).sum())
         return out
-
-    def totals(self, t: int) -> np.ndarray:
-        """Round t's sums over every worker (a slot's growth since this worker last read it)."""
-        slot = t % 2
-        cumulative = self.sums.pull(np.arange(slot * self.width, (slot + 1) * self.width))[:, 0]
-        got, self.seen[slot] = cumulative - self.seen[slot], cumulative
-        return got
 
     def apply(self, chosen: np.ndarray, sums: np.ndarray) -> np.ndarray:
         """The coordinate updates of `chosen` from the totals; returns the changes."""
@@ -188,7 +180,7 @@ def train(w: pskv.Worker, st: State) -> None:
     for t in range(st.rounds + 1):
         chosen = sched.take(w, t)  # round t - 1's sums are in everywhere, too
         if previous is not None:
-            sums = me.totals(t - 1)
+            sums = me.sums.totals(t - 1)
             delta = me.apply(previous, sums)
             if leader:
                 sched.report(w, t - 1, previous, delta)
@@ -197,8 +189,7 @@ def train(w: pskv.Worker, st: State) -> None:
         measure = t % args.eval_every == 0 or t == st.rounds  # rss of beta after round t - 1
         if t == st.rounds:
             chosen = chosen[:0]
-        slot = t % 2
-        me.sums.push(np.arange(slot * me.width, (slot + 1) * me.width), me.partial(chosen, measure)[:, None]).wait()
+        me.sums.push(t, me.partial(chosen, measure)).wait()
         sched.end_round(w)
         previous = chosen
         if t:
@@ -211,7 +202,7 @@ def train(w: pskv.Worker, st: State) -> None:
             if not np.isfinite(objective) or objective > 1e12:
                 progress.write(f"lasso: the objective diverged ({objective:g}) after round {t}")
     w.wait_clock(st.rounds + 2)  # every worker's last push (the final rss) is in
-    sums = me.totals(st.rounds)  # the final objective: rss with every update applied
+    sums = me.sums.totals(st.rounds)  # the final objective: rss with every update applied
     if leader:
         st.final.update(objective=me.objective(sums[-1]), nonzeros=int(np.count_nonzero(me.beta)),
                         intercept=float(st.y.mean() - me.mean @ me.beta), beta=me.beta.copy())
