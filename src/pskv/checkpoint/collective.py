@@ -275,7 +275,9 @@ class Restorer:
             rows = shard.data[keys[0] - shard.start:keys[-1] + 1 - shard.start]
             return rows, None if shard.state is None else shard.state[keys[0] - shard.start:keys[-1] + 1 - shard.start]
 
-        for keys, rows, st in fmt.table_parts(self.path, entry, (shard.start, shard.stop), into):  # replicas last
+        disk = getattr(shard, "disk", None)  # a disk table: read in chunks, its pages dropped after each
+        for keys, rows, st in fmt.table_parts(self.path, entry, (shard.start, shard.stop), into,
+                                              None if disk is None else disk.trim):  # replicas last
             if len(keys) and np.shares_memory(rows, shard.data) and (
                     st is None and shard.state is None or st is not None and np.shares_memory(st, shard.state)):
                 seen[keys - shard.start] = True  # read in place

@@ -212,12 +212,13 @@ def open_array(path: Path, name: str) -> np.ndarray:
         raise CheckpointError(f"{Path(path) / name} cannot be read as .npy ({exc}); the checkpoint is damaged") from None
 
 
-def table_parts(path: Path, entry: dict, key_range: tuple[int, int] | None = None, into=None):
+def table_parts(path: Path, entry: dict, key_range: tuple[int, int] | None = None, into=None, after_chunk=None):
     """(keys, rows, state or None) of each file set of one table: every node's, then the replicated
     hot keys' (apply them in this order: a replica row wins over the manager's unused home row);
     only the rows of keys in [lo, hi) with `key_range`. Each file's keys are sorted (as written),
     so a range is one contiguous slice of the memory-mapped files. `into(keys)`: (rows, state)
-    arrays to read a part's rows into (e.g. the shard's own memory), or None to allocate."""
+    arrays to read a part's rows into (e.g. the shard's own memory), or None to allocate.
+    `after_chunk()` runs after each 4 MiB read into them (a disk table drops the pages written)."""
     parts = list(entry["files"]) + ([entry["replicas"]] if entry.get("replicas") else [])
     for part in parts:
         keys = np.asarray(open_array(path, part["keys"]))
@@ -227,14 +228,14 @@ def table_parts(path: Path, entry: dict, key_range: tuple[int, int] | None = Non
                 raise CheckpointError(f"{Path(path) / part['keys']} is not sorted; the checkpoint is damaged")
             take = slice(*np.searchsorted(keys, key_range))
         dest_rows, dest_state = into(keys[take]) if into is not None else (None, None)
-        rows = _read_rows(path, part["rows"], take, dest_rows)
-        state = _read_rows(path, part["state"], take, dest_state) if part.get("state") else None
+        rows = _read_rows(path, part["rows"], take, dest_rows, after_chunk)
+        state = _read_rows(path, part["state"], take, dest_state, after_chunk) if part.get("state") else None
         yield keys[take], rows, state
 
 
-def _read_rows(path: Path, name: str, take: slice, out: np.ndarray | None = None) -> np.ndarray:
+def _read_rows(path: Path, name: str, take: slice, out: np.ndarray | None = None, after_chunk=None) -> np.ndarray:
     """Rows `take` of a 2-D .npy file, read straight into memory (faster than faulting in a memmap),
-    into `out` if it fits."""
+    into `out` if it fits; with `after_chunk`, 4 MiB at a time, calling it after each."""
     file = Path(path) / name
     damaged = "; the checkpoint is damaged: use an older one"
     try:
@@ -249,8 +250,13 @@ def _read_rows(path: Path, name: str, take: slice, out: np.ndarray | None = None
             f.seek(lo * shape[1] * dtype.itemsize, 1)
             if out is None or out.shape != (hi - lo, shape[1]) or out.dtype != dtype:
                 out = np.empty((hi - lo, shape[1]), dtype)
-            if f.readinto(memoryview(out.reshape(-1).view(np.uint8))) != out.nbytes:
-                raise CheckpointError(f"{file} ends early{damaged}")
+            flat = memoryview(out.reshape(-1).view(np.uint8)) if out.size else memoryview(bytearray())
+            step = len(flat) if after_chunk is None else _CHUNK // 16
+            for lo in range(0, len(flat), max(step, 1)):
+                if f.readinto(flat[lo:lo + step]) != len(flat[lo:lo + step]):
+                    raise CheckpointError(f"{file} ends early{damaged}")
+                if after_chunk is not None:
+                    after_chunk()
             return out
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{file} cannot be read as .npy ({exc}){damaged}") from None

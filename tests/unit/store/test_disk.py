@@ -49,6 +49,24 @@ def test_a_checkpoint_of_a_disk_table_streams_it(node, tmp_path):
     assert np.array_equal(saved, expected)
 
 
+def test_a_restore_into_a_disk_table_streams_it(tmp_path):
+    """A node restored from a checkpoint reads a disk table's rows into its files 4 MiB at a time,
+    dropping the pages after each: the whole table never sits in memory, and every value is back."""
+    with pskv.init() as first:
+        t = first.table("big", rows=ROWS, dim=DIM, storage="disk", cache_rows=CACHE, path=tmp_path / "rows")
+        t.push(np.arange(0, ROWS, 7), np.ones((len(range(0, ROWS, 7)), DIM))).wait()
+        first.checkpoint(tmp_path / "ckpt")
+    with pskv.init(restore=str(tmp_path / "ckpt")) as node:
+        t = node.table("big", rows=ROWS, dim=DIM, storage="disk", cache_rows=CACHE, path=tmp_path / "rows2")
+        disk = node.catalog.get("big").shard.disk
+        assert 0 < disk.peak_bytes <= 5 * 2**20  # one 4 MiB chunk of the 12.8 MB table at a time
+        assert disk.resident_bytes() <= 5 * 2**20
+        got = t.pull(np.arange(ROWS))
+    expected = np.zeros((ROWS, DIM), np.float32)
+    expected[::7] = 1.0
+    assert np.array_equal(got, expected)
+
+
 def test_disk_options_are_checked(node, tmp_path):
     with pytest.raises(pskv.ConfigError, match="path=DIR"):
         node.table("a", rows=10, storage="disk", cache_rows=5)
