@@ -80,7 +80,7 @@ def test_row_cache_and_push_coalescing(cluster_factory):
     results = _run(cluster_factory, 2, 1, "cache")
     assert len(results) == 2
     for r in results:
-        assert r["hit_messages"] == 0
+        assert r["hit_keys"] == 0
         assert r["buffered_keys"] == 0  # nothing left the node before the clock
         assert r["plain_keys"] == 1000 and r["plain_messages"] >= 200  # the Async table sends every push
         assert r["buffered_rows"] >= 1000 + 4 and r["flushed_rows"] <= 4 + 2 + 5 + 5

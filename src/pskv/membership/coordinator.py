@@ -110,7 +110,7 @@ class Coordinator:
     # ---- pskv-coord thread --------------------------------------------------------------------
     def _run(self) -> None:
         interval = self.config.heartbeat_interval
-        next_tick = time.monotonic()
+        next_tick = last_turn = time.monotonic()
         try:
             while not self._finished:
                 if not self._drain_control():
@@ -119,6 +119,9 @@ class Coordinator:
                 if frames is not None:
                     self._receive(frames)
                 now = time.monotonic()
+                if now - last_turn > self.config.failure_timeout / 2:
+                    self._paused(now)
+                last_turn = now
                 if now >= next_tick:
                     next_tick = now + interval
                     self._tick(now)
@@ -126,6 +129,13 @@ class Coordinator:
             log.exception("coordinator crashed")
         finally:
             self._transport.close()
+
+    def _paused(self, now: float) -> None:
+        """This process did not run for a while (SIGSTOP, a swap storm): the nodes' silence meanwhile is
+        ours, not theirs. Count them as heard now; what they sent is still to be read (e.g. that a
+        node took the coordinator over while we were stopped), before anyone is failed for silence."""
+        for rank in self._last_seen:
+            self._last_seen[rank] = now
 
     def _drain_control(self) -> bool:
         while True:
