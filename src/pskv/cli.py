@@ -6,6 +6,7 @@ Try it: `pskv launch -n 2 -- python -c "import os; print(os.environ['PSKV_RANK']
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -55,13 +56,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command every node runs")
     run.set_defaults(run=_launch)
 
-    app = sub.add_parser("run", help="run an app (mf, kge, word2vec, mnist, lr) on N local nodes, or as this node's part",
+    app = sub.add_parser("run", add_help=False,
+                         help="run an app (mf, kge, word2vec, mnist, lr, lasso) on N local nodes, or as this node's "
+                              "part; `pskv run APP --help`: the app's options",
                          usage="pskv run APP [--nodes N] [--threads T] [--] [APP ARGS ...]")
-    app.add_argument("app", help="mf, kge, word2vec, mnist or lr")
+    app.add_argument("app", nargs="?", help="mf, kge, word2vec, mnist, lr or lasso")
+    app.add_argument("-h", "--help", action="store_true", help="this help, or with APP the app's options")
     app.add_argument("--nodes", type=int, help="local node processes to start (default 1); "
                                                 "ignored under `pskv launch`")
     app.add_argument("--threads", type=int, help="worker threads per node (default 1)")
-    app.set_defaults(run=_run_app)
+    app.set_defaults(run=_run_app, run_parser=app)
 
     data = sub.add_parser("data", help="list or fetch the apps' data sets (pskv data list)")
     data_sub = data.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -116,8 +120,20 @@ def _launch(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _run_app(args: argparse.Namespace, rest: list[str]) -> int:
-    from .apps import run
+    from .apps import APPS, run
 
+    if args.help or args.app is None:
+        if args.app not in APPS:  # `pskv run --help`, or an unknown app: the command's own help
+            args.run_parser.print_help()
+            print(f"\napps: {', '.join(APPS)}; `pskv run APP --help` shows an app's options")
+            return 0 if args.app is None else 2
+        print(f"pskv run {args.app} [--nodes N] [--threads T] [--] [APP ARGS ...]: N local nodes x T worker "
+              "threads (default 1 x 1; ignored under `pskv launch`), then the app's arguments:\n", flush=True)
+        try:
+            importlib.import_module(APPS[args.app]).main(["--help"])
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        return 0
     return run(args.app, rest[1:] if rest[:1] == ["--"] else rest, nodes=args.nodes, threads=args.threads)
 
 

@@ -55,6 +55,7 @@ _KEPT_LINES = 100_000  # per node, for output(): bounded memory for a run that p
 _PER_NODE_FIELDS = ("coordinator", "num_nodes", "rank", "host", "threads")  # written even at their defaults
 _PER_NODE_VARS = tuple("PSKV_" + name.upper() for name in _PER_NODE_FIELDS) + ("PSKV_EXTERNAL_COORDINATOR",)
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+BAR_TAG = "@@pskv-bar "  # a node's line that is a progress bar frame for the launcher to draw (pskv.apps)
 
 CoordinatorFactory = Callable[..., Any]  # (num_nodes=, host=, port=, config=) -> Coordinator-like
 
@@ -153,7 +154,8 @@ class Cluster:
         self._nodes: list[_Node] = []
         self._coordinator: Any = None
         self._echo, self._log_dir, self._grace = echo, log_dir, grace
-        self._echo_lock = threading.Lock()  # guards writes to sys.stdout: one whole line at a time
+        self._echo_lock = threading.Lock()  # guards writes to sys.stdout (and _bar): one whole line at a time
+        self._bar = ""  # the last progress bar frame a node sent (BAR_TAG lines), drawn below the others
         self._failure: tuple[int, int] | None = None  # (rank, code) of the first failed node
         self._backups = backups  # > 0: the others go on when a node dies (its backups take over)
         self._died: set[int] = set()  # ranks reported failed to the coordinator
@@ -271,14 +273,35 @@ class Cluster:
                     if node.log is not None:
                         node.log.write(line + "\n")
                         node.log.flush()
-                if self._echo:
+                if not self._echo:
+                    continue
+                if line.startswith(BAR_TAG):
+                    self._relay_bar(line[len(BAR_TAG):])
+                else:
                     self._say(f"[node {node.rank}] {line}")
+
+    def _relay_bar(self, frame: str) -> None:
+        """A progress bar frame a node printed as a line (BAR_TAG; empty: the bar ended). On a
+        terminal it is redrawn in place below the other lines; elsewhere only its last frame
+        is printed, once, when it ends."""
+        with self._echo_lock, contextlib.suppress(AttributeError, ValueError, OSError):
+            if frame:
+                self._bar = frame
+                if _terminal():
+                    sys.stdout.write("\r\x1b[K" + frame)
+                    sys.stdout.flush()
+                return
+            last, self._bar = self._bar, ""
+            if last:
+                sys.stdout.write(("\r\x1b[K" if _terminal() else "") + last + "\n")
+                sys.stdout.flush()
 
     def _say(self, line: str) -> None:
         with self._echo_lock:
             # a closed or missing stdout must not stop the reader: the pipe must keep draining
             with contextlib.suppress(AttributeError, ValueError, OSError):
-                sys.stdout.write(line + "\n")
+                bar = self._bar if _terminal() else ""  # a live bar stays below the lines
+                sys.stdout.write(("\r\x1b[K" if bar else "") + line + "\n" + bar)
                 sys.stdout.flush()
 
     def _watch(self) -> None:
@@ -367,6 +390,14 @@ class Cluster:
         return code if code >= 0 else 1
 
 
+def _terminal() -> bool:
+    """Whether our stdout is a terminal (a closed or replaced one is not)."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict | None = None,
                 log_dir: Path | None = None, hostfile: Path | None = None,
                 failure_timeout: float | None = None, echo: bool = False,
@@ -388,6 +419,8 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
         raise ConfigError("the command to launch is empty; give it after `--`")
     hosts = read_hostfile(hostfile) if hostfile is not None else None
     parent_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    if echo and _terminal():  # the apps' "auto" progress draws a bar, which we relay (Cluster._bar)
+        parent_env.update(PSKV_TERMINAL="1", COLUMNS=str(shutil.get_terminal_size().columns))
     for name in _PER_NODE_VARS:
         parent_env.pop(name, None)
     base = NodeConfig.from_env({k: v for k, v in parent_env.items() if k.startswith("PSKV_")},

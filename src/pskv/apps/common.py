@@ -56,8 +56,9 @@ def parser(app: str, description: str, *, epochs: int = 10) -> argparse.Argument
     g.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the metrics against wall time "
                                                                  "(needs matplotlib: pip install 'pskv[plot]')")
     g.add_argument("--log", type=Path, metavar="FILE.jsonl", help="write one JSON line per epoch")
-    g.add_argument("--progress", choices=["auto", "bar", "lines", "json", "none"], default="auto",
-                   help="auto: a bar on a terminal, else a line every ~2 s")
+    g.add_argument("--progress", choices=["auto", "bar", "log", "lines", "json", "none"], default="auto",
+                   help="auto: a bar on a terminal (also under `pskv run`/`pskv launch` on one), else a log "
+                        "line every ~2 s (log, lines); none: no progress")
     g.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT, metavar="SECONDS",
                    help="stop this node (status 3, with every thread's stack) when no worker finished a "
                         "batch for this long; 0: never")

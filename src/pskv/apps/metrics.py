@@ -20,6 +20,7 @@ import numpy as np
 import pskv
 
 from ..errors import ConfigError
+from ..launch import BAR_TAG
 
 TAG = "@@pskv "  # prefix of the JSON lines of --progress json
 _LINE_INTERVAL = 2.0  # seconds between progress lines when stderr is not a terminal
@@ -47,18 +48,27 @@ class Progress:
     def __init__(self, w: pskv.Worker, *, total: int, scale: int = 1, unit: str = "samples",
                  mode: str = "auto", watchdog: Watchdog | None = None) -> None:
         self.watchdog = watchdog  # poked by every update() of every worker
-        if mode == "auto":
-            mode = "bar" if sys.stderr.isatty() else "lines"
+        relayed = not sys.stderr.isatty()  # a bar's frames go to `pskv run`/`launch` as lines (BAR_TAG)
+        if mode == "auto":  # a bar on a terminal: ours, or the launcher's (PSKV_TERMINAL)
+            mode = "bar" if not relayed or os.environ.get("PSKV_TERMINAL") == "1" else "lines"
         self.leader = is_leader(w)
-        self.mode = mode if self.leader else "none"
+        self.mode = {"log": "lines"}.get(mode, mode) if self.leader else "none"
         self.total, self.scale, self.unit = total, scale, unit
         self.done = 0
         self._start = self._last = time.monotonic()
-        self._bar = None
+        self._bar = self._logs = None
         if self.mode == "bar":
             from tqdm import tqdm
+            from tqdm.contrib.logging import logging_redirect_tqdm
 
-            self._bar = tqdm(total=total, unit=unit, unit_scale=True, smoothing=0.1, dynamic_ncols=True)
+            if relayed:
+                width = int(os.environ.get("COLUMNS", "100"))
+                self._bar = tqdm(total=total, unit=unit, unit_scale=True, smoothing=0.1, file=_Frames(sys.stderr),
+                                 ncols=max(40, width - 1), mininterval=0.2, ascii=False)
+            else:  # log lines (pskv's warnings) go through tqdm.write: above the bar, never through it
+                self._bar = tqdm(total=total, unit=unit, unit_scale=True, smoothing=0.1, dynamic_ncols=True)
+                self._logs = logging_redirect_tqdm()
+                self._logs.__enter__()
 
     def update(self, n: int) -> None:
         """Count `n` samples done by this worker (the cluster did about n * scale)."""
@@ -82,8 +92,8 @@ class Progress:
                   f"{rate:,.0f} {self.unit}/s", file=sys.stderr, flush=True)
 
     def write(self, line: str) -> None:
-        """Print `line` without breaking the bar (leader only)."""
-        if self._bar is not None:
+        """Print `line` without breaking the bar (leader only; a relayed bar: the launcher keeps it apart)."""
+        if self._bar is not None and self._logs is not None:
             self._bar.write(line)
         elif self.leader:
             print(line, flush=True)
@@ -92,6 +102,28 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+            if self._logs is not None:
+                self._logs.__exit__(None, None, None)
+                self._logs = None
+            else:
+                print(BAR_TAG, file=sys.stderr, flush=True)  # the bar ended: the launcher prints its last frame
+
+
+class _Frames:
+    """A file for tqdm that turns each redrawn frame ("\r" + text) into one BAR_TAG line, which the
+    launcher reading this node's output draws in place on its terminal (launch.Cluster)."""
+
+    def __init__(self, file) -> None:
+        self._file = file
+
+    def write(self, text: str) -> None:
+        frame = text.replace("\n", "\r").split("\r")
+        frame = next((f for f in reversed(frame) if f.strip()), "")
+        if frame:
+            self._file.write(BAR_TAG + frame.rstrip() + "\n")
+
+    def flush(self) -> None:
+        self._file.flush()
 
 
 class Watchdog:
