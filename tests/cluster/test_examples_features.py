@@ -40,3 +40,29 @@ def test_outofcore_example_sums_exactly_in_a_small_budget(nodes):
     for _, total, pushed, files, peak in found:
         assert total == pushed == str(100 * 1000 * 8 * nodes)
         assert int(files) >= 30 // nodes and int(peak) < int(files)  # rows on disk, not all in memory
+
+
+def _readme_block(heading: str) -> str:
+    text = (EXAMPLES.parent / "README.md").read_text()
+    return re.search(rf"## {re.escape(heading)}.*?```python\n(.*?)```", text, re.S).group(1).strip()
+
+
+@pytest.mark.parametrize("example, heading", [("aggregation.py", "Two-level aggregation (mshadow-ps)"),
+                                              ("backups.py", "Backups: surviving a dead node")])
+def test_readme_blocks_are_the_example_files(example, heading):
+    assert _readme_block(heading) in (EXAMPLES / example).read_text()
+
+
+@pytest.mark.parametrize("nodes, final", [(1, "[-2. -2.]"), (2, "[-5. -5.]")])
+def test_aggregation_example_applies_one_update_per_round(nodes, final):
+    """Each round every thread of every node pushes 1: w -= 0.5 * (2 threads x nodes), 3 rounds from 1."""
+    out = _run("aggregation.py", nodes)
+    finals = re.findall(r"^(?:\[node \d\] )?(\[\S+ \S+\])$", out, re.M)  # the last print of each node
+    assert finals == [final] * nodes, out
+
+
+def test_backups_example_runs_on_three_nodes_with_one_backup():
+    proc = subprocess.run([sys.executable, "-m", "pskv", "launch", "-n", "3", "--backups", "1", "--", sys.executable,
+                           str(EXAMPLES / "backups.py")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(re.findall(r"\[node (\d)\] \[0, 1, 2\]", proc.stdout)) == ["0", "1", "2"], proc.stdout
