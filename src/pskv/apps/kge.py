@@ -19,6 +19,14 @@ true answers of train+valid+test removed) is split over every worker and summed:
 
 Models: `--dim` is the number of floats per row. DistMult scores sum(h*r*t); ComplEx keeps dim/2
 complex numbers as [real | imaginary] and scores Re(sum(h*r*conj(t))).
+
+`--data` also takes a path (pskv.data.kg.load_path): a directory of train/valid/test triples (pykeen's
+.txt, LibKGE's .del with entity_ids.del) or one file of `head<TAB>relation<TAB>tail` lines, split by
+--seed. `--out DIR` writes the trained rows with their names (entities.npy + entities.tsv, relations.npy +
+relations.tsv, meta.json: pskv.data.trained); `load_embeddings(DIR)` reads them back in a plain process:
+
+    pskv run kge -- --data my-kg/ --epochs 20 --out emb/
+    python -c "from pskv.apps.kge import load_embeddings; print(load_embeddings('emb'))"
 """
 
 from __future__ import annotations
@@ -26,13 +34,16 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numba
 import numpy as np
 
 import pskv
 
+from ..data.fetch import DataError
 from ..data.kg import KG, Filter, filtered_ranks, load
+from ..data.trained import Embeddings, load_embeddings, write_json, write_labelled  # noqa: F401 - the app's loader
 from . import common
 from .negatives import Negatives
 
@@ -43,7 +54,12 @@ _REGS = {"none": 0, "l2": 1, "n3": 2}
 def _parser():
     p = common.parser("kge", "knowledge-graph embeddings (ComplEx, DistMult) with negative sampling", epochs=30)
     g = p.add_argument_group("kge")
-    g.add_argument("--data", default="nations", help="nations, umls, ml-100k-kg, lapse-toy or random:E,R,T")
+    g.add_argument("--data", default="nations",
+                   help="nations, umls, ml-100k-kg, lapse-toy, random:E,R,T, or a path: a directory of train/valid/"
+                        "test triples (pykeen's train.txt..., LibKGE's train.del... with entity_ids.del and "
+                        "relation_ids.del) or one file of head<TAB>relation<TAB>tail lines, split by --seed")
+    g.add_argument("--out", type=Path, metavar="DIR", help="write the trained embeddings with their names here "
+                                                           "(entities.npy/.tsv, relations.npy/.tsv, meta.json)")
     g.add_argument("--model", choices=["complex", "distmult"], default="complex")
     g.add_argument("--dim", type=int, default=200, help="floats per row (ComplEx: dim/2 complex numbers)")
     g.add_argument("--lr", type=float, default=0.1, help="Adagrad step size")
@@ -244,6 +260,7 @@ class _Run:
     kg: KG
     train: np.ndarray  # (n, 3) int64 in the order the workers split it
     filt: Filter
+    tables: tuple  # node 0's main-thread handles of (entities, relations), for --out
     final: dict = field(default_factory=dict)
 
 
@@ -256,10 +273,11 @@ def _setup(s: common.Session, kg: KG) -> _Run:
     extra["placement"] = common.placement(args)
     sampling = pskv.Sampling(np.ones(kg.num_entities), scheme=args.sampling or "naive", reuse=args.reuse,
                              seed=args.seed)  # uniform negatives
-    node.table("entities", rows=kg.num_entities, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
-               sampling=sampling, **extra)
-    node.table("relations", rows=kg.num_relations, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
-               placement=extra["placement"], **({"replicate": pskv.Replicate(keys=hot_rel)} if len(hot_rel) else {}))
+    ent = node.table("entities", rows=kg.num_entities, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
+                     sampling=sampling, **extra)
+    rel = node.table("relations", rows=kg.num_relations, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
+                     placement=extra["placement"],
+                     **({"replicate": pskv.Replicate(keys=hot_rel)} if len(hot_rel) else {}))
     keep_order = args.data == "lapse-toy"  # Lapse's partitioned files are ordered for the workers
     train = kg.train if keep_order else kg.train[np.random.default_rng(args.seed).permutation(len(kg.train))]
     if node.rank == 0:
@@ -271,7 +289,7 @@ def _setup(s: common.Session, kg: KG) -> _Run:
                                                             draws)
         if note:
             print(note, flush=True)
-    return _Run(s, kg, train, Filter(kg.all_triples(), kg.num_entities, kg.num_relations))
+    return _Run(s, kg, train, Filter(kg.all_triples(), kg.num_entities, kg.num_relations), (ent, rel))
 
 
 def _lapse(args) -> KG:
@@ -414,6 +432,19 @@ def _summary(run: _Run, wall: float) -> list[str] | None:
     ]
 
 
+def _finish(run: _Run, wall: float) -> list[str] | None:
+    """Node 0, the tables still up: write --out, then the summary lines."""
+    lines, args, kg = _summary(run, wall), run.session.args, run.kg
+    if args.out:
+        ent, rel = run.tables
+        write_labelled(args.out, "entities", ent.pull(np.arange(kg.num_entities)), kg.entities)  # (E, dim) float32
+        write_labelled(args.out, "relations", rel.pull(np.arange(kg.num_relations)), kg.relations)
+        write_json(args.out / "meta.json", {"model": args.model, "dim": args.dim, "data": args.data,
+                                            "seed": args.seed, "epochs": args.epochs, "test": run.final})
+        lines = ([f"embeddings: {args.out}/ (pskv.apps.kge.load_embeddings)"] + (lines or []))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the KGE app on this node (or as a 1-node cluster); returns the exit status."""
     parser = _parser()
@@ -422,8 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--dim {args.dim}: ComplEx needs an even dim >= 2 (real | imaginary)")
     if min(args.neg, args.batch, args.eval_triples, args.reuse, args.epochs) < 1:
         parser.error("--epochs, --neg, --batch, --eval-triples and --reuse must be >= 1")
-    kg = _lapse(args) if args.data == "lapse-toy" else load(args.data, seed=args.seed)
-    return common.run_app("kge", args, metrics=7, setup=lambda s: _setup(s, kg), train=_train, finish=_summary)
+    try:  # every node reads the data before it joins: a malformed file stops them all alike, nothing written
+        kg = _lapse(args) if args.data == "lapse-toy" else load(args.data, seed=args.seed)
+    except DataError as exc:
+        print(f"pskv run kge: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    return common.run_app("kge", args, metrics=7, setup=lambda s: _setup(s, kg), train=_train, finish=_finish)
 
 
 if __name__ == "__main__":

@@ -225,7 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.scheduler == "all":
         raise ConfigError("--scheduler all runs one cluster per scheduler: start it with `pskv run lasso`")
-    return common.run_app("lasso", args, metrics=1, setup=setup, train=train, finish=finish)
+    try:
+        return common.run_app("lasso", args, metrics=1, setup=setup, train=train, finish=finish)
+    except DataError as exc:  # (raised in setup, on every node alike: each reads the same file)
+        print(f"pskv run lasso: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def orchestrate(argv: list[str], nodes: int | None, threads: int | None, launch) -> int | None:

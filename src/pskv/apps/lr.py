@@ -327,7 +327,11 @@ def finish(st: State, wall: float) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return common.run_app("lr", args, metrics=_SCALARS + 2 * AUC_BINS, setup=setup, train=train, finish=finish)
+    try:
+        return common.run_app("lr", args, metrics=_SCALARS + 2 * AUC_BINS, setup=setup, train=train, finish=finish)
+    except DataError as exc:  # (raised in setup, on every node alike: each reads the same file)
+        print(f"pskv run lr: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

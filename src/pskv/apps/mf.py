@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 import pskv
 
 from ..data import DataError, fetch, lapse_toy_dir, ratings
+from ..data.trained import Factors, load_factors, write_json, write_labelled  # noqa: F401 - the app's loader
 from ..errors import ConfigError
 from . import common, mf_ccd
 
@@ -47,7 +47,9 @@ _USERS_OUT = "mf-users-out"
 def _parser() -> argparse.ArgumentParser:
     p = common.parser("mf", "matrix factorization by SGD on a parameter server", epochs=30)
     g = p.add_argument_group("mf")
-    g.add_argument("--data", default="ml-100k", help="ml-100k, lapse-toy or zipf:ROWSxCOLSxNNZ")
+    g.add_argument("--data", default="ml-100k",
+                   help="ml-100k, lapse-toy, zipf:ROWSxCOLSxNNZ, or a ratings file: .inter (RecBole), .mmc, or a "
+                        "CSV/TSV/space-separated table of user, item, rating (a header line is detected; any ids)")
     g.add_argument("--max-ratings", type=int, default=0, help="use only this many ratings (a seeded "
                                                               "sample; 0: all)")
     g.add_argument("--test-fraction", type=float, default=0.1, help="held-out share (not lapse-toy)")
@@ -76,7 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                         "batch's gradient to a server-side Adagrad (Lapse's MF; stable on very hot items); "
                         "auto: adagrad on zipf data, else sgd")
     g.add_argument("--adagrad-lr", type=float, default=0.1, help="step size of the item Adagrad")
-    g.add_argument("--out", type=Path, metavar="DIR", help="write the factors here (.npy)")
+    g.add_argument("--out", type=Path, metavar="DIR", help="write the factors here: user_factors.npy/.tsv (the "
+                                                           "rows, the users' ids), item_factors.npy/.tsv, biases, "
+                                                           "meta.json (pskv.apps.mf.load_factors reads it)")
     g.add_argument("--storage", choices=["memory", "disk"], default="memory",
                    help="disk: the item table's rows in files under --storage-path, at most --cache-rows in memory")
     g.add_argument("--storage-path", type=Path, metavar="DIR", help="directory of the item rows (--storage disk)")
@@ -116,7 +120,12 @@ def load(args: argparse.Namespace) -> Problem:
         r = ratings.zipf_ratings(rows, cols, nnz, seed=args.seed)
         return Problem(f"zipf {rows:,} x {cols:,}", *ratings.split(r, test_fraction=args.test_fraction,
                                                                     seed=args.seed), clip=(-np.inf, np.inf))
-    raise DataError(f"--data {args.data!r} is not ml-100k, lapse-toy or zipf:ROWSxCOLSxNNZ")
+    path = Path(args.data)
+    if not path.is_file():
+        raise DataError(f"--data {args.data!r} is not ml-100k, lapse-toy, zipf:ROWSxCOLSxNNZ nor a file of ratings")
+    r = _sample(ratings.load_file(path), args)  # predictions are clipped to the range of the ratings
+    return Problem(path.name, *ratings.split(r, test_fraction=args.test_fraction, seed=args.seed),
+                   clip=(float(r.values.min()), float(r.values.max())))
 
 
 def _sample(r: ratings.Ratings, args) -> ratings.Ratings:
@@ -452,18 +461,23 @@ def _finish(run: _Run, wall: float) -> list[str]:
 
 
 def _save(args, items: pskv.Table, users: pskv.Table, problem: Problem) -> None:
-    """Node 0's main thread, after training: every factor and bias as .npy, the rest in meta.json."""
-    args.out.mkdir(parents=True, exist_ok=True)
-    mu = float(problem.train.values.mean()) if args.global_mean else 0.0
-    v = items.pull(np.arange(problem.train.n_items))  # (n_items, rank + biases) float32
-    u = users.pull(np.arange(problem.train.n_users))  # (n_users, rank + 1) float32
-    np.save(args.out / "user_factors.npy", u[:, :args.rank])
-    np.save(args.out / "item_factors.npy", v[:, :args.rank])
+    """Node 0's main thread, after training: the factors with the users' and items' ids of the input
+    (pskv.data.trained: NAME.npy + NAME.tsv; the row index where the data had no ids), the biases as
+    .npy, the rest in meta.json; pskv.apps.mf.load_factors reads them back."""
+    train = problem.train
+    mu = float(train.values.mean()) if args.global_mean else 0.0
+    v = items.pull(np.arange(train.n_items))  # (n_items, rank + biases) float32
+    u = users.pull(np.arange(train.n_users))  # (n_users, rank + 1) float32
+    ids = [range(n) if tokens is None else tokens for tokens, n in ((train.user_tokens, train.n_users),
+                                                                  (train.item_tokens, train.n_items))]
+    write_labelled(args.out, "user_factors", u[:, :args.rank], ids[0])
+    write_labelled(args.out, "item_factors", v[:, :args.rank], ids[1])
     if args.biases:
         np.save(args.out / "user_bias.npy", u[:, args.rank])
         np.save(args.out / "item_bias.npy", v[:, args.rank])
-    meta = {"global_mean": mu, "rank": args.rank, "biases": args.biases, "data": args.data}
-    (args.out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    clip = [float(x) if np.isfinite(x) else None for x in problem.clip]  # JSON has no inf: None is unbounded
+    write_json(args.out / "meta.json", {"global_mean": mu, "rank": args.rank, "biases": args.biases,
+                                        "clip": clip, "data": args.data, "schedule": args.schedule})
     print(f"factors written to {args.out}/", flush=True)
 
 

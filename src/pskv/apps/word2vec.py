@@ -28,7 +28,13 @@ each batch's sample prepared one batch ahead so that preloc and pool localize in
 except the `--replicate N` hottest, which every node keeps a replica of.
 
 At the end node 0 reports WordSim-353 Spearman and analogy accuracy (3CosAdd) over the
-in-vocabulary questions; `--compare-gensim` trains gensim's Word2Vec alike and prints both.
+in-vocabulary questions; `--compare-gensim` trains gensim's Word2Vec alike and prints both. The test
+sets are files `pskv data fetch gensim-text` cached, or yours (`--wordsim FILE`, `--analogies FILE`);
+a run never downloads them, and says which command would when they are missing.
+
+`--data` takes a text file or a directory of them (one sentence of space-separated words per line);
+`--out FILE` writes the input vectors in word2vec's text format, which `load_vectors(FILE)` (and
+gensim's KeyedVectors.load_word2vec_format) reads back.
 """
 
 from __future__ import annotations
@@ -44,9 +50,9 @@ import numpy as np
 
 import pskv
 
-from ..data.fetch import DataError, fetch, lapse_toy_dir
+from ..data.fetch import DataError, cache_dir, fetch, lapse_toy_dir
 from ..data.text import (Corpus, Score, Unigram, Vocab, analogy_accuracy, keep_probabilities, read_analogies,
-                         read_corpus, read_wordsim, wordsim_spearman, write_vectors)
+                         read_corpus_path, read_vectors, read_wordsim, wordsim_spearman, write_vectors)
 from . import common
 from .negatives import Negatives
 from .skipgram import Step, ahead, batches, num_batches, warm_up
@@ -58,7 +64,8 @@ def _parser():
     p = common.parser("word2vec", "word2vec: skip-gram with negative sampling", epochs=5)
     g = p.add_argument_group("word2vec")
     g.add_argument("--data", default="head500", help="head500, lee (gensim's test corpora), lapse-toy, or a "
-                                                    "text file with one sentence of space-separated tokens per line")
+                                                    "text file with one sentence of space-separated tokens per line, "
+                                                    "or a directory of such files")
     g.add_argument("--clean", action="store_true", help="lower-case and drop punctuation (always on for lee)")
     g.add_argument("--dim", type=int, default=100, help="vector size")
     g.add_argument("--window", type=int, default=5, help="max distance between centre and context word")
@@ -71,7 +78,14 @@ def _parser():
     g.add_argument("--data-words", type=int, default=None, metavar="N",
                    help="train on about N corpus words per epoch in all (Lapse's --data_words)")
     g.add_argument("--reuse", type=int, default=1, help="--sampling pool: times each drawn negative is used")
-    g.add_argument("--out", type=Path, metavar="FILE", help="write the input vectors in word2vec's text format")
+    g.add_argument("--out", type=Path, metavar="FILE", help="write the input vectors in word2vec's text format "
+                                                            "(pskv.apps.word2vec.load_vectors reads it)")
+    g.add_argument("--wordsim", type=Path, metavar="FILE", help="word pairs with a human score (word1<TAB>word2<TAB>"
+                                                                "score) to report Spearman on (default: WordSim-353, "
+                                                                "if `pskv data fetch gensim-text` cached it)")
+    g.add_argument("--analogies", type=Path, metavar="FILE", help="analogy questions (': section' lines, then "
+                                                                  "'a b c d' lines) (default: gensim's "
+                                                                  "questions-words.txt, if cached)")
     g.add_argument("--compare-gensim", action="store_true",
                    help="then train gensim's Word2Vec alike and print both (needs gensim: pip install 'pskv[compare]')")
     return p
@@ -86,34 +100,61 @@ def load_text(args) -> tuple[Vocab, Corpus]:
         path, clean = lapse_toy_dir() / "lm" / "small.txt", args.clean
     else:
         path, clean = Path(args.data), args.clean
-        if not path.is_file():
-            raise DataError(f"--data {args.data!r} is neither head500, lee, lapse-toy nor a file")
-    sentences = read_corpus(path, clean=clean)
+        if not path.exists():
+            raise DataError(f"--data {args.data!r} is neither head500, lee, lapse-toy nor a file or directory")
+    sentences = read_corpus_path(path, clean=clean)
     vocab = Vocab.build(sentences, min_count=args.min_count)
     return vocab, vocab.encode(sentences)
 
 
-@functools.lru_cache(maxsize=1)
-def _evaluation_sets() -> tuple[list, list] | None:
-    """(WordSim-353 pairs, analogy questions) from gensim's wheel; None, said once, if not to be had."""
-    try:
-        files = fetch("gensim-text", quiet=True)
-        return read_wordsim(files / "wordsim353.tsv"), read_analogies(files / "questions-words.txt")
-    except DataError as exc:
-        print(f"word2vec: no WordSim/analogy evaluation: {exc}", file=sys.stderr, flush=True)
-        return None
+@dataclass(frozen=True)
+class EvalSets:
+    """The word-vector tests of a run: word pairs and analogy questions (None: not to be had) and
+    node 0's notes on what is missing."""
+
+    pairs: list | None
+    questions: list | None
+    wordsim_name: str  # how the summary names the pairs' test
+    notes: tuple[str, ...] = ()
 
 
-def evaluate(vectors: np.ndarray, vocab: Vocab, *, analogies: bool = True) -> dict[str, Score]:
-    """WordSim-353 Spearman and (unless `analogies` is False) 3CosAdd analogy accuracy of `vectors`;
-    empty if the evaluation sets cannot be fetched."""
-    if _evaluation_sets() is None:
-        return {}
-    pairs, questions = _evaluation_sets()
-    scores = {"wordsim": wordsim_spearman(vectors, vocab, pairs)}
-    if analogies:
-        scores["analogy"] = analogy_accuracy(vectors, vocab, questions)
+def load_tests(wordsim: Path | None, analogies: Path | None) -> EvalSets:
+    """The files given, else those `pskv data fetch gensim-text` cached; never downloads (a missing
+    cached file makes a note that names the command). Raises DataError for a given file that is
+    missing or malformed."""
+    cached = cache_dir() / "gensim-text"
+    found, notes = [], []
+    for given, name, read in ((wordsim, "wordsim353.tsv", read_wordsim), (analogies, "questions-words.txt",
+                                                                          read_analogies)):
+        path = given or cached / name
+        if given is None and not path.is_file():
+            notes.append(f"word2vec: no {'WordSim-353' if read is read_wordsim else 'analogy'} score: {path} is not "
+                         "there; `pskv data fetch gensim-text` installs it (or give your own file with "
+                         f"--{'wordsim' if read is read_wordsim else 'analogies'} FILE)")
+            found.append(None)
+            continue
+        found.append(read(path))  # DataError for a given file that is missing or malformed
+    return EvalSets(*found, f"word similarity ({wordsim.name})" if wordsim else "WordSim-353", tuple(notes))
+
+
+def evaluate(vectors: np.ndarray, vocab: Vocab, tests: EvalSets | None = None, *,
+             analogies: bool = True) -> dict[str, Score]:
+    """Spearman on the word pairs and (unless `analogies` is False) 3CosAdd analogy accuracy of
+    `vectors`, for those of `tests` that are there (default: the cached WordSim-353 and analogies)."""
+    tests = tests or load_tests(None, None)
+    scores = {}
+    if tests.pairs is not None:
+        scores["wordsim"] = wordsim_spearman(vectors, vocab, tests.pairs)
+    if analogies and tests.questions is not None:
+        scores["analogy"] = analogy_accuracy(vectors, vocab, tests.questions)
     return scores
+
+
+def load_vectors(path: Path) -> tuple[Vocab, np.ndarray]:
+    """What `word2vec --out FILE` wrote, in any process: (the words as a Vocab, most frequent first,
+    counts unknown: all 1) and their (V, dim) float32 vectors. Raises DataError naming file and line."""
+    words, vectors = read_vectors(path)
+    return Vocab(words, np.ones(len(words), np.int64)), vectors
 
 
 # ---- distributed training -----------------------------------------------------------------------
@@ -127,6 +168,7 @@ class _Run:
     keep: np.ndarray  # (V,) float64 subsampling keep probabilities
     unigram: Unigram
     syn0: pskv.Table  # the main thread's handle, for node 0's final pull
+    tests: EvalSets
     seconds: float = 0.0  # training time, measured by node 0 thread 0
     result: dict | None = None  # node 0's final numbers (see _result)
 
@@ -197,8 +239,8 @@ def _train(w: pskv.Worker, run: _Run) -> None:
             metrics = {"loss": sums[0] / max(sums[1], 1), "words_per_s": int(sums[2] / max(seconds, 1e-9))}
             if shares.backups:
                 metrics["words"] = int(sums[2])  # all of them, also when a node died
-            if _evaluation_sets() is not None:  # WordSim-353 is cheap (353 pairs); analogies wait for the end
-                scores = evaluate(syn0.pull(np.arange(len(run.vocab))), run.vocab, analogies=False)
+            if run.tests.pairs is not None:  # WordSim-353 is cheap (353 pairs); analogies wait for the end
+                scores = evaluate(syn0.pull(np.arange(len(run.vocab))), run.vocab, run.tests, analogies=False)
                 metrics["wordsim"] = scores["wordsim"].value
             s.report.epoch(w, epoch, progress, **metrics, seconds=seconds)
         s.checkpoint(w, epoch)
@@ -220,12 +262,12 @@ def _tables(node: pskv.Node, args, vocab: Vocab, unigram: Unigram) -> pskv.Table
     return syn0
 
 
-def _setup(s: common.Session, vocab: Vocab, corpus: Corpus) -> _Run:
+def _setup(s: common.Session, vocab: Vocab, corpus: Corpus, tests: EvalSets) -> _Run:
     """Declare the tables (collective); node 0 prints what runs."""
     args, node = s.args, s.node
     unigram = Unigram(vocab.counts)
     run = _Run(s, vocab, corpus, keep_probabilities(vocab.counts, args.sample), unigram,
-               _tables(node, args, vocab, unigram))
+               _tables(node, args, vocab, unigram), tests)
     per_epoch = run.epoch_words  # computed here, before the worker threads read it
     if node.rank == 0:
         negatives = f"pskv sampling, {args.sampling}" if args.sampling else "drawn by the app, naive"
@@ -238,6 +280,8 @@ def _setup(s: common.Session, vocab: Vocab, corpus: Corpus) -> _Run:
                 and common.relocation_note("word2vec", unigram.p[args.replicate:], pairs * args.neg // 2))
         if note:
             print(note, flush=True)
+        for note in tests.notes:
+            print(note, file=sys.stderr, flush=True)
     return run
 
 
@@ -259,15 +303,16 @@ def _result(run: _Run, vectors: np.ndarray, wall: float) -> dict:
     words = (args.epochs - first + 1) * run.epoch_words
     result = {"seconds": run.seconds, "words_per_s": words / max(run.seconds, 1e-9),
               "first_loss": rows[0]["loss"] if rows else float("nan"),
-              "loss": rows[-1]["loss"] if rows else float("nan"), **evaluate(vectors, run.vocab)}
+              "loss": rows[-1]["loss"] if rows else float("nan"), **evaluate(vectors, run.vocab, run.tests)}
     result["lines"] = [
         f"word2vec on {args.data}: {args.epochs - first + 1} epochs of {run.epoch_words:,} words in {wall:.1f} s "
         f"(training {run.seconds:.2f} s, {result['words_per_s']:,.0f} words/s); loss {result['first_loss']:.4f} "
         f"in epoch {first}, {result['loss']:.4f} in epoch {args.epochs}",
     ]
     if "analogy" in result:
-        result["lines"] += [f"analogy accuracy (3CosAdd) {result['analogy']}",
-                            f"WordSim-353 Spearman {result['wordsim']}"]
+        result["lines"].append(f"analogy accuracy (3CosAdd) {result['analogy']}")
+    if "wordsim" in result:
+        result["lines"].append(f"{run.tests.wordsim_name} Spearman {result['wordsim']}")
     return result
 
 
@@ -300,7 +345,7 @@ def _compare_gensim(run: _Run, lines: list[str]) -> list[str]:
     args, ours, workers = run.session.args, run.result, run.session.workers
     vectors, seconds = train_gensim(args, run.vocab, [run.shard(i) for i in range(workers)], workers)
     theirs = {"seconds": seconds, "words_per_s": args.epochs * run.epoch_words / max(seconds, 1e-9),
-              **evaluate(vectors, run.vocab)}
+              **evaluate(vectors, run.vocab, run.tests)}
     rows = [("train seconds", "{:.2f}", "seconds"), ("words/s", "{:,.0f}", "words_per_s"),
             ("WordSim-353 Spearman", "{}", "wordsim"), ("analogy accuracy", "{}", "analogy")]
     table = [f"{'':<22}{'pskv':<36}gensim, {workers} worker thread(s)"]
@@ -320,11 +365,12 @@ def main(argv: list[str] | None = None) -> int:
                 "(or pip install gensim)")
     if args.data_words is not None and args.data_words < 1:
         p.error("--data-words must be >= 1")
-    try:
+    try:  # every node reads the data before it joins: a malformed file stops them all alike, nothing written
         vocab, corpus = load_text(args)
+        tests = load_tests(args.wordsim, args.analogies)
         warm_up(args.dim)
-        return common.run_app("word2vec", args, metrics=3, setup=lambda s: _setup(s, vocab, corpus), train=_train,
-                              finish=_finish, then=_compare_gensim if args.compare_gensim else None)
+        return common.run_app("word2vec", args, metrics=3, setup=lambda s: _setup(s, vocab, corpus, tests),
+                              train=_train, finish=_finish, then=_compare_gensim if args.compare_gensim else None)
     except DataError as exc:  # the same on every node: the data, not the cluster, is wrong
         print(f"pskv run word2vec: error: {exc}", file=sys.stderr, flush=True)
         return 2

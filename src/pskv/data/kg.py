@@ -12,6 +12,13 @@ Formats (every split becomes an (n, 3) int64 array of (head, relation, tail) ids
   train back to train, so every evaluated id was trained.
 - Lapse's toy KGE data (`train.del` / `valid.del` / `test.del`): `subject<TAB>relation<TAB>object`
   as 0-based integer ids; the ids are kept as they are.
+- LibKGE's layout: the same `.del` id triples plus `entity_ids.del` and `relation_ids.del`, lines
+  `index<TAB>label` (dense indices 0..n-1); the labels become the names, the ids stay.
+- one file of `head<TAB>relation<TAB>tail` labels (a first line `head relation tail`, `subject
+  predicate object` or `h r t` is a header): split by a seed as recbole's `.kg`.
+
+`load(NAME)` takes a built-in name or a path: a directory in the pykeen, LibKGE or Lapse layout
+(found by which files it holds), or a single file.
 
 Label ids are the positions in the sorted list of all labels of all splits, so they do not depend
 on the order of the splits or of the lines. A malformed line raises DataError with the file name
@@ -76,10 +83,14 @@ def _lines(path: Path):
             for number, line in enumerate(f, 1):
                 yield number, line.rstrip("\r\n")
     except FileNotFoundError:
-        raise DataError(f"{path}: no such file; fetch the data set first (pskv data fetch NAME)") from None
+        raise DataError(f"{path}: no such file (a built-in data set: `pskv data fetch NAME` first)") from None
     except (OSError, EOFError, UnicodeDecodeError, lzma.LZMAError) as exc:
         raise DataError(f"{path}: cannot read it as {'compressed ' if path.suffix in _OPENERS else ''}"
                         f"UTF-8 text ({exc}); the file may be truncated, fetch it again") from exc
+
+
+def _empty(path: Path) -> DataError:
+    return DataError(f"{path}:1: the file has no triples; expected head<TAB>relation<TAB>tail lines")
 
 
 def _fields(path: Path, number: int, line: str, width: int = 3) -> list[str]:
@@ -93,7 +104,8 @@ def read_label_triples(path: Path, *, columns: tuple[int, int, int] = (0, 1, 2),
                        width: int = 3) -> list[tuple[str, str, str]]:
     """(head, relation, tail) labels of a TSV file; `columns` picks them out of `width` fields.
 
-    Blank lines are skipped; `header` skips line 1. Raises DataError naming file and line."""
+    Blank lines are skipped; `header` skips line 1. Raises DataError naming file and line, also for a
+    file with no triple."""
     path = Path(path)
     triples = []
     h, r, t = columns
@@ -102,6 +114,8 @@ def read_label_triples(path: Path, *, columns: tuple[int, int, int] = (0, 1, 2),
             continue
         f = _fields(path, number, line, width)
         triples.append((f[h], f[r], f[t]))
+    if not triples:
+        raise _empty(path)
     return triples
 
 
@@ -116,6 +130,8 @@ def read_id_triples(path: Path) -> np.ndarray:
         if not all(x.isascii() and x.isdigit() for x in f):
             raise DataError(f"{path}:{number}: expected three non-negative integer ids, got {line[:80]!r}")
         rows.append([int(x) for x in f])
+    if not rows:
+        raise _empty(path)
     return np.array(rows, dtype=np.int64).reshape(-1, 3)
 
 
@@ -165,9 +181,34 @@ def load_recbole_kg(path: Path, *, seed: int = 0, held_out: float = 0.05, name: 
     path = Path(path)
     columns, width = _recbole_columns(path)
     labels = sorted(set(read_label_triples(path, columns=columns, header=True, width=width)))
-    kg = index_triples(name or path.stem, {"train": labels})
+    return _seeded_split(index_triples(name or path.stem, {"train": labels}), seed, held_out)
+
+
+def load_tsv(path: Path, *, seed: int = 0, held_out: float = 0.05, name: str | None = None) -> KG:
+    """One file of `head<TAB>relation<TAB>tail` labels (or recbole's `.kg`, found by its typed
+    header), split by `seed` as load_recbole_kg splits. A first line of column names
+    (`head relation tail`, `subject predicate object`, `h r t`, any case) is a header."""
+    path = Path(path)
+    first = next((line for _, line in _lines(path) if line.strip()), None)
+    if first is None:
+        raise _empty(path)
+    if path.suffix == ".kg" or ":token" in first:
+        return load_recbole_kg(path, seed=seed, held_out=held_out, name=name)
+    header = tuple(f.strip().lower() for f in first.split("\t")) in _HEADERS
+    labels = sorted(set(read_label_triples(path, header=header)))
+    return _seeded_split(index_triples(name or path.stem, {"train": labels}), seed, held_out)
+
+
+_HEADERS = {("head", "relation", "tail"), ("subject", "predicate", "object"), ("subject", "relation", "object"),
+            ("h", "r", "t"), ("s", "p", "o")}
+
+
+def _seeded_split(kg: KG, seed: int, held_out: float) -> KG:
+    """`held_out` of kg.train's triples each for valid and test (at least one each from 10 triples
+    on), by a seeded permutation; held-out triples with an entity or relation that train lacks go back."""
     order = np.random.default_rng(seed).permutation(len(kg.train))
     n = int(round(held_out * len(order)))
+    n = max(n, 1) if len(order) >= 10 else n
     train, valid, test = kg.train[order[2 * n:]], kg.train[order[:n]], kg.train[order[n:2 * n]]
     seen_e = np.zeros(kg.num_entities, bool)
     seen_e[train[:, 0]] = seen_e[train[:, 2]] = True
@@ -176,6 +217,71 @@ def load_recbole_kg(path: Path, *, seed: int = 0, held_out: float = 0.05, name: 
     keep = [seen_e[s[:, 0]] & seen_e[s[:, 2]] & seen_r[s[:, 1]] for s in (valid, test)]
     train = np.concatenate([train, valid[~keep[0]], test[~keep[1]]])
     return KG(kg.name, kg.entities, kg.relations, train, valid[keep[0]], test[keep[1]])
+
+
+def load_libkge(directory: Path, name: str | None = None) -> KG:
+    """LibKGE's layout: train/valid/test `.del` id triples, names from `entity_ids.del` and
+    `relation_ids.del` (`index<TAB>label` lines, dense 0-based indices)."""
+    directory = Path(directory)
+    entities, relations = _id_labels(directory / "entity_ids.del"), _id_labels(directory / "relation_ids.del")
+    splits = {}
+    for s in SPLITS:
+        path = directory / f"{s}.del"
+        splits[s] = read_id_triples(path)
+        for column, labels, what in ((0, entities, "entity"), (1, relations, "relation"), (2, entities, "entity")):
+            over = np.flatnonzero(splits[s][:, column] >= len(labels))
+            if len(over):
+                raise DataError(f"{path}:{_line_of(path, over[0])}: {what} id {splits[s][over[0], column]} is not in "
+                                f"{'entity' if column != 1 else 'relation'}_ids.del ({len(labels)} ids, 0-based)")
+    return KG(name or directory.name, tuple(entities), tuple(relations), **splits)
+
+
+def _id_labels(path: Path) -> list[str]:
+    """The labels of a LibKGE `index<TAB>label` file, by index; DataError unless the indices are 0..n-1."""
+    labels = {}
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        f = _fields(path, number, line, width=2)
+        if not (f[0].isascii() and f[0].isdigit()) or int(f[0]) in labels:
+            raise DataError(f"{path}:{number}: expected a new non-negative integer index, then a tab and a label, "
+                            f"got {line[:80]!r}")
+        labels[int(f[0])] = f[1]
+    if not labels:
+        raise DataError(f"{path}:1: the file has no ids; expected index<TAB>label lines")
+    if sorted(labels) != list(range(len(labels))):
+        raise DataError(f"{path}: the indices are not 0..{len(labels) - 1} (missing: "
+                        f"{min(set(range(len(labels))) - set(labels))}); LibKGE's ids are dense")
+    return [labels[i] for i in range(len(labels))]
+
+
+def _line_of(path: Path, row: int) -> int:
+    """The line number of the row-th (0-based) non-blank line of `path`."""
+    seen = -1
+    for number, line in _lines(path):
+        seen += bool(line.strip())
+        if seen == row:
+            return number
+    return 0
+
+
+def load_path(path: Path, *, seed: int = 0) -> KG:
+    """A KG from a directory (pykeen's .txt/.tsv splits, LibKGE's .del with entity_ids.del, Lapse's
+    .del) or from one file of triples (split by `seed`, see load_tsv). Raises DataError."""
+    path = Path(path)
+    if path.is_file():
+        return load_tsv(path, seed=seed)
+    if not path.is_dir():
+        raise DataError(f"{path}: no such file or directory; --data takes nations, umls, ml-100k-kg, lapse-toy, "
+                        "random:E,R,T, a directory of train/valid/test triples or one file of triples")
+    if (path / "entity_ids.del").exists():
+        return load_libkge(path)
+    if (path / "train.del").exists():
+        return load_lapse(path)
+    if any((path / f"train{s}").exists() for s in (".txt", ".tsv", ".txt.gz", ".tsv.gz")):
+        return load_pykeen(path)
+    raise DataError(f"{path}: no train split; expected train.txt, valid.txt and test.txt (pykeen; or .tsv), or "
+                    "train.del, valid.del and test.del (LibKGE, with entity_ids.del and relation_ids.del)")
 
 
 def load_lapse(directory: Path, *, train_file: str = "train.del", name: str | None = None) -> KG:
@@ -233,7 +339,8 @@ def _distinct(a: np.ndarray) -> np.ndarray:
 
 
 def load(name: str, *, seed: int = 0) -> KG:
-    """A KG by name: "nations", "umls" (pykeen), "ml-100k-kg" (recbole), "lapse-toy", "random:E,R,T"."""
+    """A KG by name: "nations", "umls" (pykeen), "ml-100k-kg" (recbole), "lapse-toy", "random:E,R,T",
+    or any other string as a path (load_path)."""
     from .fetch import fetch, lapse_toy_dir
 
     m = _RANDOM.fullmatch(name)
@@ -245,7 +352,7 @@ def load(name: str, *, seed: int = 0) -> KG:
         return load_recbole_kg(fetch(name) / "ml-100k.kg", seed=seed, name=name)
     if name == "lapse-toy":
         return load_lapse(lapse_toy_dir() / "kge", name=name)
-    raise DataError(f"unknown knowledge graph {name!r}; use nations, umls, ml-100k-kg, lapse-toy or random:E,R,T")
+    return load_path(Path(name), seed=seed)
 
 
 # ---- filtered ranking ----------------------------------------------------------------------------------------

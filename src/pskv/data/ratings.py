@@ -13,11 +13,19 @@ Formats:
   real general`, `%` comments, `ROWS COLS NNZ`, then NNZ lines `i j value` with 1-based i, j.
 - MatrixMarket array (`.mma`, Lapse's W and H): `%%MatrixMarket matrix array real general`,
   `ROWS COLS`, then ROWS*COLS values in column-major order.
-A malformed line raises DataError naming the file and the line number.
+- a table of your own (`.csv`, `.tsv`, `.txt`, `.dat`, any other suffix): one rating per line, fields
+  separated by tabs, commas, `::` (MovieLens-1M) or spaces, whichever the first line uses; a first line
+  whose third field is not a number is a header, and then the columns named user/user_id/userId,
+  item/item_id/itemId/movieId and rating/score/value are used (else the first three); without one
+  they are user, item, rating, then anything (a timestamp). Ids may be any strings, mapped as
+  `.inter` tokens are.
+A malformed line raises DataError naming the file and the line number; `load_file(path)` picks the
+reader by suffix.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 from pathlib import Path
 
@@ -26,7 +34,7 @@ import numpy as np
 from ..errors import ConfigError
 from .fetch import DataError
 
-__all__ = ["Ratings", "load_inter", "load_mma", "load_mmc", "split", "zipf_ratings"]
+__all__ = ["Ratings", "load_file", "load_inter", "load_mma", "load_mmc", "load_table", "split", "zipf_ratings"]
 
 
 @dataclasses.dataclass
@@ -57,7 +65,7 @@ def load_inter(path: Path, *, user: str = "user_id", item: str = "item_id", rati
     """Read a RecBole `.inter` file: the columns named `user`, `item` and `rating` (header names
     without their `:type`). Raises DataError for a missing column or a malformed line."""
     path = Path(path)
-    with open(path, encoding="utf-8") as f:
+    with _open(path) as f:
         header = f.readline().rstrip("\n").split("\t")
         names = [h.split(":", 1)[0] for h in header]
         try:
@@ -76,10 +84,105 @@ def load_inter(path: Path, *, user: str = "user_id", item: str = "item_id", rati
             us.append(fields[cols[0]])
             its.append(fields[cols[1]])
             vs.append(_float(fields[cols[2]], path, lineno))
+    if not vs:
+        raise DataError(f"{path} line 2: no ratings after the header; expected user, item and rating columns")
     user_tokens, users = _dense_ids(us)
     item_tokens, items = _dense_ids(its)
     return Ratings(users, items, np.asarray(vs, np.float32), len(user_tokens), len(item_tokens),
                    user_tokens, item_tokens)
+
+
+def load_file(path: Path) -> Ratings:
+    """Ratings from a file of yours: `.inter` (load_inter), `.mmc` (load_mmc), else a table (load_table)."""
+    path = Path(path)
+    if path.suffix == ".inter":
+        return load_inter(path)
+    if path.suffix == ".mmc":
+        return load_mmc(path)
+    return load_table(path)
+
+
+_COLUMNS = ({"user", "user_id", "userid", "uid", "users"}, {"item", "item_id", "itemid", "movieid", "movie_id",
+                                                             "iid", "movie", "items"},
+            {"rating", "ratings", "score", "value", "stars", "r"})
+
+
+def load_table(path: Path) -> Ratings:
+    """Read a CSV/TSV/whitespace table of user, item, rating (see the module docstring). Raises
+    DataError naming the file and line for a wrong field count, a rating that is not a finite
+    number, or a file with no ratings."""
+    path = Path(path)
+    us, its, vs = [], [], []
+    split = cols = width = None
+    for lineno, line in _text_lines(path):
+        if not line.strip():
+            continue
+        if split is None:  # the first line: the separator, and a header or the first rating
+            split = _splitter(line)
+            fields = split(line)
+            width = len(fields)
+            if width < 3:
+                raise DataError(f"{path} line {lineno}: {line[:80]!r} has {width} field(s); expected user, "
+                                "item and rating (separated by tabs, commas, '::' or spaces)")
+            cols = _header_columns(fields)
+            if cols is not None:
+                continue
+            cols = (0, 1, 2)
+        fields = split(line)
+        if len(fields) != width or not all(fields[c].strip() for c in cols):
+            raise DataError(f"{path} line {lineno}: {line[:80]!r} has {len(fields)} field(s), the first line "
+                            f"{width}; expected user, item and rating, none empty, on every line")
+        us.append(fields[cols[0]].strip())
+        its.append(fields[cols[1]].strip())
+        vs.append(_float(fields[cols[2]].strip(), path, lineno))
+    if not vs:
+        raise DataError(f"{path} line 1: no ratings in the file; expected lines of user, item, rating")
+    user_tokens, users = _dense_ids(us)
+    item_tokens, items = _dense_ids(its)
+    return Ratings(users, items, np.asarray(vs, np.float32), len(user_tokens), len(item_tokens),
+                   user_tokens, item_tokens)
+
+
+def _splitter(line: str):
+    """How to cut the lines of a table whose first line is `line`."""
+    if "\t" in line:
+        return lambda text: text.split("\t")
+    if "::" in line:
+        return lambda text: text.split("::")
+    if "," in line:
+        return lambda text: next(csv.reader([text]))  # quoted fields may hold commas
+    return str.split
+
+
+def _header_columns(fields: list[str]) -> tuple[int, int, int] | None:
+    """(user, item, rating) columns of a header line, or None if `fields` is a rating (a number third)."""
+    try:
+        float(fields[2])
+        return None
+    except ValueError:
+        pass
+    names = [f.strip().strip('"').lower() for f in fields]
+    found = [next((k for k, n in enumerate(names) if n in wanted), None) for wanted in _COLUMNS]
+    return tuple(found) if None not in found and len(set(found)) == 3 else (0, 1, 2)
+
+
+def _text_lines(path: Path):
+    """(line number, text without the newline) of a UTF-8 file; DataError naming the line otherwise."""
+    with _open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                yield lineno, raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                raise DataError(f"{path} line {lineno}: not UTF-8 text; expected user, item, rating") from None
+
+
+def _open(path: Path, mode: str = "r"):
+    try:
+        return open(path, mode) if "b" in mode else open(path, mode, encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file; --data takes a built-in name or a ratings file") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot open it ({exc.strerror})") from None
 
 
 def load_mmc(path: Path) -> Ratings:
@@ -189,10 +292,13 @@ def _float(text: str, path: Path, lineno: int) -> float:
 
 
 def _dense_ids(tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique tokens, 0-based id of each token); integer tokens sort numerically."""
+    """(sorted unique tokens, 0-based id of each token); integer tokens sort numerically (when each
+    is written as str(int) writes it: "007" and "7" stay two ids)."""
     try:
         keys = np.asarray(tokens, dtype=np.int64)
-    except ValueError:
+    except (ValueError, OverflowError):
+        keys = None
+    if keys is None or not np.array_equal(keys.astype(str), np.asarray(tokens, dtype=str)):
         keys = np.asarray(tokens, dtype=object)
     unique, ids = np.unique(keys, return_inverse=True)
     return unique, ids.astype(np.int64)

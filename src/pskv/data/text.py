@@ -11,10 +11,12 @@ file and the line number):
 - a corpus: UTF-8, one sentence per line, tokens separated by spaces or tabs (gensim's `.cor`
   files; Lapse's `lm/small.txt` is a single line of 100,000 tokens). Blank lines are skipped.
   `clean=True` lower-cases and keeps only word characters (for raw text like `lee_background.cor`).
+  `read_corpus_path` also takes a directory: every file under it (hidden ones skipped), in name order.
 - WordSim-353 (`wordsim353.tsv`): `word1<TAB>word2<TAB>score`; `#` lines are comments, and a first
   line whose score is not a number is a header.
 - analogies (`questions-words.txt`): `: section` lines, then `a b c d` lines (a:b = c:d).
-- word vectors in word2vec's text format (`V dim`, then `word v1 ... vdim` lines), written and read.
+- word vectors in word2vec's text format (`V dim`, then `word v1 ... vdim` lines), written and read;
+  the values with 9 significant digits, so float32 vectors read back exactly.
 
 The sampling distributions follow word2vec.c and gensim exactly: a word of count f among T
 corpus words is kept with probability min(1, (sqrt(f / (s T)) + 1) s T / f) for `--sample` s,
@@ -26,6 +28,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import os
 import re
 from pathlib import Path
 from typing import Iterable, NamedTuple
@@ -37,8 +40,8 @@ from ..errors import ConfigError
 from .fetch import DataError
 
 __all__ = ["Analogy", "Corpus", "Score", "Unigram", "Vocab", "analogy_accuracy", "keep_probabilities",
-           "rankdata", "read_analogies", "read_corpus", "read_vectors", "read_wordsim", "spearman", "wordsim_spearman",
-           "write_vectors"]
+           "rankdata", "read_analogies", "read_corpus", "read_corpus_path", "read_vectors", "read_wordsim", "spearman",
+           "wordsim_spearman", "write_vectors"]
 
 _WORD = re.compile(r"[^\W_]+(?:['\u2019-][^\W_]+)*")  # letters/digits, inner apostrophes and hyphens
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # control characters other than \t \n \r
@@ -76,6 +79,31 @@ def read_corpus(path: Path, *, clean: bool = False) -> list[list[str]]:
         tokens = _WORD.findall(line.lower()) if clean else line.split()
         if tokens:
             sentences.append(tokens)
+    return sentences
+
+
+def read_corpus_path(path: Path, *, clean: bool = False) -> list[list[str]]:
+    """The sentences of a corpus file, or of every file under a directory (recursively, hidden names
+    skipped, in path order), as read_corpus reads each. Raises DataError for a missing path or a
+    file without a sentence (naming it), or as read_corpus does."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(f for f in path.rglob("*") if f.is_file()
+                       and not any(part.startswith(".") for part in f.relative_to(path).parts))
+        if not files:
+            raise DataError(f"{path}: the directory holds no text file; expected files of sentences, one per line")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise DataError(f"{path}: no such file or directory; expected a text file (one sentence per line) or a "
+                        "directory of them")
+    sentences = []
+    for f in files:
+        mine = read_corpus(f, clean=clean)
+        if not mine:
+            raise DataError(f"{f}:1: no words in the file; expected UTF-8 text, one sentence of space-separated "
+                            "words per line")
+        sentences += mine
     return sentences
 
 
@@ -137,14 +165,21 @@ def read_analogies(path: Path, *, lowercase: bool = True) -> list[Analogy]:
 
 def write_vectors(path: Path, words: list[str], vectors: np.ndarray) -> None:
     """Write word vectors in word2vec's text format: a `V dim` line, then `word v1 ... vdim` per word
-    (what gensim's KeyedVectors.load_word2vec_format(path) reads)."""
+    (what gensim's KeyedVectors.load_word2vec_format(path) reads). 9 significant digits: float32
+    values read back exactly. Written to a temporary file and renamed: a reader never sees half of it."""
     vectors = np.asarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or vectors.shape[0] != len(words):
         raise ConfigError(f"write_vectors: {len(words)} words but vectors of shape {vectors.shape}")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(f"{vectors.shape[0]} {vectors.shape[1]}\n")
-        for word, row in zip(words, vectors):
-            f.write(word + " " + " ".join(f"{x:.6g}" for x in row) + "\n")
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(f"{vectors.shape[0]} {vectors.shape[1]}\n")
+            for word, row in zip(words, vectors):
+                f.write(word + " " + " ".join(f"{x:.9g}" for x in row) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_vectors(path: Path) -> tuple[list[str], np.ndarray]:
