@@ -66,3 +66,12 @@ def test_backups_example_runs_on_three_nodes_with_one_backup():
                            str(EXAMPLES / "backups.py")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(re.findall(r"\[node (\d)\] \[0, 1, 2\]", proc.stdout)) == ["0", "1", "2"], proc.stdout
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_placement_example_localizes_each_nodes_rows_and_samples(nodes):
+    out = _run("placement.py", nodes)
+    found = re.findall(r"node (\d): (\d+) of (\d+) rows local, (\d+) sampled, (\d+) localized", out)
+    assert sorted(int(f[0]) for f in found) == list(range(nodes)), out
+    for _, local, mine, sampled, _ in found:
+        assert local == mine == str(10_000 // nodes) and sampled == "1000", out
