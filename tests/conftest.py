@@ -18,12 +18,16 @@ import pytest
 # sets them and no node setting depends on them, so a user's values stay; a test of their
 # resolution sets or deletes them itself.
 USER_DATA_VARS = ("PSKV_DATA_DIR", "PSKV_LAPSE_TOY")
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "JOB_COMPLETION_INDEX")
 
 
 @pytest.fixture(autouse=True)
 def clean_pskv_environ(monkeypatch):
-    """Each test starts with no PSKV_* variable in its environment but USER_DATA_VARS."""
-    for name in [n for n in os.environ if n.startswith("PSKV_") and n not in USER_DATA_VARS]:
+    """Each test starts with no PSKV_* variable in its environment but USER_DATA_VARS, and none of the
+    launchers' that pskv maps (pskv.environments): `make test` inside a SLURM step, under torchrun or in a
+    Kubernetes pod must not make a test's one-process pskv.init() wait for a cluster."""
+    for name in [n for n in os.environ if n.startswith("PSKV_") and n not in USER_DATA_VARS
+                 or n.startswith("SLURM_") or n in LAUNCHER_VARS]:
         monkeypatch.delenv(name)
 
 

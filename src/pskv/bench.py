@@ -4,6 +4,7 @@
     PYTHONPATH=src .venv/bin/python -m pskv bench --quick            # fewer sizes/repeats, < 40 s
     pskv bench --sizes 1000,100000 --dims 64 --window 8 --no-copy
     pskv bench --floor-only --rounds 7 --budget 1                    # only the raw-pyzmq floor table
+    pskv bench --auth --no-copy --sizes 1,1000,100000 --dims 64 --rounds 0   # what authentication costs
 
 For every n_keys in --sizes and dim in --dims, on float32 tables, with unique random keys:
 
@@ -12,6 +13,10 @@ For every n_keys in --sizes and dim in --dims, on float32 tables, with unique ra
   remote  2 node processes (this process is node 0, a child process node 1); node 0 pulls and
           pushes keys that node 1 owns. mode `rtt`: one request at a time, .wait() each (p50/p99
           latency); mode `window`: W requests outstanding (throughput).
+
+  auth    with --auth, the remote cells again on a second 2-node cluster that shares a secret
+          (net.auth: CURVE, so every message is encrypted), as where `remote+auth`; a last table
+          puts each next to its unauthenticated twin.
 
   floor   node 1 also serves a raw pyzmq ROUTER (np.take for a pull, data[keys] += vals for a
           push, zero-copy frames, one message per op) and node 0 is the client of both, on a
@@ -37,11 +42,14 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from .net.auth import new_secret
 
 _FULL_SIZES = (1, 1_000, 100_000, 1_000_000)
 _QUICK_SIZES = (1, 1_000, 100_000)
@@ -168,7 +176,7 @@ def _local_cells(table, d: _Data, plan: Plan) -> list[Result]:
             _result("push", "local", "call", d.n, d.dim, _timed(push, plan, d.n, d.dim))]
 
 
-def _remote_cells(table, d: _Data, offset: int, plan: Plan) -> list[Result]:
+def _remote_cells(table, d: _Data, offset: int, plan: Plan, where: str = "remote") -> list[Result]:
     keys = d.keys + offset  # (n,) int64, all owned by node 1
     window = max(1, min(plan.window, _WINDOW_BYTES // max(1, d.n * d.dim * 4)))
     bufs = [d.out] + [_touched(d.out.shape) for _ in range(window - 1)]  # one pull target per outstanding request
@@ -176,14 +184,14 @@ def _remote_cells(table, d: _Data, offset: int, plan: Plan) -> list[Result]:
            "push": lambda i: table.push(keys, d.vals, copy=plan.copy)}
     results = []
     for op, issue in ops.items():
-        rtt = _result(op, "remote", "rtt", d.n, d.dim,
+        rtt = _result(op, where, "rtt", d.n, d.dim,
                       _timed(lambda: issue(0).wait(_WAIT), plan, d.n, d.dim, reps_min=max(plan.reps_min, 20)))
         est = max(rtt.seconds / 2, 1e-6)  # pipelining hides at most about half of a round trip
         requests = int(min(2000, max(4 * window, plan.budget / est)))
         if d.n * d.dim * 4 >= _BIG:
             requests = min(requests, 4 * window)
         per = _windowed(issue, plan, window, requests)
-        results += [rtt, Result(op, "remote", f"window {window}", d.n, d.dim, per, reps=requests)]
+        results += [rtt, Result(op, where, f"window {window}", d.n, d.dim, per, reps=requests)]
     return results
 
 
@@ -439,23 +447,26 @@ def _serve_node(rows: int, dims: str, raw_port: int = 0) -> int:
     return 0
 
 
-def _start_child(rows: int, dims: list[int], address: str, raw_port: int = 0) -> subprocess.Popen:
+def _start_child(rows: int, dims: list[int], address: str, raw_port: int = 0,
+                 secret: str | None = None) -> subprocess.Popen:
     import pskv
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PSKV_")}
     src = str(Path(pskv.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([src] + [p for p in [env.get("PYTHONPATH")] if p])
     env.update(PSKV_COORDINATOR=address, PSKV_NUM_NODES="2", PSKV_RANK="1")
+    if secret:
+        env["PSKV_SECRET_FILE"] = secret
     argv = [sys.executable, "-c", _CHILD, str(rows), ",".join(map(str, dims)), str(raw_port)]
     return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
 
 
 def run(sizes: list[int], dims: list[int], plan: Plan, remote: bool = True,
         say: Callable[[str], None] = print, floor_rounds: int = 0, cells: bool = True,
-        floors: list | None = None) -> list[Result]:
+        floors: list | None = None, auth: bool = False) -> list[Result]:
     """Measure every cell (unless not `cells`); return the results (ratios filled in). With
     `floor_rounds`, also measure the raw-pyzmq floor (`floor`) in as many paired rounds and
-    append its figures to `floors`."""
+    append its figures to `floors`. With `auth`, the remote cells again on an authenticated cluster."""
     from .config import NodeConfig
     from .node import Node
 
@@ -484,43 +495,59 @@ def run(sizes: list[int], dims: list[int], plan: Plan, remote: bool = True,
     del node
     gc.collect()
     if remote or floor_rounds:
-        address = f"127.0.0.1:{_free_port()}"
-        raw_port = _free_port() if floor_rounds else 0
-        child = _start_child(2 * rows, dims, address, raw_port)
-        node = None
-        try:
-            node = Node(NodeConfig(coordinator=address, num_nodes=2, rank=0))
-            for dim in dims:
-                node.table(f"d{dim}", rows=2 * rows, dim=dim)  # collective: node 1 declares them too
-            node.table("floor", rows=2 * _FLOOR_ROWS, dim=_FLOOR_DIM)
-            worker = node.worker()
-            handles = {dim: worker.table(f"d{dim}") for dim in dims}
-            for n, dim in shapes if remote else []:
-                say(f"  remote         n_keys={n:>9,} dim={dim}")
-                results += _remote_cells(handles[dim], _Data(rng, rows, n, dim), rows, plan)
-            if floor_rounds:
-                raw = _RawClient(raw_port, _FLOOR_DIM)
-                try:
-                    got = floor(worker.table("floor"), raw, _FLOOR_ROWS, _FLOOR_ROWS, floor_rounds,
-                                min(plan.budget, 0.5), plan.window, say=say)
-                finally:
-                    raw.close()
-                if floors is not None:
-                    floors += got
-            worker.barrier()  # releases node 1, which then shuts down with us
-            worker.close()
-        finally:
-            if node is not None:
-                node.shutdown(timeout=10)
-            try:
-                child.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                child.kill()  # our own child, by its Popen handle
-                child.wait()
+        results += _two_nodes(rows, dims, shapes if remote else [], plan, rng, say, floor_rounds, floors)
+    if remote and auth:
+        with tempfile.TemporaryDirectory(prefix="pskv-bench-") as tmp:
+            secret = str(new_secret(Path(tmp) / "secret"))
+            results += _two_nodes(rows, dims, shapes, plan, rng, say, 0, None, secret)
     base = {(r.op, r.n, r.dim): r.seconds for r in results if r.where == "numpy"}
     for r in results:
         if (r.op, r.n, r.dim) in base:
             r.ratio = base[(r.op, r.n, r.dim)] / r.seconds
+    return results
+
+
+def _two_nodes(rows: int, dims: list[int], shapes: list, plan: Plan, rng, say, floor_rounds: int,
+               floors: list | None, secret: str | None = None) -> list[Result]:
+    """The remote cells (and the floor) on this process as node 0 and a child as node 1."""
+    from .config import NodeConfig
+    from .node import Node
+
+    results: list[Result] = []
+    where = "remote+auth" if secret else "remote"
+    address = f"127.0.0.1:{_free_port()}"
+    raw_port = _free_port() if floor_rounds else 0
+    child = _start_child(2 * rows, dims, address, raw_port, secret)
+    node = None
+    try:
+        node = Node(NodeConfig(coordinator=address, num_nodes=2, rank=0, secret_file=secret))
+        for dim in dims:
+            node.table(f"d{dim}", rows=2 * rows, dim=dim)  # collective: node 1 declares them too
+        node.table("floor", rows=2 * _FLOOR_ROWS, dim=_FLOOR_DIM)
+        worker = node.worker()
+        handles = {dim: worker.table(f"d{dim}") for dim in dims}
+        for n, dim in shapes:
+            say(f"  {where:<14} n_keys={n:>9,} dim={dim}")
+            results += _remote_cells(handles[dim], _Data(rng, rows, n, dim), rows, plan, where)
+        if floor_rounds:
+            raw = _RawClient(raw_port, _FLOOR_DIM)
+            try:
+                got = floor(worker.table("floor"), raw, _FLOOR_ROWS, _FLOOR_ROWS, floor_rounds,
+                            min(plan.budget, 0.5), plan.window, say=say)
+            finally:
+                raw.close()
+            if floors is not None:
+                floors += got
+        worker.barrier()  # releases node 1, which then shuts down with us
+        worker.close()
+    finally:
+        if node is not None:
+            node.shutdown(timeout=10)
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.kill()  # our own child, by its Popen handle
+            child.wait()
     return results
 
 
@@ -537,11 +564,26 @@ def table(results: list[Result]) -> str:
     us = lambda s: "" if s is None else f"{s * 1e6:,.0f}"  # noqa: E731
     head = ("op", "where", "mode", "n_keys", "dim", "keys/s", "GB/s", "p50 µs", "p99 µs", "x numpy", "reps")
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i < 3 else "--:" for i in range(len(head))) + "|"]
-    order = {"numpy": 0, "local": 1, "remote": 2}
+    order = {"numpy": 0, "local": 1, "remote": 2, "remote+auth": 3}
     for r in sorted(results, key=lambda r: (r.dim, r.n, r.op, order[r.where])):
         ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
         lines.append(f"| {r.op} | {r.where} | {r.mode} | {r.n:,} | {r.dim} | {_si(r.keys_per_s)} | "
                      f"{r.gb_per_s:.3f} | {us(r.p50)} | {us(r.p99)} | {ratio} | {r.reps} |")
+    return "\n".join(lines)
+
+
+def auth_table(results: list[Result]) -> str:
+    """Each remote cell next to its authenticated twin: p50 round trip, GB/s, and speed with / without."""
+    plain = {(r.op, r.mode, r.n, r.dim): r for r in results if r.where == "remote"}
+    lines = ["| op | mode | n_keys | dim | p50 µs | p50 µs auth | GB/s | GB/s auth | auth / plain speed |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for a in sorted((r for r in results if r.where == "remote+auth"), key=lambda r: (r.dim, r.n, r.op, r.mode)):
+        p = plain.get((a.op, a.mode, a.n, a.dim))
+        if p is None:
+            continue
+        us = lambda r: "" if r.p50 is None else f"{r.p50 * 1e6:,.0f}"  # noqa: E731
+        lines.append(f"| {a.op} | {a.mode} | {a.n:,} | {a.dim} | {us(p)} | {us(a)} | {p.gb_per_s:.3f} | "
+                     f"{a.gb_per_s:.3f} | {p.seconds / a.seconds:.2f} |")
     return "\n".join(lines)
 
 
@@ -637,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None,
                    help="paired rounds of the raw-pyzmq floor (default 5, quick 3; 0: no floor)")
     p.add_argument("--floor-only", action="store_true", help="only the raw-pyzmq floor table")
+    p.add_argument("--auth", action="store_true",
+                   help="the remote cells also on an authenticated cluster (a shared secret: CURVE), side by side")
     args = p.parse_args(argv)
     quick = args.quick
     sizes = args.sizes or list(_QUICK_SIZES if quick else _FULL_SIZES)
@@ -652,13 +696,16 @@ def main(argv: list[str] | None = None) -> int:
     floors: list[Floor] = []
     results = run(sizes, args.dims, plan, remote=not args.no_remote and not args.floor_only,
                   say=lambda s: print(s, file=sys.stderr, flush=True), floor_rounds=max(rounds, args.floor_only),
-                  cells=not args.floor_only, floors=floors)
+                  cells=not args.floor_only, floors=floors, auth=args.auth)
     if results:
         print(table(results))
         print("\n## targets\n")
         for name, got, ok in targets(results):
             mark = "n/a " if ok is None else ("MET " if ok else "MISS")
             print(f"- [{mark}] {name}: {got}")
+    if any(r.where == "remote+auth" for r in results):
+        print("\n## authentication: the remote cells without and with a cluster secret (CURVE)\n")
+        print(auth_table(results))
     if floors:
         print(f"\n## the floor: raw pyzmq and pskv, {len(floors[0].raw)} paired rounds, medians\n")
         print(floor_table(floors))

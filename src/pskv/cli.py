@@ -35,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("launch", help="start N nodes that run CMD; non-zero if any node fails",
                          usage="pskv launch -n N [--threads T] [--backups B] [--restore PATH | --join HOST:PORT] "
-                               "[--hostfile FILE] [--coordinator-host H] -- CMD ...")
+                               "[--hostfile FILE | --ray [--address ADDR]] [--coordinator-host H] -- CMD ...")
     run.add_argument("-n", "--nodes", type=int, required=True, help="number of node processes")
     run.add_argument("--threads", type=int, default=1,
                      help="worker threads per node (PSKV_THREADS)")
@@ -53,8 +53,26 @@ def _parser() -> argparse.ArgumentParser:
                           "(default: all nodes on this machine)")
     run.add_argument("--coordinator-host", help="address the coordinator binds (default 127.0.0.1, "
                                                 "or this machine's address with a remote hostfile)")
+    run.add_argument("--ray", action="store_true",
+                     help="one node per Ray actor, placed by Ray (pip install 'pskv[ray]'); node 0 runs the coordinator")
+    run.add_argument("--address", metavar="ADDR",
+                     help="with --ray: the Ray cluster (ray.init's address: auto, ray://HEAD:10001; "
+                          "default a private local Ray)")
+    run.add_argument("--metrics", type=int, metavar="P",
+                     help="node r serves Prometheus metrics at http://HOST:(P+r)/metrics (PSKV_METRICS_PORT; "
+                          "needs pip install 'pskv[metrics]'); watch them with `pskv top --metrics-port P`")
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command every node runs")
     run.set_defaults(run=_launch)
+
+    top = sub.add_parser("top", help="a live view of a running cluster from its nodes' metrics endpoints "
+                                     "(pskv launch --metrics P)")
+    top.add_argument("urls", nargs="*", metavar="URL", help="metrics endpoints (host:port or http://host:port/metrics)")
+    top.add_argument("--metrics-port", type=int, metavar="P", help="node r at port P + r (PSKV_METRICS_PORT)")
+    top.add_argument("--nodes", type=int, default=1, metavar="N", help="with --metrics-port: watch nodes 0..N-1")
+    top.add_argument("--host", default="127.0.0.1", help="with --metrics-port: the nodes' host (default 127.0.0.1)")
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    top.add_argument("--once", action="store_true", help="print one frame (rates over one interval) and exit")
+    top.set_defaults(run=_top)
 
     app = sub.add_parser("run", add_help=False,
                          help="run an app (mf, kge, word2vec, mnist, lr, lasso) on N local nodes, or as this node's "
@@ -91,6 +109,13 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("path", type=Path, metavar="PATH", help="a checkpoint, or a directory (its newest)")
     inspect.set_defaults(run=_checkpoint_inspect)
 
+    secret = sub.add_parser("secret", help="make a cluster secret for nodes that other launchers start")
+    secret_sub = secret.add_subparsers(dest="action", required=True, metavar="ACTION")
+    new = secret_sub.add_parser("new", help="write a new secret to FILE (mode 0600; never overwrites); give every "
+                                            "node PSKV_SECRET_FILE=FILE")
+    new.add_argument("file", type=Path, metavar="FILE")
+    new.set_defaults(run=_secret_new)
+
     evaluate = sub.add_parser("evaluate", add_help=False,
                               help="test each checkpoint of a `pskv run mnist --eval-freq` run once, as it appears "
                                    "(pskv evaluate --help)")
@@ -114,9 +139,40 @@ def _launch(args: argparse.Namespace, rest: list[str]) -> int:
     from .launch import launch
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.ray:
+        return _launch_ray(args, command)
+    if args.address is not None:
+        from .errors import ConfigError
+
+        raise ConfigError("--address names a Ray cluster; it needs --ray")
     return launch(args.nodes, command, threads=args.threads, hostfile=args.hostfile,
                   coordinator_host=args.coordinator_host, backups=args.backups, restore=args.restore,
-                  join=args.join)
+                  join=args.join, metrics=args.metrics)
+
+
+def _launch_ray(args: argparse.Namespace, command: list[str]) -> int:
+    from .errors import ConfigError
+    from .launch_ray import launch_ray
+
+    for flag, value in (("--hostfile", args.hostfile), ("--join", args.join),
+                        ("--coordinator-host", args.coordinator_host)):
+        if value is not None:
+            raise ConfigError(f"{flag} does not apply with --ray: Ray places the nodes and node 0 runs the coordinator")
+    settings = {"backups": args.backups, "restore": args.restore,
+                "metrics_port": getattr(args, "metrics", None)}
+    return launch_ray(args.nodes, command, address=args.address, threads=args.threads,
+                      **{k: v for k, v in settings.items() if v is not None})
+
+
+def _top(args: argparse.Namespace, rest: list[str]) -> int:
+    from .errors import ConfigError
+    from .monitor import top
+
+    urls = top.urls_for(args.metrics_port, args.nodes, args.host, args.urls)
+    if not urls:
+        raise ConfigError("pskv top needs the nodes' metrics endpoints: --metrics-port P [--nodes N] [--host H] "
+                          "(as given to pskv launch --metrics P), or their URLs")
+    return top.run(urls, once=args.once, interval=args.interval)
 
 
 def _run_app(args: argparse.Namespace, rest: list[str]) -> int:
@@ -200,6 +256,14 @@ def _forward(args: argparse.Namespace, rest: list[str]) -> int:
     else:
         from . import bench as module
     return module.main(rest)
+
+
+def _secret_new(args: argparse.Namespace, rest: list[str]) -> int:
+    from .net.auth import new_secret
+
+    path = new_secret(args.file)
+    print(f"wrote a new cluster secret to {path} (mode 0600); start every node with PSKV_SECRET_FILE={path}")
+    return 0
 
 
 def _version(args: argparse.Namespace, rest: list[str]) -> int:

@@ -1,8 +1,9 @@
 """Node configuration: the one reader of the PSKV_* environment variables.
 
-`launch.py` is the only writer of these variables; any cluster manager (SLURM, Kubernetes)
-may set them instead, and under torchrun its RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
-stand in for them (`from_torchrun`). Every default below carries its reason.
+`launch.py` is the only writer of these variables; any cluster manager may set them instead, and
+under torchrun, SLURM's srun or a Kubernetes Indexed Job their own variables stand in for the
+unset ones (`environments.detect`: a PSKV_* variable that is set always wins). Every default
+below carries its reason.
 
 | variable | meaning | default |
 | --- | --- | --- |
@@ -20,6 +21,10 @@ stand in for them (`from_torchrun`). Every default below carries its reason.
 | PSKV_BACKUPS | copies of each key range beyond its head; a node may die without loss (server.chain) | 0 |
 | PSKV_JOIN | host:port of a running cluster's coordinator: join it (rank and size come from there) | unset |
 | PSKV_EXTERNAL_COORDINATOR | 1: a launcher runs the coordinator at PSKV_COORDINATOR; node 0 starts none | 0 |
+| PSKV_SECRET_FILE | the cluster's shared secret (net.auth: CURVE on every connection); `pskv launch` makes one | unset: unauthenticated |
+| PSKV_PORT | the coordinator's port under torchrun, SLURM or Kubernetes (environments.py) | derived there |
+| PSKV_COORDINATOR_HOST | Kubernetes: the coordinator's pod, JOB-0.SERVICE (environments.py) | unset |
+| PSKV_METRICS_PORT | P: node r serves Prometheus metrics at http://PSKV_HOST:(P+r)/metrics (pskv.monitor) | 0: none |
 | PSKV_TEST_DROP_RATE | test only: fraction of outgoing data messages dropped | 0 |
 """
 
@@ -30,6 +35,7 @@ import math
 import os
 from typing import Mapping
 
+from .environments import detect
 from .errors import ConfigError, ConsistencyError
 from .options import as_consistency
 
@@ -55,15 +61,18 @@ class NodeConfig:
     backups: int = 0  # 0: a dead node stops the cluster (fail fast); B: B nodes may die, one at a time
     restore: str | None = None  # a checkpoint (or a directory of them: the newest) the tables come back from
     join: str | None = None  # a running cluster's coordinator: join it (membership.join); rank and size come from it
+    secret_file: str | None = None  # None: no authentication (a lone process, or nodes started by hand; net.auth)
+    metrics_port: int = 0  # 0: no exporter (opt-in: it opens a port and a thread); P: node r at P + r
     test_drop_rate: float = 0.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "NodeConfig":
-        """Read PSKV_* from `environ` (default os.environ); keyword overrides win. Without
-        PSKV_COORDINATOR, torchrun's variables describe the cluster (`from_torchrun`)."""
+        """Read PSKV_* from `environ` (default os.environ); keyword overrides win. PSKV_* variables
+        that are unset (or empty) come from torchrun's, SLURM's or a Kubernetes Indexed Job's
+        variables when those are present (`environments.detect`), except with PSKV_JOIN."""
         env = os.environ if environ is None else environ
-        if not env.get(_PREFIX + "COORDINATOR") and not env.get(_PREFIX + "JOIN"):
-            env = {**env, **from_torchrun(env)}
+        found, mapped = _launcher(env)
+        env = {**env, **mapped}
         values: dict = {}
         for field in dataclasses.fields(cls):
             raw = env.get(_PREFIX + field.name.upper())
@@ -77,7 +86,13 @@ class NodeConfig:
             except ConsistencyError as exc:
                 raise ConfigError(f"PSKV_CONSISTENCY: {exc}") from None
         config = cls(**values)
-        config.validate()
+        try:
+            config.validate()
+        except ConfigError as exc:
+            if not mapped:
+                raise
+            named = [name for name in sorted(mapped) if name in str(exc)] or sorted(mapped)
+            raise ConfigError(f"{exc} ({found.explain(named)})") from None
         return config
 
     def validate(self) -> None:
@@ -106,6 +121,9 @@ class NodeConfig:
                 raise ConfigError(f"PSKV_{name.upper()} is {getattr(self, name)}; it must be > 0 (and finite)")
         if not 0 <= self.test_drop_rate <= 1:
             raise ConfigError(f"PSKV_TEST_DROP_RATE is {self.test_drop_rate}; it must be in [0, 1]")
+        if not 0 <= self.metrics_port < 65536:
+            raise ConfigError(f"PSKV_METRICS_PORT is {self.metrics_port}; give a TCP port (node r serves at it + r), "
+                              "or 0 for no metrics")
         if self.threads < 1:
             raise ConfigError(f"PSKV_THREADS is {self.threads}; it must be at least 1")
         if self.backups < 0:
@@ -124,22 +142,15 @@ class NodeConfig:
         return out
 
 
-def from_torchrun(env: Mapping[str, str]) -> dict[str, str]:
-    """PSKV_* for a process that torchrun (or torch.distributed.launch) started: RANK, WORLD_SIZE,
-    MASTER_ADDR and MASTER_PORT. Rank 0 runs the coordinator at MASTER_ADDR:(MASTER_PORT + 1),
-    beside torch's own store at MASTER_PORT. Empty when they are not all set."""
-    names = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    if not all(env.get(n) for n in names):
-        return {}
-    try:
-        port = int(env["MASTER_PORT"]) + 1
-    except ValueError:
-        raise ConfigError(f"MASTER_PORT={env['MASTER_PORT']!r} (torchrun) is not a port number") from None
-    host = "127.0.0.1" if env["MASTER_ADDR"] in ("localhost", "127.0.0.1") else env["MASTER_ADDR"]
-    out = {"PSKV_COORDINATOR": f"{host}:{port}", "PSKV_RANK": env["RANK"], "PSKV_NUM_NODES": env["WORLD_SIZE"]}
-    if host == "127.0.0.1":
-        out["PSKV_HOST"] = host
-    return out
+def _launcher(env: Mapping[str, str]):
+    """(the launcher environment found, the PSKV_* values it gives that `env` leaves unset)."""
+    per_node = ("COORDINATOR", "RANK", "NUM_NODES", "HOST")
+    if env.get(_PREFIX + "JOIN") or all(env.get(_PREFIX + name) for name in per_node):
+        return None, {}  # a joining node gets rank and size from the cluster; `pskv launch` sets them all
+    found = detect(env)
+    if found is None:
+        return None, {}
+    return found, {k: v for k, v in found.values.items() if not env.get(k)}
 
 
 def split_address(address: str) -> tuple[str, int]:

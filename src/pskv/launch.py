@@ -37,6 +37,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -44,6 +45,7 @@ from typing import Any, Callable, TextIO
 
 from .config import ConfigError, NodeConfig
 from .errors import WaitTimeout
+from .net.auth import new_secret
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +152,7 @@ class Cluster:
 
     def __init__(self, *, echo: bool, log_dir: Path | None, grace: float, backups: int = 0) -> None:
         self.coordinator_address = ""
+        self.secret_file = ""  # the secret this launcher made for the cluster (net.auth), in a private directory
         self.pids: list[int] = []
         self._nodes: list[_Node] = []
         self._coordinator: Any = None
@@ -368,6 +371,8 @@ class Cluster:
                 reader.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _close_files_and_coordinator(self) -> None:
+        if self.secret_file:
+            shutil.rmtree(Path(self.secret_file).parent, ignore_errors=True)
         for node in self._nodes:
             with node.lock:
                 if node.log is not None:
@@ -403,7 +408,7 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
                 failure_timeout: float | None = None, echo: bool = False,
                 coordinator: bool | str | CoordinatorFactory = True,
                 coordinator_host: str | None = None, backups: int | None = None,
-                restore: str | None = None, join: str | None = None) -> Cluster:
+                restore: str | None = None, join: str | None = None, metrics: int | None = None) -> Cluster:
     """Start a coordinator and `nodes` processes running `command`; return at once.
 
     `env`: extra variables for the processes, on top of os.environ (with a hostfile they apply to
@@ -412,7 +417,8 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     `coordinator`: True starts pskv.membership.coordinator.Coordinator, False none (PSKV_COORDINATOR unset),
     "node0" lets node 0's process run it (at a free port of its host), or a factory called like Coordinator.
     `join`: "host:port" of a running cluster's coordinator: start no coordinator; the nodes join that
-    cluster (each gets the next free rank from it). Raises ConfigError for bad arguments or hostfile."""
+    cluster (each gets the next free rank from it). `metrics`: node r serves Prometheus metrics at
+    port metrics + r (PSKV_METRICS_PORT). Raises ConfigError for bad arguments or hostfile."""
     if not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"nodes is {nodes!r}; launch at least 1 node")
     if not command:
@@ -425,13 +431,17 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
         parent_env.pop(name, None)
     base = NodeConfig.from_env({k: v for k, v in parent_env.items() if k.startswith("PSKV_")},
                                threads=threads, failure_timeout=failure_timeout, backups=backups,
-                               restore=None if restore is None else str(restore), join=join)
+                               restore=None if restore is None else str(restore), join=join,
+                               metrics_port=metrics)
     if join is not None:
         coordinator = False
     if base.backups and base.backups >= nodes > 1:
         raise ConfigError(f"backups={base.backups} on {nodes} nodes: a key range can have at most {nodes - 1} "
                           "backup(s) (one on each other node)")
     cluster = Cluster(echo=echo, log_dir=log_dir, grace=min(_MAX_GRACE, base.failure_timeout), backups=base.backups)
+    if not base.secret_file and (coordinator is True or coordinator == "node0"):  # a cluster of our making
+        cluster.secret_file = _new_secret(hosts)  # (its directory goes at shutdown)
+        base = dataclasses.replace(base, secret_file=cluster.secret_file)
     cluster._remote = hosts is not None
     try:
         in_node = coordinator == "node0"
@@ -464,18 +474,20 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
 
 def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path | None = None,
            coordinator_host: str | None = None, backups: int | None = None, restore: str | None = None,
-           join: str | None = None) -> int:
+           join: str | None = None, metrics: int | None = None) -> int:
     """Run `command` on `nodes` nodes to completion, echoing their output; return the exit
     status (0 if every node exited 0). Ctrl-C or SIGTERM stops every node; then 128 + signal."""
     with _interrupt_on_sigterm():
         try:
             with start_local(nodes, command, threads=threads, hostfile=hostfile, echo=True,
                              coordinator_host=coordinator_host, backups=backups, restore=restore,
-                             join=join) as cluster, \
+                             join=join, metrics=metrics) as cluster, \
                     _dump_on_sigusr1(cluster):
                 if cluster._coordinator is not None and not cluster._backups:
+                    secret = f"PSKV_SECRET_FILE={shlex.quote(cluster.secret_file)} " if cluster.secret_file else ""
                     print(f"[launcher] coordinator at {cluster.coordinator_address}; add nodes while it runs with "
-                          f"`pskv launch -n K --join {cluster.coordinator_address} -- CMD`", file=sys.stderr, flush=True)
+                          f"`{secret}pskv launch -n K --join {cluster.coordinator_address} -- CMD`", file=sys.stderr,
+                          flush=True)
                 while True:
                     # bounded waits: a signal the OS delivers to another of our threads runs its
                     # Python handler only when the main thread wakes up, so it must wake up
@@ -543,6 +555,15 @@ def _start_coordinator(coordinator: bool | CoordinatorFactory, config: NodeConfi
         coord.close()
         raise
     return coord
+
+
+def _new_secret(hosts: list[str] | None) -> str:
+    """A new cluster secret in a private directory (mode 0700, file 0600) of this machine."""
+    if hosts and not all(host in _LOOPBACK for host in hosts):
+        raise ConfigError("the hostfile names other machines, which cannot read a secret this launcher keeps in "
+                          "its own /tmp; make one with `pskv secret new FILE`, copy it to the same path on every "
+                          "host, and set PSKV_SECRET_FILE=FILE")
+    return str(new_secret(Path(tempfile.mkdtemp(prefix="pskv-")) / "secret"))
 
 
 def _coordinator_host(hosts: list[str] | None) -> str:

@@ -62,7 +62,8 @@ from .membership import join
 from .membership.health import Health
 from .membership.takeover import Succession
 from .membership.view import View
-from .net import endpoint as endpoint_
+from .monitor.prometheus import Exporter
+from .net import auth, endpoint as endpoint_
 from .net.dispatch import Dispatcher
 from .net.endpoint import Endpoint
 from .net.requests import RequestTracker
@@ -87,7 +88,8 @@ class Node:
     """One node process of a pskv cluster. Make it with `pskv.init()`."""
 
     def __init__(self, config: NodeConfig) -> None:
-        self._transport = Transport(config.host, send_timeout=config.failure_timeout, drop_rate=config.test_drop_rate)
+        self._transport = Transport(config.host, send_timeout=config.failure_timeout, drop_rate=config.test_drop_rate,
+                                    keys=auth.keys_for(config))
         self._joined: dict | None = None  # JOINED: this node joined a running cluster (membership.join)
         if config.join:
             try:
@@ -125,7 +127,9 @@ class Node:
                                               lambda: self.view.epoch, self.server.forward,
                                               lambda epoch: self.client.synced(epoch))
         self._on_membership: list[Callable[[list[int]], None]] = []
-        self._dispatcher = Dispatcher(self._transport, self.rank, self.view.admit)
+        self._membership_changes = 0  # pskv-server counts, the metrics exporter reads
+        self._exporter: Exporter | None = None  # PSKV_METRICS_PORT: started below, closed in _teardown
+        self._dispatcher = Dispatcher(self._transport, self.rank, self.view.admit, on_refused=self.health.fail)
         if chain is not None:
             self._dispatcher.at_burst_end(chain.batches.flush)
         self.succession = None
@@ -169,6 +173,9 @@ class Node:
             self._welcomed()
         self._thread.start()
         try:
+            if self.config.metrics_port:  # before joining: a port in use fails this node alone
+                self._exporter = Exporter(self.config.host, self.config.metrics_port + self.rank, self.rank,
+                                          self._monitor_sample)
             if self._joined is None:
                 self.client.join(self._transport.address, self.config.num_nodes)
         except BaseException:
@@ -204,6 +211,7 @@ class Node:
         epoch, dead = int(payload["epoch"]), int(payload["dead"])
         if self.server.chain is not None:
             self.server.chain.batches.flush()  # what this epoch passed on leaves stamped with it
+        self._membership_changes += 1
         previous = self.view.change(epoch, [int(r) for r in payload["alive"]], payload.get("managers"),
                                     [int(r) for r in payload.get("leaving", ())], payload.get("addresses"))
         for rank, address in (payload.get("addresses") or {}).items():
@@ -553,6 +561,16 @@ class Node:
                 "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # (Linux: KiB)
                 "rss_bytes": _rss_now()}
 
+    def _monitor_sample(self) -> dict:
+        """stats() and what only the metrics exporter reads (pskv.monitor): request latencies, queue
+        depths, membership changes. Any thread (a scrape's); never blocks on the cluster."""
+        return {**self.stats(), "latency": self.tracker.latency(), "messages_received": self._transport.messages_received,
+                "bytes_received": self._transport.bytes_received,
+                "pending_requests": len(self.tracker), "deferred_requests": self.server.relocation.waiting(),
+                "held_messages": self._dispatcher.held(), "membership_changes": self._membership_changes,
+                "failed": self.health.failure is not None,
+                "staleness": {s.spec.name: s.consistency.staleness for s in self.catalog.tables()}}
+
     def shutdown(self, timeout: float | None = None) -> None:
         """Leave the cluster: wait until every node called shutdown (they may still need this
         node's rows), then stop the threads and close the sockets. Idempotent."""
@@ -600,6 +618,8 @@ class Node:
 
     def _teardown(self) -> None:
         self.health.closed = True
+        if self._exporter is not None:
+            self._exporter.close()
         self._stop.set()
         self._replica_sync.stop()
         self._thread.join(5)

@@ -54,7 +54,7 @@ def _joiner(cluster, out: Path, args: list[str], tmp_path: Path, name: str = "jo
     import subprocess
     log = tmp_path / f"{name}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PSKV_")}
-    env.update(PSKV_JOIN=cluster.coordinator_address, PYTHONUNBUFFERED="1")
+    env.update(PSKV_JOIN=cluster.coordinator_address, PSKV_SECRET_FILE=cluster.secret_file, PYTHONUNBUFFERED="1")
     with open(log, "wb") as f:
         proc = subprocess.Popen([sys.executable, JOIN_SCENARIOS, *args], stdout=f, stderr=subprocess.STDOUT, env=env)
     return proc, log
@@ -117,7 +117,7 @@ def test_bsp_and_ssp_clocks_count_the_current_members(cluster_factory, tmp_path,
     first = cluster_factory(2, command)
     for r in range(2):
         wait_until(lambda: (out / f"running-{r}").exists(), 60, lambda: first.logs_tail(30))
-    joiner = cluster_factory(1, command, join=first.coordinator_address)
+    joiner = cluster_factory(1, command, join=first.coordinator_address, env={"PSKV_SECRET_FILE": first.secret_file})
     wait_until(lambda: (out / "running-2").exists(), 60, lambda: first.logs_tail(30) + joiner.logs_tail(30))
     (out / "leave-1").touch()
     wait_until(lambda: "left after" in first.output(1), 60, lambda: first.logs_tail(30) + joiner.logs_tail(30))
@@ -161,7 +161,8 @@ def join_leave_cycles(cluster_factory, tmp_path, seed: int, rounds: int = 3) -> 
     members = list(range(nodes))
     for k in range(rounds):
         rank = nodes + k  # ranks are never reused: the next is one past the highest so far
-        clusters[rank] = (cluster_factory(1, command, join=first.coordinator_address), 0)
+        clusters[rank] = (cluster_factory(1, command, join=first.coordinator_address,
+                                          env={"PSKV_SECRET_FILE": first.secret_file}), 0)
         wait_until(lambda: (out / f"running-{rank}").exists(), 60, lambda: f"node {rank} joined and running\n{logs()}")
         time.sleep(rng.uniform(0.0, 0.3))
         leaver = rng.choice(members)

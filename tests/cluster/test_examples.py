@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -96,14 +97,15 @@ def test_elastic_example_a_third_node_joins_with_launch_join(tmp_path):
     try:
         address = None
         for _ in range(600):  # bounded: 60 s
-            found = re.search(r"coordinator at (\S+);", Path(err.name).read_text())
+            found = re.search(r"coordinator at (\S+);.*`PSKV_SECRET_FILE=(\S+) ", Path(err.name).read_text())
             if found:
-                address = found.group(1)
+                address, secret = found.groups()
                 break
             time.sleep(0.1)
         assert address, Path(err.name).read_text()
         joined = subprocess.run([*launch, "-n", "1", "--join", address, "--", sys.executable, str(ELASTIC)],
-                                capture_output=True, text=True, timeout=100, cwd=ROOT)
+                                capture_output=True, text=True, timeout=100, cwd=ROOT,
+                                env={**os.environ, "PSKV_SECRET_FILE": secret})
         out, _ = first.communicate(timeout=100)
     finally:
         if first.poll() is None:

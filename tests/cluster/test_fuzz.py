@@ -20,7 +20,7 @@ import pytest
 import zmq
 
 import pskv
-from pskv.net import outbox
+from pskv.net import auth, outbox
 from pskv.net.wire import COORDINATOR, VERSION, Header, Kind, control, dtype_code
 
 from helpers import free_port, wait_until
@@ -289,6 +289,7 @@ def test_fuzz_server_survives_garbage(cluster_factory, tmp_path, seed):
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.SNDTIMEO, 10_000)
+    auth.load(cluster.secret_file).client(sock)  # garbage from a holder of the secret: past the handshake
     try:
         sock.connect(f"tcp://{info['address']}")
         for frames, _ in messages:

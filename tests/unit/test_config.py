@@ -143,8 +143,8 @@ def test_torchrun_variables_describe_the_cluster_unless_pskv_ones_do():
     torchrun = {"RANK": "1", "WORLD_SIZE": "3", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}
     cfg = NodeConfig.from_env(torchrun)
     assert (cfg.coordinator, cfg.rank, cfg.num_nodes, cfg.host) == ("127.0.0.1:29501", 1, 3, "127.0.0.1")
-    cfg = NodeConfig.from_env({**torchrun, "MASTER_ADDR": "10.0.0.5"})
-    assert (cfg.coordinator, cfg.host) == ("10.0.0.5:29501", "127.0.0.1")  # PSKV_HOST: this machine's address
+    cfg = NodeConfig.from_env({**torchrun, "MASTER_ADDR": "10.0.0.5", "PSKV_HOST": "10.0.0.9"})
+    assert (cfg.coordinator, cfg.host) == ("10.0.0.5:29501", "10.0.0.9")  # unset: the route there (test_environments)
     cfg = NodeConfig.from_env({**torchrun, "PSKV_COORDINATOR": "127.0.0.1:7000", "PSKV_RANK": "0", "PSKV_NUM_NODES": "2"})
     assert (cfg.coordinator, cfg.rank, cfg.num_nodes) == ("127.0.0.1:7000", 0, 2)
     with pytest.raises(ConfigError, match="MASTER_PORT='x' .torchrun. is not a port number"):

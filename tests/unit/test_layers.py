@@ -16,7 +16,7 @@ DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
 LAYERS = [
     ["errors", "_hooks"],
     ["kernels", "tensors"],
-    ["updaters", "options"],
+    ["updaters", "options", "environments"],
     ["config"],
     ["net"],
     ["store"],
@@ -25,10 +25,10 @@ LAYERS = [
     ["consistency"],
     ["catalog"],
     ["checkpoint"],
-    ["server", "client"],  # siblings: never import each other
+    ["server", "client", "monitor"],  # siblings: never import each other
     ["node"],
     ["pskv"],  # the public API (__init__.py) re-exports the layers below
-    ["launch", "data", "schedule"],
+    ["launch", "launch_ray", "data", "schedule"],
     ["torch"],  # pskv.torch, the optional extra
     ["apps"],
     ["bench", "demo"],

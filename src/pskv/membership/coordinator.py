@@ -40,6 +40,8 @@ import threading
 import time
 
 from ..config import ConfigError, NodeConfig, split_address
+from ..net import auth
+from ..net.drops import peer_of
 from ..net.transport import Transport
 from ..placement.chains import Chains
 from ..errors import ProtocolError, TransportError
@@ -57,7 +59,10 @@ class Coordinator:
         self.config = config or NodeConfig()
         self.host_rank = host_rank  # the node whose process runs this coordinator (None: a launcher)
         self.term = term  # stamped on every message: 0, or the epoch in which it took over (membership.takeover)
-        self._transport = Transport(host, port=port, linger=2.0, send_timeout=self.config.failure_timeout)
+        self._transport = Transport(host, port=port, linger=2.0, send_timeout=self.config.failure_timeout,
+                                    keys=auth.keys_for(self.config))
+        self._drops = self._transport.drops  # what it drops: counted per peer, one log line a minute (net.drops)
+        self._drops.what = "the coordinator"
         self.address = self._transport.address
         self.cluster = random.randrange(1, 1 << 32)
         self._control: queue.SimpleQueue = queue.SimpleQueue()  # (verb, args) from other threads
@@ -153,14 +158,14 @@ class Coordinator:
             header = unpack_header(frame_bytes(frames[0]))
             payload = control_payload(header, frames)
         except ProtocolError as exc:
-            log.warning("coordinator dropped a message: %s", exc)
+            self._drops.add(peer_of(frames), str(exc))
             return
         rank = header.sender
         if header.kind == Kind.HELLO:
             self._hello(rank, payload)
             return
         if header.cluster != self.cluster or rank not in self._state:
-            log.warning("coordinator dropped %r: not from this cluster", header)
+            self._drops.add(peer_of(frames, rank), f"{header!r}: not from this cluster")
             return
         self._last_seen[rank] = time.monotonic()
         handler = self._handler_map.get(header.kind)
@@ -171,7 +176,7 @@ class Coordinator:
             try:
                 handler(rank, payload)
             except (KeyError, TypeError, ValueError) as exc:
-                log.warning("coordinator dropped %r with a malformed payload: %r", header, exc)
+                self._drops.add(peer_of(frames, rank), f"{header!r} with a malformed payload: {exc!r}")
 
     def _handlers(self) -> dict:
         return {Kind.TABLE_DECL: self._decl, Kind.BARRIER: self._barrier, Kind.BYE: self._bye,
@@ -195,7 +200,7 @@ class Coordinator:
         try:
             split_address(address)
         except ConfigError:
-            log.warning("coordinator dropped a HELLO from rank %r with address %r", rank, address)
+            self._drops.add(peer_of([], rank), f"a HELLO with address {address!r}")
             return
         if p.get("join"):
             self._join(address)
@@ -206,7 +211,8 @@ class Coordinator:
         elif not 0 <= rank < self.num_nodes:
             problem = f"rank {rank} is outside [0, {self.num_nodes})"
         elif rank in self._addresses or self._welcomed:
-            problem = f"rank {rank} joined twice (first from {self._addresses.get(rank)}, now from {address})"
+            anyone = "" if self._transport.keys else "; with no secret (PSKV_SECRET_FILE) any process can take a rank"
+            problem = f"rank {rank} joined twice (first from {self._addresses.get(rank)}, now from {address}){anyone}"
         if problem:  # answer on a one-off socket: never replace the address of a rank that joined
             self._transport.send_once(address, control(Kind.ABORT, self.cluster, COORDINATOR,
                                                        {"reason": problem + "; check PSKV_RANK and PSKV_NUM_NODES"}))

@@ -12,6 +12,10 @@ against them), the next barrier and the global clock. The node then starts as if
 table it declares it fills with its share of rows, moved to it by relocation (`Table.localize`
 forced past leases): from every key range the 1 / members it did not hand to a joiner yet.
 
+A joiner needs the cluster's secret (PSKV_SECRET_FILE) like every node: without it the coordinator
+refuses its handshake, HELLO never arrives, and the transport raises ClusterError (net.auth) in
+`ask` within a second instead of a timeout.
+
 Threads and ownership: `ask` runs in the thread that calls `init()`, before pskv-server starts.
 """
 
@@ -27,7 +31,8 @@ from ..net.wire import COORDINATOR, Kind, control, control_payload, frame_bytes,
 
 def ask(transport: Transport, config: NodeConfig) -> tuple[int, dict]:
     """HELLO{join} to the coordinator at `config.join`; returns (cluster id, the JOINED payload).
-    Raises ClusterError if it refuses, CoordinatorUnreachable if it does not answer."""
+    Raises ClusterError if it refuses (or refuses our handshake: another secret, or none),
+    CoordinatorUnreachable if it does not answer."""
     transport.set_address(COORDINATOR, config.join)
     transport.send(COORDINATOR, control(Kind.HELLO, 0, 0, {"address": transport.address, "join": True}))
     deadline = time.monotonic() + config.rendezvous_timeout

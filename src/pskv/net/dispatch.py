@@ -8,9 +8,14 @@ says whether it comes from this cluster (`ACCEPT`), must wait until this node is
 on each turn of the loop (heartbeats, request expiry); the loop turns at least every 50 ms, and
 after at most _BURST messages that were waiting (they are taken without a poll each).
 
+What is dropped (garbage, another cluster's messages, a handler's exception) is counted in
+`dropped` and in the transport's `drops`, which logs at most one line per peer per minute. If the
+transport finds that the coordinator refused this node's handshakes (another secret, net.auth),
+`on_refused` gets the ClusterError (the node records it as its failure, so `init()` raises it).
+
 Threads and ownership: everything here runs in pskv-server, except `register`/`every`, which the
 node calls before the thread starts. A handler must not block; an exception in one is counted,
-logged and never kills the thread.
+logged (rate-limited) and never kills the thread.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from ..errors import ProtocolError
+from ..errors import ClusterError, ProtocolError
+from .drops import Drops, peer_of
 from .transport import Transport
 from .wire import Header, Kind, frame_bytes, unpack_header
 
@@ -39,10 +45,14 @@ class Verdict(enum.Enum):
 
 
 class Dispatcher:
-    def __init__(self, transport: Transport, rank: int, admit: Callable[[Header], Verdict]) -> None:
+    def __init__(self, transport: Transport, rank: int, admit: Callable[[Header], Verdict], *,
+                 on_refused: Callable[[ClusterError], object] | None = None) -> None:
         self._transport = transport
         self.rank = rank
         self._admit = admit
+        self._on_refused = on_refused  # the coordinator refused our handshakes (net.auth)
+        self._drops = getattr(transport, "drops", None) or Drops(log, "")  # (a stand-in transport has none)
+        self._drops.what = f"node {rank}"
         self._handlers: dict[Kind, Callable[[Header, list], None]] = {}
         self._duties: list[Callable[[float], None]] = []
         self._burst_end: list[Callable[[], None]] = []  # fn() before each flush (e.g. batched CHAINs and ACKs)
@@ -79,14 +89,13 @@ class Dispatcher:
         self._transport.hold_all()
         while not stop.is_set():
             try:
-                frames = self._transport.recv(0.05)
+                frames = self._receive()
                 burst = 0
                 while frames is not None:  # what else waits: one poll per burst, not per message
                     try:
                         self.dispatch(frames)
-                    except Exception:  # garbage must never kill the server thread
-                        self.dropped += 1
-                        log.exception("node %d: error while dispatching a message", self.rank)
+                    except Exception as exc:  # garbage must never kill the server thread
+                        self._error(exc, frames)
                     burst += 1
                     frames = self._transport.recv_nowait() if burst < _BURST else None
                 self._flush()
@@ -96,15 +105,34 @@ class Dispatcher:
                 for duty in self._duties:
                     duty(now)
                 self._flush()
-            except Exception:  # garbage must never kill the server thread
-                self.dropped += 1
-                log.exception("node %d: error while dispatching a message", self.rank)
+            except Exception as exc:  # garbage must never kill the server thread
+                self._error(exc, None)
+
+    def _receive(self) -> list | None:
+        try:
+            return self._transport.recv(0.05)
+        except ClusterError as exc:  # the coordinator refused our handshakes (net.auth): the node cannot go on
+            if self._on_refused is None:
+                log.error("node %d: %s", self.rank, exc)
+            else:
+                self._on_refused(exc)
+            return None
+
+    def _error(self, exc: Exception, frames: list | None) -> None:
+        self.dropped += 1
+        sender = None
+        if frames:
+            try:
+                sender = unpack_header(frame_bytes(frames[0])).sender
+            except Exception:  # noqa: BLE001 - garbage: its peer is all we can tell
+                pass
+        self._drops.add(peer_of(frames or [], sender), f"error while dispatching it: {exc!r}", exc_info=exc)
 
     def dispatch(self, frames: list) -> None:
         try:
             header = unpack_header(frame_bytes(frames[0]))
         except ProtocolError as exc:
-            self._drop(f"a message: {exc}")
+            self._drop(peer_of(frames), str(exc))
             return
         verdict = self._admit(header)
         if verdict is Verdict.HOLD and len(self._held) < _MAX_HELD:
@@ -115,7 +143,8 @@ class Dispatcher:
             self.fenced += 1
             return
         if verdict is not Verdict.ACCEPT or handler is None:
-            self._drop(f"{header!r}: not from this cluster" if handler else f"{header!r}: no handler for its kind")
+            self._drop(peer_of(frames, header.sender),
+                       f"{header!r}: not from this cluster" if handler else f"{header!r}: no handler for its kind")
             return
         handler(header, frames)
 
@@ -128,6 +157,6 @@ class Dispatcher:
     def held(self) -> int:
         return len(self._held)
 
-    def _drop(self, what: str) -> None:
+    def _drop(self, peer: str, why: str) -> None:
         self.dropped += 1
-        log.warning("node %d dropped %s", self.rank, what)
+        self._drops.add(peer, why)

@@ -9,7 +9,8 @@ dispatcher calls for them, and complete requests in the `RequestTracker`.
 Threads and ownership: any thread may send (Transport gives each thread its own sockets); replies
 are taken in by pskv-server, except those to a reply box, which the thread that owns the box takes
 in itself while it waits (`pump`). Endpoint holds no lock and no state of its own but a counter
-of garbage that reached a reply box.
+of garbage that reached a reply box (also counted in the transport's `drops`, which logs at most
+one line per peer per minute).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import ProtocolError, RemoteError
+from .drops import peer_of
 from .requests import RequestTracker
 from .transport import Transport
 from .wire import BATCH, REPLIES, Header, Kind, encode, frame_bytes, split, unpack, unpack_header
@@ -108,6 +110,9 @@ class Endpoint:
             self.on_reply(header, frames)
         else:
             self.dropped += 1
+            why = "garbage" if header is None else f"{header!r}: not a reply of this cluster's members"
+            self._transport.drops.add(peer_of(frames, None if header is None else header.sender),
+                                      f"in a reply box: {why}")
 
     # ---- delivering a reply (pskv-server for the inbox, the waiting thread for its reply box) --------
     def on_reply(self, header: Header, frames: list) -> None:
@@ -126,8 +131,9 @@ class Endpoint:
             try:
                 for one, part in split(header, payload):
                     self.tracker.on_reply(one.request_id, one.n_keys, header.sender, (one, part))
-            except ProtocolError:
+            except ProtocolError as exc:
                 self.dropped += 1
+                self._transport.drops.add(peer_of(frames, header.sender), f"a malformed batch of acks: {exc}")
             return
         count = 1 if header.kind == Kind.RANGE_REPLY else header.n_keys  # (a range is one part, whatever it holds)
         self.tracker.on_reply(header.request_id, count, header.sender, (header, payload))

@@ -16,7 +16,10 @@ while sending (a worker's request goes straight onto the wire, saving the queue 
 thread). Small messages travel packed, one frame each; the pskv-server thread holds its small
 messages back during a burst and sends them packed together (see net.outbox). Messages from one
 thread to one destination arrive in order. The inbox is also bound in-process, and a node's
-messages to itself (with backups, a write to a range it heads) go there, not through TCP. `close()` runs after all sending threads have stopped;
+messages to itself (with backups, a write to a range it heads) go there, not through TCP. With the
+cluster's keys (net.auth) every socket speaks CURVE: the ones that bind are servers, the ones that
+connect clients, and the transport's `Guard` admits the cluster's key only. What is dropped here
+(malformed packed frames, failed handshakes) is counted in `drops`. `close()` runs after all sending threads have stopped;
 it closes every socket with LINGER 0 (sockets to the coordinator linger briefly so a final BYE is
 delivered).
 Assumes: dict operations are atomic under the GIL.
@@ -33,6 +36,8 @@ import zmq
 
 from ..config import zmq_url
 from ..errors import ProtocolError, TransportError
+from .auth import ClusterKeys, Guard, Handshakes
+from .drops import Drops, peer_of
 from .outbox import Outbox, is_packed, split
 from .wire import COORDINATOR
 
@@ -47,11 +52,12 @@ _TERM_WAIT = 5.0  # seconds close() waits for the ZeroMQ context to terminate
 class _Unpacker:
     """Turns received ZeroMQ messages into pskv messages: a packed frame becomes its messages, in order."""
 
-    __slots__ = ("queue", "dropped")
+    __slots__ = ("queue", "dropped", "_drops")
 
-    def __init__(self) -> None:
+    def __init__(self, drops: Drops) -> None:
         self.queue: collections.deque = collections.deque()
         self.dropped = 0  # malformed packed frames
+        self._drops = drops
 
     def take(self, frames: list) -> list | None:
         if not is_packed(frames):
@@ -60,7 +66,7 @@ class _Unpacker:
             self.queue.extend(split(frames))
         except ProtocolError as exc:
             self.dropped += 1
-            log.warning("dropped a malformed packed frame: %s", exc)
+            self._drops.add(peer_of(frames), f"a malformed packed frame: {exc}")
         return self.queue.popleft() if self.queue else None
 
 
@@ -72,17 +78,19 @@ class ReplyBox:
 
     __slots__ = ("port", "thread", "_sock", "_poller", "_in")
 
-    def __init__(self, ctx: zmq.Context, host: str) -> None:
+    def __init__(self, ctx: zmq.Context, host: str, keys: ClusterKeys | None, drops: Drops) -> None:
         self._sock = ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.RCVHWM, 0)
+        if keys is not None:
+            keys.server(self._sock)
         if ":" in host:
             self._sock.setsockopt(zmq.IPV6, 1)
         self.port = self._sock.bind_to_random_port(zmq_url(host, 0).rsplit(":", 1)[0])
         self.thread = threading.get_ident()
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
-        self._in = _Unpacker()
+        self._in = _Unpacker(drops)
 
     def recv(self, timeout: float) -> list | None:
         """One message (its frames), or None after `timeout` seconds. The owner thread only."""
@@ -102,8 +110,10 @@ class ReplyBox:
 
 class Transport:
     def __init__(self, host: str = "127.0.0.1", *, port: int = 0, send_timeout: float = 10.0,
-                 drop_rate: float = 0.0, linger: float = 0.0, context: zmq.Context | None = None) -> None:
+                 drop_rate: float = 0.0, linger: float = 0.0, context: zmq.Context | None = None,
+                 keys: ClusterKeys | None = None) -> None:
         self._ctx = context or zmq.Context()
+        self.keys = keys  # the cluster's CURVE keys (net.auth); None: unauthenticated
         self._own_ctx = context is None
         self._addresses: dict[int, str] = {}  # rank (or COORDINATOR) -> zmq url
         self._local = threading.local()  # .outboxes: dict[rank or (rank, port), Outbox]; .box; .hold_all
@@ -117,11 +127,21 @@ class Transport:
         self.messages_sent = 0  # to other nodes, not the coordinator; approximate under threads (GIL-atomic +=)
         self.bytes_sent = 0  # (packed messages count one each, as if sent alone)
         self.messages_received = 0  # owner thread only: ZeroMQ messages (a packed frame counts once)
-        self._in = _Unpacker()  # the inbox's packed frames, owner thread only
+        self.bytes_received = 0  # owner thread only: their bytes
+        self.drops = Drops(log, f"{host}:{port or '*'}")  # what is dropped here; the owner may rename it
+        self._in = _Unpacker(self.drops)  # the inbox's packed frames, owner thread only
+        self._handshakes = Handshakes(keys, self.drops)  # the inbox's and the coordinator sockets' handshakes
+        self._guard: Guard | None = None
+        self._inbox = None
         try:
+            if keys is not None:
+                self._guard = Guard(self._ctx, keys, self.drops, str(port or id(self)))
             self._inbox = self._ctx.socket(zmq.PULL)
             self._inbox.setsockopt(zmq.LINGER, 0)
             self._inbox.setsockopt(zmq.RCVHWM, 0)
+            if keys is not None:
+                keys.server(self._inbox)
+                self._handshakes.watch(self._inbox, "inbox")
             if ":" in host:
                 self._inbox.setsockopt(zmq.IPV6, 1)
             if port:
@@ -132,11 +152,14 @@ class Transport:
             self._inproc = f"inproc://pskv-inbox-{id(self)}"  # this node's messages to itself skip TCP
             self._inbox.bind(self._inproc)
         except zmq.ZMQError as exc:
-            self._inbox.close(linger=0)
+            self._close_auth()
+            if self._inbox is not None:
+                self._inbox.close(linger=0)
             self._terminate()
             raise TransportError(f"cannot bind the inbox on {host}:{port or '*'} ({exc}); "
                                  "check PSKV_HOST is an address of this machine") from exc
         self.host = host
+        self.drops.what = self.address
         self._poller = zmq.Poller()
         self._poller.register(self._inbox, zmq.POLLIN)
 
@@ -157,7 +180,7 @@ class Transport:
                 if self._closed or len(self._boxes) >= _MAX_BOXES:
                     return None
                 try:
-                    box = ReplyBox(self._ctx, self.host)
+                    box = ReplyBox(self._ctx, self.host, self.keys, self.drops)
                 except zmq.ZMQError as exc:
                     log.warning("no reply box for this thread (%s); its replies go through the inbox", exc)
                     return None
@@ -221,6 +244,8 @@ class Transport:
         sock = self._ctx.socket(zmq.PUSH)
         try:
             sock.setsockopt(zmq.SNDTIMEO, 1000)
+            if self.keys is not None:
+                self.keys.client(sock)
             sock.connect(zmq_url(host.strip("[]"), int(port)))
             sock.send_multipart(frames)
         except zmq.ZMQError as exc:
@@ -233,10 +258,18 @@ class Transport:
         if self._in.queue:
             return self._in.queue.popleft()
         try:
-            if not self._poller.poll(int(timeout * 1000)):
+            self._handshakes.adopt(self._poller)
+            ready = dict(self._poller.poll(int(timeout * 1000)))
+            if not ready:
+                self.drops.flush()
                 return None
+            if len(ready) > 1 or self._inbox not in ready:  # a monitor: raises if the coordinator refused us
+                self._handshakes.read(ready)
+                if self._inbox not in ready:
+                    return None
             frames = self._inbox.recv_multipart(copy=False)
             self.messages_received += 1
+            self.bytes_received += sum(len(f) for f in frames)
             return self._in.take(frames)
         except zmq.ZMQError as exc:
             raise TransportError(f"receiving on {self.address} failed: {exc}") from exc
@@ -254,6 +287,7 @@ class Transport:
         except zmq.ZMQError as exc:
             raise TransportError(f"receiving on {self.address} failed: {exc}") from exc
         self.messages_received += 1
+        self.bytes_received += sum(len(f) for f in frames)
         return self._in.take(frames)
 
     def _outbox(self, rank: int, port: int = 0) -> Outbox:
@@ -282,6 +316,10 @@ class Transport:
             sock.setsockopt(zmq.SNDHWM, 100_000)
             if "[" in url:
                 sock.setsockopt(zmq.IPV6, 1)
+            if self.keys is not None:
+                self.keys.client(sock)
+            if rank == COORDINATOR:  # its refusal (another secret, or none) must reach the user as an error
+                self._handshakes.watch(sock, self._addresses[rank].removeprefix("tcp://"))
             sock.connect(url)
             box = Outbox(sock, rank, url)
             self._all.append(box)
@@ -295,12 +333,19 @@ class Transport:
                 return
             self._closed = True
             sockets, boxes = list(self._all), list(self._boxes)
+        refused = self._handshakes.refused  # then what waits for the coordinator never leaves: no linger
         for outbox in sockets:
-            outbox.sock.close()
+            outbox.sock.close(linger=0 if refused else None)
         for box in boxes:
             box.close()
         self._inbox.close(linger=0)
+        self._close_auth()
         self._terminate()
+
+    def _close_auth(self) -> None:
+        self._handshakes.close()
+        if self._guard is not None:
+            self._guard.stop()
 
     def _terminate(self) -> None:
         """Terminate our own context, bounded: libzmq can hang in term() despite LINGER 0 (libzmq
