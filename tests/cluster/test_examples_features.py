@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -75,3 +76,17 @@ def test_placement_example_localizes_each_nodes_rows_and_samples(nodes):
     assert sorted(int(f[0]) for f in found) == list(range(nodes)), out
     for _, local, mine, sampled, _ in found:
         assert local == mine == str(10_000 // nodes) and sampled == "1000", out
+
+
+def test_metrics_example_scrapes_its_own_counts():
+    from helpers import free_port
+
+    port = free_port()
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "metrics.py")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "METRICS_PORT": str(port)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        'pskv_requests_total{kind="pull",node="0",table="emb"} 1.0',
+        'pskv_requests_total{kind="push",node="0",table="emb"} 1.0',
+        'pskv_keys_total{location="local",node="0",table="emb"} 30.0',
+        'pskv_keys_total{location="remote",node="0",table="emb"} 0.0'], proc.stdout
