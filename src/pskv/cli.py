@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--address", metavar="ADDR",
                      help="with --ray: the Ray cluster (ray.init's address: auto, ray://HEAD:10001; "
                           "default a private local Ray)")
+    run.add_argument("--insecure", action="store_true",
+                     help="no cluster secret: connections unauthenticated and unencrypted, for a trusted private "
+                          "network that needs the bandwidth (PSKV_INSECURE=1 does the same, also for `pskv run`)")
     run.add_argument("--metrics", type=int, metavar="P",
                      help="node r serves Prometheus metrics at http://HOST:(P+r)/metrics (PSKV_METRICS_PORT; "
                           "needs pip install 'pskv[metrics]'); watch them with `pskv top --metrics-port P`")
@@ -139,6 +142,10 @@ def _launch(args: argparse.Namespace, rest: list[str]) -> int:
     from .launch import launch
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.insecure:
+        import os
+
+        os.environ["PSKV_INSECURE"] = "1"  # (read where the launcher makes the secret)
     if args.ray:
         return _launch_ray(args, command)
     if args.address is not None:

@@ -439,7 +439,8 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
         raise ConfigError(f"backups={base.backups} on {nodes} nodes: a key range can have at most {nodes - 1} "
                           "backup(s) (one on each other node)")
     cluster = Cluster(echo=echo, log_dir=log_dir, grace=min(_MAX_GRACE, base.failure_timeout), backups=base.backups)
-    if not base.secret_file and (coordinator is True or coordinator == "node0"):  # a cluster of our making
+    insecure = os.environ.get("PSKV_INSECURE") == "1"  # the user's choice: no secret, no CURVE (trusted networks)
+    if not base.secret_file and not insecure and (coordinator is True or coordinator == "node0"):  # ours
         cluster.secret_file = _new_secret(hosts)  # (its directory goes at shutdown)
         base = dataclasses.replace(base, secret_file=cluster.secret_file)
     cluster._remote = hosts is not None

@@ -169,3 +169,21 @@ def test_auth_launcher_with_remote_hosts_needs_a_shared_secret(tmp_path):
     hostfile.write_text("10.0.0.7\n10.0.0.8\n")
     with pytest.raises(ConfigError, match="pskv secret new FILE.*PSKV_SECRET_FILE=FILE"):
         start_local(2, [sys.executable, "-c", "pass"], hostfile=hostfile, coordinator_host="127.0.0.1")
+
+
+@pytest.mark.parametrize("flag, secret", [([], True), (["--insecure"], False)])
+def test_auth_launch_makes_a_private_secret_unless_insecure(flag, secret):
+    """`pskv launch` gives its nodes a secret file of mode 0600 in a private directory it removes at
+    the end; with --insecure none (no CURVE: a trusted network's bandwidth)."""
+    probe = ("import os, stat; p = os.environ.get('PSKV_SECRET_FILE'); "
+             "print('secret', p and oct(stat.S_IMODE(os.stat(p).st_mode)), p)")
+    proc = subprocess.run([sys.executable, "-m", "pskv", "launch", "-n", "2", *flag, "--", sys.executable, "-c", probe],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = sorted(line.split("] ", 1)[1] for line in proc.stdout.splitlines() if "] secret " in line)
+    assert len(lines) == 2 and lines[0] == lines[1], lines  # the same file for both nodes
+    if secret:
+        _, mode, path = lines[0].split()
+        assert mode == "0o600" and not Path(path).exists()  # removed with the cluster
+    else:
+        assert lines[0] == "secret None None"
