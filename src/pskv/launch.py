@@ -159,6 +159,7 @@ class Cluster:
         self._echo, self._log_dir, self._grace = echo, log_dir, grace
         self._echo_lock = threading.Lock()  # guards writes to sys.stdout (and _bar): one whole line at a time
         self._bar = ""  # the last progress bar frame a node sent (BAR_TAG lines), drawn below the others
+        self._prefixed = True  # echo each line as `[node i] line` (start_local: not for a lone node)
         self._failure: tuple[int, int] | None = None  # (rank, code) of the first failed node
         self._backups = backups  # > 0: the others go on when a node dies (its backups take over)
         self._died: set[int] = set()  # ranks reported failed to the coordinator
@@ -281,7 +282,7 @@ class Cluster:
                 if line.startswith(BAR_TAG):
                     self._relay_bar(line[len(BAR_TAG):])
                 else:
-                    self._say(f"[node {node.rank}] {line}")
+                    self._say(f"[node {node.rank}] {line}" if self._prefixed else line)
 
     def _relay_bar(self, frame: str) -> None:
         """A progress bar frame a node printed as a line (BAR_TAG; empty: the bar ended). On a
@@ -444,6 +445,7 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
         cluster.secret_file = _new_secret(hosts)  # (its directory goes at shutdown)
         base = dataclasses.replace(base, secret_file=cluster.secret_file)
     cluster._remote = hosts is not None
+    cluster._prefixed = nodes > 1 or join is not None  # one node's lines need no `[node 0] ` (nor a joiner's: rank > 0)
     try:
         in_node = coordinator == "node0"
         if in_node:  # node 0's process runs it, as under a launcher that runs none (e.g. slurm)
