@@ -36,11 +36,11 @@ def test_schedule_example_solves_least_squares_the_same_on_every_node(nodes):
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_outofcore_example_sums_exactly_in_a_small_budget(nodes):
     out = _run("outofcore.py", nodes)
-    found = re.findall(r"node (\d): sum (\d+) of (\d+) pushed; (\d+) MiB of files, peak (\d+) MiB resident", out)
+    found = re.findall(r"node (\d): sum (\d+) of (\d+) pushed; (\d+) KiB of files, peak (\d+) KiB resident", out)
     assert sorted(int(f[0]) for f in found) == list(range(nodes)), out
     for _, total, pushed, files, peak in found:
-        assert total == pushed == str(100 * 1000 * 8 * nodes)
-        assert int(files) >= 30 // nodes and int(peak) < int(files)  # rows on disk, not all in memory
+        assert total == pushed == str(100 * 250 * 8 * nodes)
+        assert int(files) >= 12500 // nodes and int(peak) < int(files)  # rows on disk, not all in memory
 
 
 def _readme_block(heading: str) -> str:

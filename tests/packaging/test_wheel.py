@@ -49,8 +49,8 @@ def test_the_wheel_installs_in_a_clean_venv_and_runs_the_demo(tmp_path):
     shown = subprocess.run([str(bin_dir / "pskv"), "version"], capture_output=True, text=True, timeout=60, env=env,
                            cwd=tmp_path)
     assert shown.stdout.strip() == f"pskv {version}", shown.stdout + shown.stderr
-    demo = subprocess.run([str(bin_dir / "pskv"), "demo", "--data", "synthetic", "--epochs", "2", "--ratings", "20000",
-                           "--users", "1000", "--items", "500", "--nodes", "2", "--threads", "1", "--plot", ""],
+    demo = subprocess.run([str(bin_dir / "pskv"), "demo", "--data", "synthetic", "--epochs", "1", "--ratings", "5000",
+                           "--users", "500", "--items", "200", "--nodes", "2", "--threads", "1", "--plot", ""],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert demo.stdout.strip().splitlines()[-1].startswith("test RMSE ")
