@@ -71,3 +71,15 @@ def test_scheduler_all_runs_each_and_plots(tmp_path):
     for policy in ("strads", "shotgun", "cyclic"):
         assert re.search(rf"lasso {policy}: objective \S+ after", proc.stdout), proc.stdout[-2000:]
     assert png.is_file() and png.stat().st_size > 5000
+
+
+def test_out_writes_beta_and_intercept_that_give_the_printed_objective(tmp_path):
+    """--out MODEL.npz: load_model's beta and intercept recompute the objective the app printed."""
+    from pskv.apps.lasso import load, load_model
+
+    got = _objective(_run("--data", DATA, "--alpha", "0.05", "--epochs", "3", "--out", str(tmp_path / "m.npz"),
+                          nodes=1))
+    beta, intercept = load_model(tmp_path / "m.npz")
+    x, y = load(DATA, 20, 0)
+    r = y - x @ beta - intercept
+    assert r @ r / (2 * len(y)) + 0.05 * np.abs(beta).sum() == pytest.approx(got, rel=1e-8)

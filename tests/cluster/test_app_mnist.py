@@ -79,3 +79,13 @@ def test_mnist_sync_on_two_nodes_trains_the_weights_of_one_and_pskv_evaluate_fol
     assert [int(r["step"]) for r in results] == [25, 50, 75, 100, 125, 150, 175, 200], out
     assert float(results[-1]["test_acc"]) > 0.5 and "evaluated 8 checkpoint(s)" in out
     assert os.path.getsize(tmp_path / "curve.png") > 1000
+
+
+def test_mnist_out_writes_weights_that_give_the_printed_accuracy(tmp_path):
+    """--out MODEL.pt: load_model in this process tests the same images to the accuracy the app printed."""
+    from pskv.apps import mnist
+
+    out = _run("--out", str(tmp_path / "lenet.pt"), "--epochs", "1")
+    model = mnist.load_model(tmp_path / "lenet.pt")
+    _, _, vx, vy = mnist.load("fashion-mnist", 3200, 1000)
+    assert mnist.accuracy(model, vx, vy)[1] == pytest.approx(_accuracy(out), abs=1e-4)

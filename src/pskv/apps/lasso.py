@@ -58,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
                                                           "round (and each one's summed |correlation| with the others < 1)")
     g.add_argument("--planted", type=int, default=20, help="all / synthetic: non-zero coefficients of the planted y")
     g.add_argument("--eval-every", type=int, default=1, help="rounds between objective evaluations")
+    g.add_argument("--out", type=Path, metavar="MODEL.npz", help="write beta and the intercept (load_model reads it)")
     return p
 
 
@@ -209,10 +210,20 @@ def train(w: pskv.Worker, st: State) -> None:
     progress.close()
 
 
+def load_model(path) -> tuple[np.ndarray, float]:
+    """(beta, intercept) that `--out` wrote; predict with X @ beta + intercept."""
+    with np.load(path) as model:
+        return model["beta"], float(model["intercept"])
+
+
 def finish(st: State, wall: float) -> list[str]:
     st.sched.close(timeout=60)
     info = st.sched.stats()
     f = st.final
+    if st.s.args.out and "beta" in f:
+        tmp = st.s.args.out.with_name(st.s.args.out.name + ".tmp.npz")
+        np.savez(tmp, beta=f["beta"], intercept=np.float64(f["intercept"]))
+        tmp.replace(st.s.args.out)
     share = info["choose_seconds"] / max(wall, 1e-9)
     return [f"lasso: {st.s.args.scheduler}, {st.rounds} rounds in {wall:.2f} s ({1000 * wall / st.rounds:.2f} ms per "
             f"round, {info['updates'] / max(info['rounds'], 1):.1f} coordinates per round); the scheduler chose for "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -67,6 +68,15 @@ def accuracy(model, x, y, batch: int = 1000) -> tuple[float, float]:
     return loss / len(x), correct / len(x)
 
 
+def load_model(path):
+    """LeNet-5 with the weights `--out` wrote (a plain process; needs torch), in eval mode."""
+    import torch
+
+    model = lenet5()
+    model.load_state_dict(torch.load(path, weights_only=True))
+    return model.eval()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = common.parser("mnist", "LeNet-5 on Fashion-MNIST through pskv.torch.DataParallel", epochs=2)
     p.add_argument("--data", default="fashion-mnist", help="a data set name (pskv data list) or an MNIST-layout "
@@ -80,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-freq", type=int, default=0, metavar="STEPS",
                    help="with --checkpoint-dir: a checkpoint every STEPS steps and after the last, all kept "
                         "(`pskv evaluate --checkpoint-dir DIR` evaluates each)")
+    p.add_argument("--out", type=Path, metavar="MODEL.pt", help="write the trained weights (torch state_dict; "
+                                                                "pskv.apps.mnist.load_model reads it)")
     args = p.parse_args(argv)
     if args.resume:
         raise pskv.ConfigError("mnist: --resume is not supported yet; start the run again")
@@ -141,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         progress.close()
         if common.is_leader(w):
             s.final = accuracy(model, vx, vy)
+            if args.out:  # (every worker holds the same weights after the last step)
+                tmp = args.out.with_name(args.out.name + ".tmp")
+                torch.save(model.state_dict(), tmp)
+                tmp.replace(args.out)
         dp.close()
 
     def finish(state, wall: float) -> list[str]:
