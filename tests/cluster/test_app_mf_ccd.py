@@ -93,9 +93,10 @@ def test_ccd_out_writes_factors_that_reproduce_the_rmse(tmp_path):
     assert abs(np.sqrt(np.mean((pred - test.values) ** 2)) - printed) < 1e-3
 
 
-@pytest.mark.parametrize("policy", ["strads", "shotgun"])
+@pytest.mark.parametrize("policy", ["strads"])
 def test_ccd_other_policies_learn(policy):
-    """strads and shotgun draw the blocks (some skip a column): still well below the mean baseline."""
+    """strads draws the blocks (some skip a column; shotgun's draws take the same path): still well below
+    the mean baseline."""
     proc = _run("--nodes", "2", "--", *SLICE, "--schedule", "ccd", "--ccd-policy", policy)
     lines = proc.stdout.strip().splitlines()
     rmse = float(lines[-1].split()[-1])
