@@ -287,7 +287,9 @@ class Table:
         st = self._state
         needed = self._ctx.clocks.clock_of(self._worker) - st.consistency.staleness  # the global clock the rows need
         rest = np.arange(len(keys))  # (n,) positions in out not yet served
-        if st.cache is not None:  # copies of rows owned elsewhere, fresh enough for this clock
+        # copies of rows owned elsewhere, fresh enough for this clock; a handle whose thread ticks no clock
+        # (the main thread's, after training) has no clock to be fresh for: it reads the owners' rows
+        if st.cache is not None and self._ctx.clocks.takes_part(self._worker):
             far = np.flatnonzero(self._cacheable(keys))
             if len(far):
                 todo = np.ones(len(keys), bool)

@@ -55,6 +55,10 @@ class Clocks:
     def clock_of(self, worker) -> int:
         return self._ended.get(id(worker), self._base)
 
+    def takes_part(self, worker) -> bool:
+        """Whether `worker` ticks clocks (a thread of node.run() or node.worker(), not yet closed)."""
+        return id(worker) in self._ended
+
     def tick(self, worker, updates: list[Future]) -> int:
         """End the worker's current clock; `updates` are its updates stamped with it. Returns the new clock."""
         with self._cond:
