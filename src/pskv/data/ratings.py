@@ -86,10 +86,7 @@ def load_inter(path: Path, *, user: str = "user_id", item: str = "item_id", rati
             vs.append(_float(fields[cols[2]], path, lineno))
     if not vs:
         raise DataError(f"{path} line 2: no ratings after the header; expected user, item and rating columns")
-    user_tokens, users = _dense_ids(us)
-    item_tokens, items = _dense_ids(its)
-    return Ratings(users, items, np.asarray(vs, np.float32), len(user_tokens), len(item_tokens),
-                   user_tokens, item_tokens)
+    return _from_tokens(us, its, vs)
 
 
 def load_file(path: Path) -> Ratings:
@@ -137,6 +134,11 @@ def load_table(path: Path) -> Ratings:
         vs.append(_float(fields[cols[2]].strip(), path, lineno))
     if not vs:
         raise DataError(f"{path} line 1: no ratings in the file; expected lines of user, item, rating")
+    return _from_tokens(us, its, vs)
+
+
+def _from_tokens(us: list[str], its: list[str], vs: list[float]) -> Ratings:
+    """Ratings of users and items given by their ids as read (dense indices; the ids kept)."""
     user_tokens, users = _dense_ids(us)
     item_tokens, items = _dense_ids(its)
     return Ratings(users, items, np.asarray(vs, np.float32), len(user_tokens), len(item_tokens),
