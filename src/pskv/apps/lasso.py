@@ -198,7 +198,7 @@ def train(w: pskv.Worker, st: State) -> None:
         if t and t % per_epoch == 0:
             now = time.monotonic()
             s.report.epoch(w, t // per_epoch, progress, objective=objective,
-                           nonzeros=float(np.count_nonzero(me.beta)), ms_per_round=1000 * (now - epoch_start) / per_epoch)
+                           nonzeros=int(np.count_nonzero(me.beta)), ms_per_round=1000 * (now - epoch_start) / per_epoch)
             epoch_start = now
             if not np.isfinite(objective) or objective > 1e12:
                 progress.write(f"lasso: the objective diverged ({objective:g}) after round {t}")

@@ -301,8 +301,8 @@ def _report(w: pskv.Worker, st: State, run, test: Local, epoch: int, loss: float
     loss_mean = totals[0] / max(totals[1], 1)
     objective = loss_mean + args.l1 * totals[2] + 0.5 * args.l2 * totals[3]
     s.report.epoch(w, epoch, progress, test_auc=auc_of_histogram(totals[_SCALARS:]), objective=objective,
-                   test_logloss=totals[6] / max(st.test.rows, 1), nonzeros=totals[4], mb_sent=totals[5] / 2**20,
-                   messages=totals[7])
+                   test_logloss=totals[6] / max(st.test.rows, 1), nonzeros=int(totals[4]), mb_sent=totals[5] / 2**20,
+                   messages=int(totals[7]))
 
 
 def _sent(node: pskv.Node) -> tuple[int, int]:
