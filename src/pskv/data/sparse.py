@@ -21,6 +21,7 @@ to a temporary name and renamed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -216,8 +217,11 @@ def load(path, *, cache_dir: Path | None = None) -> SparseData:
             return SparseData.open(path)
     if cache_dir is None:
         return read_libsvm(path)
-    cached = Path(cache_dir) / f"{path.name}.pskvsp"
-    if not cached.is_file() or cached.stat().st_mtime < path.stat().st_mtime:
+    st = path.stat()  # the cached copy is named after the file's full path, size and time: another
+    # train.libsvm elsewhere, or this one rewritten, is converted again, never read from a stale copy
+    tag = hashlib.sha1(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    cached = Path(cache_dir) / f"{path.name}.{tag}.pskvsp"
+    if not cached.is_file():
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         read_libsvm(path).write(cached)
     return SparseData.open(cached)

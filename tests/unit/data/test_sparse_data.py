@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -64,7 +66,24 @@ def test_convert_writes_what_read_libsvm_reads_and_the_cli_reports_it(tmp_path, 
     write_libsvm(data, tmp_path / "c.libsvm")
     assert np.array_equal(read_libsvm(tmp_path / "c.libsvm").keys, data.keys)
     assert load(tmp_path / "a.libsvm", cache_dir=tmp_path / "cache").rows == 4  # converted once, then mapped
-    assert (tmp_path / "cache" / "a.libsvm.pskvsp").is_file()
+    assert len(list((tmp_path / "cache").glob("a.libsvm.*.pskvsp"))) == 1
+
+
+def test_the_conversion_cache_tells_files_of_one_name_apart(tmp_path):
+    """Two train.libsvm in two folders, and one rewritten in place, each read as they are now."""
+    cache = tmp_path / "cache"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "train.libsvm").write_text(TEXT)
+    (tmp_path / "b" / "train.libsvm").write_text("+1 7:1\n")
+    assert load(tmp_path / "a" / "train.libsvm", cache_dir=cache).rows == 4
+    assert load(tmp_path / "b" / "train.libsvm", cache_dir=cache).rows == 1
+    assert load(tmp_path / "a" / "train.libsvm", cache_dir=cache).rows == 4  # its own copy, mapped again
+    again = tmp_path / "a" / "train.libsvm"
+    again.write_text("-1 3:1\n+1 4:1\n")
+    os.utime(again, ns=(1, 1))  # (older than the cached copy: a copy made with cp -p, say)
+    got = load(again, cache_dir=cache)
+    assert got.rows == 2 and list(got.keys) == [3, 4]
 
 
 def test_a_file_that_is_no_sparse_file_is_a_data_error(tmp_path):
