@@ -1,0 +1,134 @@
+"""A table's parts on this node: the shard, the technique parts its options ask for, and what
+every node must agree on. `Node.table()` calls it; it holds no state of its own.
+
+    builder = TableBuilder(rank, config, view, store, server, endpoint, ctx, joined=False)
+    builder.check_sparse(name, rows, options, consistency)      # before anything is declared
+    state, agreed = builder.build(spec, options, consistency, fill=True, disk=builder.disk(...))
+    catalog.add(state); builder.current_ranges(state)          # then the collective declare
+
+Owner: the thread that owns the Node's lifecycle (it declares tables); pskv-server renews the key
+ranges of tables already in the catalog when membership changes (`current_ranges` closes the gap
+for a table built meanwhile).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from .. import updaters
+from ..catalog import TableState
+from ..client.aggregate import Aggregator
+from ..client.context import Context
+from ..client.table import Table
+from ..config import NodeConfig
+from ..consistency.buffer import PushBuffer
+from ..consistency.cache import RowCache
+from ..errors import ConfigError, ShapeError
+from ..membership.view import View
+from ..net.endpoint import Endpoint
+from ..options import TableOptions
+from ..placement.hot import hot_keys
+from ..server.aggregate import Owner
+from ..server.rounds import Rounds
+from ..server.serve import Server
+from ..store.disk import DiskRows
+from ..store.replicas import Replicas
+from ..store.shard import Store
+from ..store.spec import TableSpec
+
+
+class TableBuilder:
+    """Builds the parts of one node's tables from the node's layers (given, not owned)."""
+
+    def __init__(self, rank: int, config: NodeConfig, view: View, store: Store, server: Server, endpoint: Endpoint,
+                 ctx: Context, *, joined: bool) -> None:
+        self.rank, self.config, self.view, self.store = rank, config, view, store
+        self.server, self.endpoint, self.ctx, self.joined = server, endpoint, ctx, joined
+
+    def check_sparse(self, name: str, rows, options: TableOptions, consistency) -> None:
+        """What a sparse table cannot do yet, said before anything is declared."""
+        where = f"table {name!r} (key_space='uint64')"
+        if rows is not None:
+            raise ShapeError(f"{where}: has no row count; pass rows=None")
+        used = [what for what, on in (("placement=Relocate", options.placement.location_caches),
+                                      ("replicate", options.replicate is not None),
+                                      ("sampling", options.sampling is not None),
+                                      ("aggregate", options.aggregate is not None)) if on]
+        if used or consistency.synchronous:
+            raise ConfigError(f"{where}: sparse tables are asynchronous and keep keys at their range's node; "
+                              f"drop {used or ['consistency=BSP/SSP']} (bounded delay: worker.clock() and "
+                              "worker.wait_clock(), as the lr app does)")
+        if self.config.backups or self.joined:
+            raise ConfigError(f"{where}: sparse tables do not run with backups or on a node that joined a "
+                              "running cluster yet; use dense tables there")
+
+    def disk(self, spec: TableSpec, storage: str, cache_rows, path) -> DiskRows | None:
+        """The files of a storage="disk" table on this node (ConfigError for what cannot be on disk)."""
+        if storage == "memory":
+            return None
+        where = f"table {spec.name!r} (storage={storage!r})"
+        if storage != "disk":
+            raise ConfigError(f"{where}: storage is 'memory' or 'disk'")
+        if path is None:
+            raise ConfigError(f"{where}: give path=DIR, a directory for this node's rows")
+        if spec.sparse or self.config.backups:
+            raise ConfigError(f"{where}: disk tables are dense tables without backups for now")
+        return DiskRows(path, spec.name, self.rank, cache_rows, spec.dim * np.dtype(spec.dtype).itemsize)
+
+    def build(self, spec: TableSpec, options: TableOptions, consistency, fill: bool = True,
+              disk: DiskRows | None = None) -> tuple[TableState, dict]:
+        """The table's parts on this node, and what every node must agree on (`fill=False`: rows
+        left unset for a checkpoint to fill)."""
+        ranges = self.view.key_ranges(spec.rows)
+        config = {**spec.config(), "consistency": consistency.spec}
+        if spec.sparse:  # keys stay at their range's node: no technique parts (check_sparse said so)
+            shard = self.store.add_sparse(spec, self.rank, ranges.manager_range(self.rank))
+            return TableState(spec, ranges, shard, options, consistency, np.empty(0, np.int64)), config
+        shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank, fill, disk=disk)
+        for r in ranges.managed_by(self.rank):
+            if r != self.rank:  # a range whose first manager left the cluster before this table came
+                shard.adopt(*ranges.range_bounds(r), self.rank, fill)
+        asynchronous = consistency.staleness == float("inf")
+        chain = self.server.chain
+        rounds = options.aggregate is not None and not asynchronous and chain is not None
+        if chain is not None:
+            chain.add_table(spec, shard, ranges, rounds=rounds)
+        loc_cache = np.full(spec.rows if options.placement.location_caches else 0, -1, np.int64)
+        state = TableState(spec, ranges, shard, options, consistency, loc_cache)
+        if options.aggregate is not None:
+            if rounds:  # level 2 at each range's head, rounds replicated (server.rounds)
+                level2 = Rounds(spec, self.config.num_nodes, chain, shard, self.endpoint, lambda: self.view.alive)
+                state.aggregator = Aggregator(self.ctx, state, None)
+                self.server.aggregators[spec.table_id] = level2.serve
+            else:
+                owner = Owner(spec, shard, self.config.num_nodes, asynchronous, self.endpoint)
+                state.aggregator = Aggregator(self.ctx, state, owner)
+                self.server.aggregators[spec.table_id] = state.aggregator.serve
+            config["aggregate"] = "node"
+        elif consistency.synchronous:
+            capacity = options.cache.capacity(spec.rows)
+            if capacity:
+                state.cache = RowCache(spec.rows, spec.dim, spec.dtype, capacity,
+                                       additive=isinstance(spec.updater, updaters.Add))
+            flusher = Table(self.ctx, state, None)  # a flush is a plain push of arrays nobody else holds
+            state.buffer = PushBuffer(spec.dim, spec.dtype, options.cache.buffer_rows, flusher._send_push)
+        if options.replicate is not None:
+            keys = hot_keys(spec, options.replicate)
+            shard.replicas = Replicas(spec, keys)
+            config["replicate"] = [len(keys), int(zlib.crc32(keys.tobytes())), options.replicate.syncs_per_sec,
+                                   options.replicate.threshold]
+        return state, config
+
+    def current_ranges(self, state: TableState) -> None:
+        """Give a table just added to the catalog the key ranges of the view as it is now.
+        pskv-server renews the ranges (a node joined or left) only of tables in the catalog: one
+        built meanwhile kept the old view's and refused the new node's requests as from no member.
+        Until the view's epoch holds still while we read it: a change that lands between reading
+        the view and writing the ranges is read again (the view sets its epoch last)."""
+        for _ in range(100):  # (bounded: membership epochs do not change 100 times in a few microseconds)
+            epoch = self.view.epoch
+            state.ranges = self.view.key_ranges(state.spec.rows)
+            if self.view.epoch == epoch:
+                return
