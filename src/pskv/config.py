@@ -1,6 +1,6 @@
 """Node configuration: the one reader of the PSKV_* environment variables.
 
-`launch.py` is the only writer of these variables; any cluster manager may set them instead, and
+`pskv.launch` is the only writer of these variables; any cluster manager may set them instead, and
 under torchrun, SLURM's srun or a Kubernetes Indexed Job their own variables stand in for the
 unset ones (`environments.detect`: a PSKV_* variable that is set always wins). Every default
 below carries its reason.
@@ -133,7 +133,7 @@ class NodeConfig:
                               f"{self.num_nodes - 1} backup(s) (one on each other node)")
 
     def to_env(self) -> dict[str, str]:
-        """The PSKV_* variables that describe this config (used by launch.py)."""
+        """The PSKV_* variables that describe this config (used by pskv.launch)."""
         out = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
