@@ -30,7 +30,6 @@ import sys
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
 
 import pskv
@@ -39,6 +38,7 @@ from ..data import DataError, fetch, lapse_toy_dir, ratings
 from ..data.trained import Factors, load_factors, write_json, write_labelled  # noqa: F401 - the app's loader
 from ..errors import ConfigError
 from . import common, mf_ccd
+from .mf_model import gradient_batch, sgd_batch, squared_error
 
 _ITEMS = "mf-items"
 _USERS_OUT = "mf-users-out"
@@ -138,74 +138,6 @@ def _sample(r: ratings.Ratings, args) -> ratings.Ratings:
 def step_size(args, t: int) -> float:
     """x * (y + t)^-z at epoch t (0-based)."""
     return args.init_step_size * (args.step_size_offset + t) ** -args.step_size_pow
-
-
-# ---- kernels (numba, nogil: the worker threads of a node run them in parallel) -------------------
-@numba.njit(nogil=True, cache=True)
-def sgd_batch(U, bu, users, slots, values, V, mu, lr, lam, lam_b, biases):
-    """Sequential SGD over one batch. U (n_users, k) and bu (n_users,) are this worker's; V is the
-    batch's local copy of its distinct items, (n_slots, k + biases). Returns the squared error."""
-    k = U.shape[1]
-    sse = 0.0
-    for j in range(users.shape[0]):
-        u, s = users[j], slots[j]
-        pred = mu
-        for c in range(k):
-            pred += U[u, c] * V[s, c]
-        if biases:
-            pred += bu[u] + V[s, k]
-        e = values[j] - pred
-        sse += e * e
-        if biases:
-            bu[u] += lr * (e - lam_b * bu[u])
-            V[s, k] += lr * (e - lam_b * V[s, k])
-        for c in range(k):
-            uc, vc = U[u, c], V[s, c]
-            U[u, c] = uc + lr * (e * vc - lam * uc)
-            V[s, c] = vc + lr * (e * uc - lam * vc)
-    return sse
-
-
-@numba.njit(nogil=True, cache=True)
-def gradient_batch(U, bu, users, slots, values, V, mu, lr, lam, lam_b, biases, G):
-    """SGD on this worker's users, and the summed gradient of the batch's items into G (same shape as
-    V, zeroed by the caller), taken at the pulled values V. Returns the squared error."""
-    k = U.shape[1]
-    sse = 0.0
-    for j in range(users.shape[0]):
-        u, s = users[j], slots[j]
-        pred = mu
-        for c in range(k):
-            pred += U[u, c] * V[s, c]
-        if biases:
-            pred += bu[u] + V[s, k]
-        e = values[j] - pred
-        sse += e * e
-        if biases:
-            bu[u] += lr * (e - lam_b * bu[u])
-            G[s, k] += -e + lam_b * V[s, k]
-        for c in range(k):
-            uc = U[u, c]
-            U[u, c] = uc + lr * (e * V[s, c] - lam * uc)
-            G[s, c] += -e * uc + lam * V[s, c]
-    return sse
-
-
-@numba.njit(nogil=True, cache=True)
-def squared_error(U, bu, users, slots, values, V, mu, biases, lo, hi):
-    """Sum of squared errors of the predictions (clipped to [lo, hi])."""
-    k = U.shape[1]
-    sse = 0.0
-    for j in range(users.shape[0]):
-        u, s = users[j], slots[j]
-        pred = mu
-        for c in range(k):
-            pred += U[u, c] * V[s, c]
-        if biases:
-            pred += bu[u] + V[s, k]
-        e = values[j] - min(max(pred, lo), hi)
-        sse += e * e
-    return sse
 
 
 # ---- one worker --------------------------------------------------------------------------------
