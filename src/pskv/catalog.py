@@ -37,6 +37,7 @@ class TableState:
     cache: RowCache | None = None  # BSP/SSP: copies of remote rows, shared by the node's workers
     buffer: PushBuffer | None = None  # BSP/SSP: remote updates waiting for the next flush
     aggregator: object = None  # NodeAggregate: a client.aggregate.Aggregator (mshadow-ps level 1)
+    codec: object = None  # node.table(filters=): this table's wire filters (a net.codec.Codec) when a call gives none
     next_sync: float = 0.0  # Replicate: when the pskv-replica thread syncs this table next
     declined_until: np.ndarray | None = None  # (rows,) monotonic time before which localize skips a key; lazily
     pulls: int = 0  # calls

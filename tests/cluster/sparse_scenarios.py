@@ -99,6 +99,39 @@ def push_pull(node: pskv.Node, threads: int) -> None:
     print(f"push_pull ok node={node.rank}", flush=True)
 
 
+def table_filters(node: pskv.Node, threads: int, rounds: int = 6) -> None:
+    """node.table(filters=): every push and pull of the table travels with the table's wire filters
+    (key cache + fp16 here) unless the call gives its own (`filters=()`: none). Values that fp16
+    holds exactly, so the sums are exact; the bytes show which filters a message took."""
+    spec = {"dim": 8, "updater": "add", "filters": "keycache,fp16"}
+    tables = {"s": node.table("s", rows=None, key_space="uint64", **spec),
+              "d": node.table("d", rows=1000, **spec)}
+    other = (node.rank + 1) % node.num_nodes
+    worker = node.worker()
+    for name, table in tables.items():
+        if name == "s":  # keys of the other node's uint64 range
+            keys = (np.arange(200, dtype=np.uint64) + np.uint64(other * 2**64 // node.num_nodes + 7))
+        else:  # rows the other node owns
+            keys = np.arange(200) + other * (1000 // node.num_nodes)
+        vals = np.full((len(keys), 8), 0.5, np.float32)
+        sent = []
+        for turn in range(node.num_nodes):  # one node pushes at a time: its bytes_sent counts its pushes alone
+            for r in range(rounds if turn == node.rank else 0):
+                before = node.stats()["bytes_sent"]
+                table.push(keys, vals, filters=() if r == rounds - 1 else None).wait()
+                sent.append(node.stats()["bytes_sent"] - before)
+            worker.barrier()
+        plain_values, half_values = len(keys) * 8 * 4, len(keys) * 8 * 2
+        assert sent[0] >= keys.nbytes + half_values and sent[0] < keys.nbytes + plain_values, (name, sent)
+        assert all(s == sent[1] for s in sent[1:-1]) and sent[1] < half_values + 100, (name, sent)  # 8-byte hash
+        assert sent[-1] >= keys.nbytes + plain_values, (name, sent)  # filters=(): keys and float32 values whole
+        got = table.pull(keys)  # (a pull with the table's key cache too: exact rows back)
+        assert (got == 0.5 * rounds).all(), (name, np.unique(got))  # (each node pushes the other's keys)
+        print(f"table_filters {name} node={node.rank} bytes={sent}", flush=True)
+        worker.barrier()
+    worker.close()
+
+
 def bounded(node: pskv.Node, threads: int, rounds: int = 6) -> None:
     """worker.wait_clock bounds delay on sparse tables: after clock c and wait_clock(c), a pull sees
     every worker's pushes of clocks < c (exact counts)."""

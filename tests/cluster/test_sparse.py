@@ -31,6 +31,11 @@ def test_push_pull_sparse_and_dense(cluster_factory):
     assert all("push_pull ok" in cluster.output(r) for r in range(2))
 
 
+def test_a_tables_filters_apply_to_every_push_and_pull_that_gives_none(cluster_factory):
+    cluster = _run(cluster_factory, 2, 1, "table_filters")
+    assert all(cluster.output(r).count("table_filters ") == 2 for r in range(2))
+
+
 def test_wait_clock_bounds_delay(cluster_factory):
     cluster = _run(cluster_factory, 2, 2, "bounded")
     assert all("bounded ok" in cluster.output(r) for r in range(2))

@@ -9,7 +9,8 @@ Two kinds, used together or alone:
     - `SignificantlyModified(threshold)`: send only entries whose accumulated change reaches the
       threshold; the rest stays in a local residual and goes out once it has grown (nothing lost).
 * wire filters change how a push (or pull) travels, not what it means; pass them as `filters=` to
-  `table.push / push_pull / pull` (net.codec decodes them at the receiver):
+  `table.push / push_pull / pull`, or once to `node.table(..., filters=)` for every push and pull
+  of the table that gives none (net.codec decodes them at the receiver):
     - `KeyCache()`: sender and receiver remember key lists; a repeated list costs 8 bytes.
     - `Compress("zstd" | "lz4")`: keys and values compressed (pip install 'pskv[compress]').
     - `Quantize("fp16" | "bf16")`: pushed values rounded to 16 bits (float32 tables).
@@ -111,9 +112,11 @@ def parse(text: str) -> Filters:
 
 
 def codec_of(filters) -> Codec | None:
-    """The wire part of `filters` (a Codec, a list of filters, or None) as one Codec, or None."""
+    """The wire part of `filters` (a Codec, a Chain, filters, their `parse` form, or None) as one Codec, or None."""
     if filters is None or isinstance(filters, Codec):
         return filters
+    if isinstance(filters, str):
+        filters = parse(filters)
     if isinstance(filters, Chain):
         return filters.wire
     items = list(filters) if isinstance(filters, (list, tuple)) else [filters]
@@ -123,6 +126,25 @@ def codec_of(filters) -> Codec | None:
     if not (cache or compress or quantize):
         return None
     return Codec(key_cache=cache, compress=compress[-1] if compress else None, quantize=quantize[-1] if quantize else None)
+
+
+def table_codec(filters, name: str, dtype) -> Codec | None:
+    """`node.table(filters=)`: the wire filters every push and pull of the table travels with when
+    the call gives no `filters=` of its own. ConfigError for selection filters (they run where the
+    gradients are made: Chain.select) and for 16-bit values of a table that is not float32."""
+    if isinstance(filters, str):
+        filters = parse(filters)
+    items = list(filters.filters) if isinstance(filters, Chain) else \
+        list(filters) if isinstance(filters, (list, tuple)) else [filters]
+    chosen = [str(f) for f in items if isinstance(f, (Kkt, SignificantlyModified))]
+    if chosen:
+        raise ConfigError(f"table {name!r}: filters={chosen} choose which gradients a worker sends; they cannot "
+                          "be a table's: apply them with pskv.filters.Chain(...).select before each push")
+    codec = codec_of(filters)
+    if codec is not None and codec.quantize and np.dtype(dtype) != np.float32:
+        raise ConfigError(f"table {name!r}: filters quantize to {codec.quantize}, which needs a float32 table, "
+                          f"not {np.dtype(dtype)}")
+    return codec
 
 
 class Chain:

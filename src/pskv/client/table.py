@@ -52,7 +52,7 @@ class Table:
 
         The calling thread receives the replies itself (its own reply box), without waking the
         node's pskv-server thread in between. `filters`: pskv.filters.KeyCache / Compress for the keys."""
-        return self._pull(keys, out, None, direct=True, codec=codec_of(filters)).wait(timeout)
+        return self._pull(keys, out, None, direct=True, codec=self._codec(filters)).wait(timeout)
 
     def pull_async(self, keys, *, out: np.ndarray | None = None,
                    callback: Callable[[np.ndarray], None] | None = None) -> Future:
@@ -67,7 +67,7 @@ class Table:
         worker is more than the staleness behind this worker's clock (see pskv.consistency).
         Raises KeyOutOfRange / ShapeError / DTypeError before sending; the Future fails with
         NodeFailure if a node holding some keys dies."""
-        return self._pull(keys, out, callback, direct=False)
+        return self._pull(keys, out, callback, direct=False, codec=self._state.codec)
 
     def _pull(self, keys, out, callback, *, direct: bool, codec=None) -> Future:
         """pull/pull_async; `direct`: the caller waits at once, in this thread (see pull). Given
@@ -96,7 +96,8 @@ class Table:
         Does not wait for remote owners; rows owned by this node are updated before it returns.
         Duplicate keys: their rows are summed before the updater sees them. With copy=False the
         arrays must not change until the Future resolves. Thread-safe. `filters`: wire filters
-        (pskv.filters.KeyCache, Compress, Quantize) for the remote parts of an asynchronous push."""
+        (pskv.filters.KeyCache, Compress, Quantize) for the remote parts of an asynchronous push
+        (default: the table's, `node.table(filters=)`; `filters=()`: none)."""
         self._ctx.check()
         keys = check_keys(self.spec, keys, "push")
         updates = check_values(self.spec, updates, len(keys), "push")
@@ -108,7 +109,7 @@ class Table:
         try:
             if self._state.buffer is not None:
                 return self._update(self._push_buffered(keys, updates))
-            return self._request(Kind.PUSH, keys, updates, None, copy=copy, codec=codec_of(filters))  # Async
+            return self._request(Kind.PUSH, keys, updates, None, copy=copy, codec=self._codec(filters))  # Async
         finally:
             gate.leave()
 
@@ -131,7 +132,7 @@ class Table:
         gate = self._ctx.gate
         gate.enter(self._ctx.check)
         try:
-            return self._request(Kind.PUSH, keys, updates, out, copy=True, rows=True, codec=codec_of(filters))
+            return self._request(Kind.PUSH, keys, updates, out, copy=True, rows=True, codec=self._codec(filters))
         finally:
             gate.leave()
 
@@ -356,6 +357,10 @@ class Table:
         return self._request(Kind.PUSH, keys, values, None, copy=False)
 
     # ---- the data path --------------------------------------------------------------------------
+    def _codec(self, filters):
+        """A call's wire filters: its own `filters=` (an empty list: none), else the table's."""
+        return self._state.codec if filters is None else codec_of(filters)
+
     def _out(self, out: np.ndarray | None, n: int) -> np.ndarray:
         if out is None:
             return np.empty((n, self.dim), dtype=self.dtype)  # (n, dim) owned by the caller after wait()

@@ -42,6 +42,7 @@ from ..catalog import Catalog
 from ..checkpoint import format as checkpoint_format
 from ..checkpoint.collective import Checkpointer, Restorer
 from ..client.context import Context
+from ..client.filters import table_codec
 from ..client.replica_sync import ReplicaSync
 from ..client.table import Table
 from ..client.worker import Worker
@@ -213,7 +214,7 @@ class Node:
     def table(self, name: str, rows: int | None, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
               placement=None, replicate=None, sampling=None, consistency=None, cache=None, aggregate=None,
               key_space: str = "dense", storage: str = "memory", cache_rows: int | None = None, path=None,
-              **deprecated) -> Table:
+              filters=None, **deprecated) -> Table:
         """Declare table `name` on every node (collective) and return a handle for this thread.
 
         Blocks until every node declared it. Raises TableMismatch (on every node) if nodes declared
@@ -233,12 +234,16 @@ class Node:
         asynchronous only, without the techniques above, backups or elastic membership (ConfigError).
 
         `storage="disk", cache_rows=N, path=DIR`: this node's rows live in files under DIR, with
-        at most about N rows' pages in memory (store.disk; Bösen's out-of-core tables)."""
+        at most about N rows' pages in memory (store.disk; Bösen's out-of-core tables).
+
+        `filters=`: wire filters (pskv.filters.KeyCache, Compress, Quantize, or their `parse` form)
+        that this node's pushes and pulls of the table travel with when a call gives none."""
         self.health.check()
         if storage != "disk" and cache_rows is not None:  # the old flat keyword of BSP/SSP's row cache
             deprecated["cache_rows"], cache_rows = cache_rows, None
         options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
         consistency = self.consistency if consistency is None else as_consistency(consistency)
+        codec = table_codec(filters, name, dtype) if filters is not None else None
         if key_space == "uint64":
             self._tables.check_sparse(name, rows, options, consistency)
             rows = SPARSE_ROWS
@@ -249,6 +254,7 @@ class Node:
         saved, mismatch = self._restorer.match(spec.config()) if self._restorer is not None else (None, None)
         disk = self._tables.disk(spec, storage, cache_rows, path)
         state, config = self._tables.build(spec, options, consistency, fill=saved is None, disk=disk)
+        state.codec = codec
         _hooks.reach("node.built", node=self.rank, table=name)
         self.catalog.add(state)
         self._tables.current_ranges(state)

@@ -52,3 +52,20 @@ def test_kkt_skips_exactly_the_zero_weights_inside_the_l1_band():
     assert cols.tolist() == [0, 2]
     cols, _ = chain.select(np.arange(4), np.arange(4), np.zeros(4), weights, server, kkt=False)
     assert cols.tolist() == [0, 1, 2, 3]
+
+
+def test_a_tables_filters_are_wire_filters_that_fit_its_dtype(node):
+    """node.table(filters=) takes wire filters in any form (objects, a Chain, the parse form) and keeps
+    them as the table's codec; selection filters and 16-bit values of a float64 table are refused
+    before the table exists."""
+    t = node.table("a", rows=10, dim=2, filters="keycache,zstd")
+    assert node.catalog.get("a").codec == codec_of([KeyCache(), Compress("zstd")])
+    node.table("b", rows=10, dim=2, filters=Chain(parse("kkt,fp16"), l1=0.1).wire)
+    assert node.catalog.get("b").codec.quantize == "fp16"
+    with pytest.raises(pskv.ConfigError, match="choose which gradients"):
+        node.table("c", rows=10, filters=[Kkt(), KeyCache()])
+    with pytest.raises(pskv.ConfigError, match="float32 table, not float64"):
+        node.table("c", rows=10, dtype="float64", filters=[Quantize("bf16")])
+    assert "c" not in [s.spec.name for s in node.catalog.tables()]
+    t.push([1, 2], np.ones((2, 2), np.float32)).wait()  # a 1-node cluster: local, the filters unused
+    assert (t.pull([1, 2]) == 1).all()
