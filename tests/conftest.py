@@ -21,6 +21,17 @@ USER_DATA_VARS = ("PSKV_DATA_DIR", "PSKV_LAPSE_TOY")
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "JOB_COMPLETION_INDEX")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `long` first, longest first (`long(SECONDS)`; a stable sort keeps the rest in
+    order): the test processes take them while many short ones are still left to fill in beside
+    them, instead of one of them running alone at the end of the run."""
+    def seconds(item) -> float:
+        mark = item.get_closest_marker("long")
+        return 0.0 if mark is None else float(mark.args[0]) if mark.args else 15.0
+
+    items.sort(key=lambda item: -seconds(item))
+
+
 @pytest.fixture(autouse=True)
 def clean_pskv_environ(monkeypatch):
     """Each test starts with no PSKV_* variable in its environment but USER_DATA_VARS, and none of the

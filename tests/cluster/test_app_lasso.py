@@ -41,6 +41,7 @@ def _sklearn(data: str, alpha: float) -> float:
 DATA = "synthetic:400x500:0.5"
 
 
+@pytest.mark.long
 def test_strads_reaches_sklearns_objective_on_two_nodes():
     got = _objective(_run("--data", DATA, "--alpha", "0.05", "--epochs", "40"))
     assert got == pytest.approx(_sklearn(DATA, 0.05), rel=1e-3)  # (issue 16's target)
@@ -55,6 +56,7 @@ def test_rounds_are_deterministic_for_a_seed():
     assert re.findall(r"epoch +\d+ +objective (\S+)", a.stdout) == re.findall(r"epoch +\d+ +objective (\S+)", b.stdout)
 
 
+@pytest.mark.long
 def test_correlated_coordinates_diverge_without_the_dependency_check():
     """Blocks of 10 features correlated 0.5: 16 consecutive coordinates per round (cyclic) update
     correlated ones together and blow up; strads' check keeps the same run converging."""
@@ -64,6 +66,7 @@ def test_correlated_coordinates_diverge_without_the_dependency_check():
     assert strads < 2 * _sklearn(DATA, 0.05)  # (on its way: 3.6 after one epoch, 1.56 after six)
 
 
+@pytest.mark.long
 def test_scheduler_all_runs_each_and_plots(tmp_path):
     png = tmp_path / "s.png"
     proc = _run("--data", "synthetic:200x200:0.3", "--alpha", "0.05", "--epochs", "1", "--scheduler", "all",

@@ -62,6 +62,7 @@ def _summary(proc) -> dict:
             "nonzeros": int(head.group(2).replace(",", "")), "mib": float(head.group(3))}
 
 
+@pytest.mark.long
 def test_dbpg_trains_the_same_model_on_one_and_two_nodes(files, tmp_path):
     """The block sums of two workers are the sums of one: same objective (float32 sums in another
     order: to 1e-4) and about the same non-zeros; every epoch reported."""

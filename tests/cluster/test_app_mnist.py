@@ -45,6 +45,7 @@ def test_mnist_async_on_two_nodes_learns():
     assert "mode async" in out and _accuracy(out) > 0.4, out
 
 
+@pytest.mark.long
 def test_mnist_sync_on_two_nodes_trains_the_weights_of_one_and_pskv_evaluate_follows_it(tmp_path):
     """1 node, then 2 nodes in sync mode with a checkpoint every 25 steps, while `pskv evaluate`
     (started first, waiting) tests each checkpoint once, in step order, and stops after the final one."""

@@ -24,6 +24,7 @@ def _epochs(out: str) -> list[int]:
     return [int(e) for e in re.findall(r"epoch +(\d+) ", out)]
 
 
+@pytest.mark.long
 def test_kge_resumes_on_another_node_count(tmp_path):
     ckpt = tmp_path / "ckpt"
     args = ["--data", "nations", "--epochs", "6", "--dim", "32", "--eval-every", "0", "--checkpoint-dir", str(ckpt)]

@@ -71,6 +71,7 @@ def processes():
         proc.wait(10)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("updater", ["add", "adagrad"])
 def test_a_node_joins_and_another_leaves_during_a_push_storm(cluster_factory, tmp_path, processes, updater):
     """3 nodes push; node 3 joins (pskv.init(join=...)), takes its share of every range and pushes too;

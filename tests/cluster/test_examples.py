@@ -127,6 +127,7 @@ def test_readme_torch_block_is_the_example_file():
     assert block.strip() in TORCH_DP.read_text()
 
 
+@pytest.mark.long(35)
 def test_torch_example_learns_the_same_on_one_and_two_nodes():
     pytest.importorskip("torch")  # `make test` installs it
     one = subprocess.run([sys.executable, str(TORCH_DP)], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -143,6 +144,7 @@ def test_torch_example_learns_the_same_on_one_and_two_nodes():
 TORCH_MF = ROOT / "examples" / "torch_mf.py"
 
 
+@pytest.mark.long(35)
 def test_torch_mf_on_two_nodes_reaches_the_mf_apps_test_rmse():
     """examples/torch_mf.py (pskv.torch.Embedding, Adagrad on the servers) on 2 nodes against
     `pskv run mf` (numpy) on the same MovieLens-100K split: within 0.01 test RMSE."""

@@ -140,6 +140,7 @@ def local_ray():
         ray.shutdown()
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ray_runs_one_node_per_actor_end_to_end(local_ray, capsys):

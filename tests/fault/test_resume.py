@@ -20,6 +20,7 @@ def _rmse(text: str) -> float:
     return float(re.search(r"test RMSE (\d+\.\d+)\s*$", text).group(1))
 
 
+@pytest.mark.long(45)
 def test_mf_killed_mid_run_resumes_on_two_nodes_and_matches(cluster_factory, tmp_path):
     """3 nodes checkpoint every 2 epochs; node 1 is SIGKILLed after epoch 5 (the run stops: no
     backups); `pskv run mf --nodes 2 -- ... --resume` goes on from epoch 4 and ends within 0.005 of

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.long(90), pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 
