@@ -11,7 +11,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,torch]'
+	$(PY) -m pip install --quiet --no-compile -e '.[dev,torch]'  # (bytecode on first import: 20 s less)
 	touch $(STAMP)
 
 venv: $(STAMP)
