@@ -11,7 +11,8 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -e '.[dev,torch]'  # (bytecode on first import: 20 s less)
+	$(PY) -m pip install --quiet -e '.[dev,torch]'  # (with bytecode: under PYTHONDONTWRITEBYTECODE=1,
+	# as here, --no-compile left every process compiling its imports: make test took 12:50, not 10)
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -42,7 +42,7 @@ def test_the_wheel_installs_in_a_clean_venv_and_runs_the_demo(tmp_path):
 
     venv.create(tmp_path / "venv", with_pip=True, clear=True)  # no system site-packages: only what the wheel pulls
     bin_dir = tmp_path / "venv" / "bin"
-    install = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-compile", str(wheel)],
+    install = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
                              capture_output=True, text=True, timeout=400, env=env)
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
