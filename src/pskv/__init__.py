@@ -41,8 +41,8 @@ from .options import Async as Async
 from .options import BSP as BSP
 from .options import Consistency as Consistency
 from .options import SSP as SSP
-from .net.requests import Future as Future
-from .net.requests import wait as wait
+from .net.future import Future as Future
+from .net.future import wait as wait
 from .node import Node as Node
 from .node import init as init
 from .options import Cache as Cache

@@ -17,7 +17,7 @@ from .consistency.buffer import PushBuffer
 from .consistency.cache import RowCache
 from .options import Consistency
 from .errors import TableError, UnknownTable
-from .net.requests import Future
+from .net.future import Future
 from .options import TableOptions
 from .placement.ranges import KeyRanges
 from .store.shard import Shard

@@ -62,7 +62,7 @@ import numpy as np
 
 from ..catalog import TableState
 from ..errors import AggregationError, ProtocolError, RequestStalled, TableError
-from ..net.requests import Future
+from ..net.future import Future
 from ..net.wire import Header, Kind, Payload
 from . import backed
 from .context import Context

@@ -27,7 +27,8 @@ import numpy as np
 
 from .. import kernels
 from ..errors import ProtocolError
-from ..net.requests import Credit, Future
+from ..net.future import Future
+from ..net.requests import Credit
 from ..net.wire import ROWS, Kind
 from ..placement import route
 from ..store.shard import INCOMING

@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..catalog import Catalog, TableState
 from ..net.endpoint import Endpoint
-from ..net.requests import Future, wait
+from ..net.future import Future, wait
 from ..net.wire import Kind
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TableError
-from ..net.requests import Future
+from ..net.future import Future
 from ..net.wire import ROWS, Kind
 from ..placement import route
 from .request import Request

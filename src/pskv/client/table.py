@@ -22,7 +22,7 @@ import numpy as np
 from .. import _hooks
 from ..catalog import TableState
 from ..errors import DTypeError, KeyOutOfRange, RequestStalled, ShapeError, TableError, WaitTimeout
-from ..net.requests import Future
+from ..net.future import Future
 from ..net.wire import FORCE, ROWS, Kind
 from ..placement import route
 from ..store.spec import TableSpec, check_keys, check_values

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from ..net.requests import Future, wait as wait_futures
+from ..net.future import Future, wait as wait_futures
 from .context import Context
 from .sparse import SparseTable
 from .table import Table

@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..net.requests import Future
+from ..net.future import Future
 from ..updaters import _scatter_add
 
 class PushBuffer:

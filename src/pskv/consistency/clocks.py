@@ -7,7 +7,7 @@ import time
 from typing import Callable
 
 from ..errors import ConsistencyError, WaitTimeout
-from ..net.requests import Future
+from ..net.future import Future
 
 INF = 1 << 62  # "no open worker holds the clock back" (JSON-safe integer)
 _WAIT_POLL = 0.2  # seconds between health checks while a pull waits for the global clock

@@ -1,10 +1,8 @@
-"""`Future` (a wait handle for one request) and `RequestTracker` (which request waits on which parts).
+"""`RequestTracker`: which request waits on which parts (the Future of each: net.future).
 
 Threads and ownership: any thread may create requests; the pskv-server thread delivers reply
 parts; a failure handler may fail requests from any thread. `RequestTracker._lock` guards
-`_pending` and is never held while a part is written or a Future resolved. A Future resolves
-exactly once; its callbacks run in the thread that resolves it (usually pskv-server), after
-the result is in place, so they must be short and must not block on pskv.
+`_pending` and is never held while a part is written or a Future resolved.
 
 Latency: each request that completes adds its age to a fixed-bucket histogram, one per request
 description (`desc`, e.g. "pull on table 'emb' by node 0"), under `_lock`, which completion
@@ -14,193 +12,20 @@ them for pskv.monitor, which reads them only when scraped.
 
 from __future__ import annotations
 
-import _thread
 import itertools
-import logging
 import threading
 import time
 from bisect import bisect_left
 from typing import Any, Callable
 
-from ..errors import PskvError, WaitTimeout
-
-log = logging.getLogger(__name__)
-
-_POLL = 0.2  # seconds between checks of the owner's health while waiting without a timeout
-_PUMP = 0.02  # seconds a thread that receives its own replies waits on its box between looks at the Future
+from ..errors import PskvError
+from .future import Future
 
 # Upper bounds (seconds) of the latency buckets, and +Inf after them: from a loopback round trip of
 # a few keys (~100 us) to a request stuck behind a relocation or a GC pause (seconds). Fixed, so that
 # counting is one bisect, and histograms of all nodes add up (Prometheus' histogram_quantile).
 LATENCY_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0,
                    2.5, 5.0, 10.0)
-
-
-class Future:
-    """The result of an asynchronous pull, push or set.
-
-    `wait()` blocks until the request completed and returns its result (an ndarray for pulls,
-    None otherwise) or raises its error. Thread-safe."""
-
-    __slots__ = ("_done", "_gate", "_result", "_error", "_tb", "_callbacks", "_lock", "_health", "_deadline",
-                 "_on_stall", "_pump", "_pump_thread", "desc")
-
-    def __init__(self, desc: str = "", health: Callable[[], None] | None = None) -> None:
-        # Done-ness is a flag plus a gate: a bare lock, held while pending and released once by
-        # _resolve; a waiter blocks acquiring it and releases it at once for the next waiter.
-        # (threading.Event builds a Condition per Future and a waiter lock per wait: that cost
-        # was a measurable share of a 1-key round trip.)
-        self._done = False
-        self._gate = _thread.allocate_lock()
-        self._gate.acquire()
-        self._result: Any = None
-        self._error: BaseException | None = None
-        self._tb = None  # the error's traceback when it was delivered: each wait() raises it anew from there
-        self._deadline: float | None = None  # see stall_after()
-        self._on_stall: Callable[[], BaseException] | None = None
-        self._callbacks: list[Callable[["Future"], None]] = []
-        self._lock = threading.Lock()  # guards _callbacks against resolve; never held while calling them
-        self._health = health  # raises if the node can no longer complete this (closed, failed)
-        self._pump: Callable[[float], None] | None = None  # see pumped_by()
-        self._pump_thread = 0
-        self.desc = desc
-
-    @classmethod
-    def completed(cls, result: Any = None, desc: str = "") -> "Future":
-        fut = cls(desc)
-        fut._result = result
-        fut._done = True
-        fut._gate.release()
-        return fut
-
-    def done(self) -> bool:
-        return self._done
-
-    def pumped_by(self, pump: Callable[[float], None]) -> "Future":
-        """Replies to this request come to the calling thread's reply box: when this thread waits,
-        it runs pump(seconds) (receive and deliver them) instead of sleeping. Other threads that
-        wait sleep as usual (the owner thread, or the request timeout, completes it)."""
-        self._pump, self._pump_thread = pump, threading.get_ident()
-        return self
-
-    def _sleep(self, seconds: float) -> bool:
-        """Block until done or `seconds` passed; True if done."""
-        if self._done:
-            return True
-        if self._pump is not None and threading.get_ident() == self._pump_thread:
-            # at most _PUMP at a time: a failure (fail_all, expiry) resolves us without a reply
-            self._pump(min(seconds, _PUMP))
-            return self._done
-        if self._gate.acquire(True, seconds):
-            self._gate.release()  # for the next waiter
-            return True
-        return self._done
-
-    def wait(self, timeout: float | None = None) -> Any:
-        """Block until done; return the result or raise the error. TimeoutError after `timeout` seconds."""
-        if not self._done:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not self._sleep(_POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))):
-                if self._health is not None and not self._done:
-                    self._health()
-                if self._deadline is not None and time.monotonic() >= self._deadline:
-                    self._resolve(None, self._on_stall())
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise WaitTimeout(f"{self.desc or 'request'} did not complete within {timeout} s")
-        if self._error is not None:
-            raise self._error.with_traceback(self._tb)  # no growth: every wait() starts from the same traceback
-        return self._result
-
-    def stall_after(self, seconds: float, error_for: Callable[[], BaseException]) -> "Future":
-        """A waiter fails this Future with error_for() once it has been pending `seconds` (for
-        Futures that no RequestTracker watches, e.g. ones that wait for other local threads)."""
-        self._deadline = time.monotonic() + seconds
-        self._on_stall = error_for
-        return self
-
-    result = wait
-
-    def exception(self) -> BaseException | None:
-        return self._error if self._done else None
-
-    def add_done_callback(self, fn: Callable[["Future"], None]) -> None:
-        """Run fn(self) once when done (at once, in this thread, if already done)."""
-        with self._lock:
-            if not self._done:
-                self._callbacks.append(fn)
-                return
-        self._run_callback(fn)
-
-    def then(self, fn: Callable[[Any], None]) -> "Future":
-        """A Future that resolves with this one's result after fn(result) ran (not if this one failed).
-
-        fn runs in the thread that resolves this Future; if it raises, the new Future fails with
-        that error. This is how pull_async(callback=) runs a callback before wait() returns."""
-        nxt = Future(self.desc, self._health)
-        nxt._pump, nxt._pump_thread = self._pump, self._pump_thread  # it completes when this one does
-
-        def chain(f: "Future") -> None:
-            if f._error is not None:
-                nxt._resolve(None, f._error)
-                return
-            try:
-                fn(f._result)
-            except Exception as exc:  # noqa: BLE001 - delivered to the waiter
-                nxt._resolve(None, exc)
-                return
-            nxt._resolve(f._result)
-
-        self.add_done_callback(chain)
-        return nxt
-
-    def map(self, fn: Callable[[Any], Any]) -> "Future":
-        """A Future that resolves with fn(result) once this one resolved (fails as this one does).
-        fn runs in the thread that resolves this Future: keep it short."""
-        nxt = Future(self.desc, self._health)
-        nxt._pump, nxt._pump_thread = self._pump, self._pump_thread
-
-        def chain(f: "Future") -> None:
-            if f._error is not None:
-                nxt._resolve(None, f._error)
-                return
-            try:
-                value = fn(f._result)
-            except Exception as exc:  # noqa: BLE001 - delivered to the waiter
-                nxt._resolve(None, exc)
-                return
-            nxt._resolve(value)
-
-        self.add_done_callback(chain)
-        return nxt
-
-    def _resolve(self, result: Any = None, error: BaseException | None = None) -> None:
-        with self._lock:
-            if self._done:
-                return
-            self._result, self._error = result, error
-            self._tb = None if error is None else error.__traceback__
-            self._done = True
-            self._gate.release()  # exactly once: _done is set under _lock
-            callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            self._run_callback(fn)
-
-    def _run_callback(self, fn) -> None:
-        try:
-            fn(self)
-        except Exception:  # a callback's bug must not kill the server thread (nor the caller)
-            log.exception("callback of %s raised", self.desc)
-
-    def __repr__(self) -> str:
-        state = "pending" if not self.done() else ("failed" if self._error else "done")
-        return f"<Future {self.desc} {state}>"
-
-
-def wait(*futures: Future, timeout: float | None = None) -> list:
-    """Wait for every future; return their results in order. Raises the first error met."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    return [f.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futures]
 
 
 class Credit(int):

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import ShapeError
-from ..net.requests import Future
+from ..net.future import Future
 
 
 class _Lookup(torch.autograd.Function):

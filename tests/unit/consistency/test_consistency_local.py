@@ -14,7 +14,7 @@ from pskv.consistency.buffer import PushBuffer
 from pskv.consistency.cache import RowCache
 from pskv.consistency.clocks import INF, Clocks
 from pskv.options import as_consistency
-from pskv.net.requests import Future
+from pskv.net.future import Future
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -11,7 +11,8 @@ import pytest
 
 import pskv
 from pskv.errors import NodeFailure, ProtocolError, PskvError, RemoteError
-from pskv.net.requests import Future, RequestTracker
+from pskv.net.future import Future
+from pskv.net.requests import RequestTracker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -149,12 +150,12 @@ def test_future_callback_exception_does_not_propagate_when_done(caplog):
     """A raising callback added to a done Future is logged, as at resolution, not raised to the caller;
     the Future keeps its result and later callbacks still run."""
     fut = Future.completed(1, "pull")
-    with caplog.at_level(logging.ERROR, logger="pskv.net.requests"):
+    with caplog.at_level(logging.ERROR, logger="pskv.net.future"):
         fut.add_done_callback(lambda f: 1 / 0)  # must not raise here
     seen = []
     fut.add_done_callback(seen.append)
     assert seen == [fut] and fut.wait(0) == 1
-    (record,) = [r for r in caplog.records if r.name == "pskv.net.requests"]
+    (record,) = [r for r in caplog.records if r.name == "pskv.net.future"]
     assert "callback of pull raised" in record.getMessage() and record.exc_info[0] is ZeroDivisionError
 
 
