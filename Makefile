@@ -29,7 +29,7 @@ test: $(STAMP)
 # randomized stress rounds under a CPU burner (tests/stress); PSKV_STRESS_SEED=N replays a run
 stress: $(STAMP)
 	$(PY) -m compileall -q src tests
-	$(PY) -m pytest -q -s -p no:xdist -m stress tests/stress
+	$(PY) -m pytest -q -s -n 0 -m stress tests/stress
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_kv.py
