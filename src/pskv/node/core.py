@@ -48,7 +48,7 @@ from ..client.table import Table
 from ..client.worker import Worker
 from ..config import NodeConfig
 from ..consistency.clocks import Clocks
-from ..errors import ClosedError, ClusterError, NodeFailure, PskvError, ShapeError
+from ..errors import ClosedError, ClusterError, ConfigError, NodeFailure, PskvError, ShapeError
 from ..membership import client as coordinator_client
 from ..membership import join
 from ..membership.barrier import LocalBarrier
@@ -243,7 +243,12 @@ class Node:
             deprecated["cache_rows"], cache_rows = cache_rows, None
         options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
         consistency = self.consistency if consistency is None else as_consistency(consistency)
-        codec = table_codec(filters, name, dtype) if filters is not None else None
+        codec = None
+        if filters is not None:
+            if consistency.synchronous or options.aggregate is not None:
+                raise ConfigError(f"table {name!r}: filters= shape the messages of asynchronous tables; a BSP/SSP "
+                                  "or NodeAggregate table sends its pushes in rounds of its own: drop filters=")
+            codec = table_codec(filters, name, dtype)
         if key_space == "uint64":
             self._tables.check_sparse(name, rows, options, consistency)
             rows = SPARSE_ROWS

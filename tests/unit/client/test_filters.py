@@ -66,6 +66,8 @@ def test_a_tables_filters_are_wire_filters_that_fit_its_dtype(node):
         node.table("c", rows=10, filters=[Kkt(), KeyCache()])
     with pytest.raises(pskv.ConfigError, match="float32 table, not float64"):
         node.table("c", rows=10, dtype="float64", filters=[Quantize("bf16")])
+    with pytest.raises(pskv.ConfigError, match="asynchronous tables"):
+        node.table("c", rows=10, consistency=pskv.BSP(), filters="keycache")
     assert "c" not in [s.spec.name for s in node.catalog.tables()]
     t.push([1, 2], np.ones((2, 2), np.float32)).wait()  # a 1-node cluster: local, the filters unused
     assert (t.pull([1, 2]) == 1).all()
