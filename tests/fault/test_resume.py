@@ -17,7 +17,9 @@ MF = ["--data", "ml-100k", "--max-ratings", "30000", "--epochs", "8", "--rank", 
 
 
 def _rmse(text: str) -> float:
-    return float(re.search(r"test RMSE (\d+\.\d+)\s*$", text).group(1))
+    # the summary's line; not necessarily the last: under the launcher a node's stderr lines (its
+    # "checkpoint ... (epoch 8)") travel in another pipe and may be echoed after its stdout's
+    return float(re.findall(r"^(?:\[node \d+\] )?test RMSE (\d+\.\d+)$", text, re.M)[-1])
 
 
 @pytest.mark.long(45)
