@@ -40,6 +40,7 @@ import pskv
 from .. import schedule
 from ..data import DataError, genes
 from ..data.sparse import read_libsvm
+from ..data.trained import write_atomic
 from ..errors import ConfigError
 from . import common
 
@@ -221,9 +222,7 @@ def finish(st: State, wall: float) -> list[str]:
     info = st.sched.stats()
     f = st.final
     if st.s.args.out and "beta" in f:
-        tmp = st.s.args.out.with_name(st.s.args.out.name + ".tmp.npz")
-        np.savez(tmp, beta=f["beta"], intercept=np.float64(f["intercept"]))
-        tmp.replace(st.s.args.out)
+        write_atomic(st.s.args.out, lambda out: np.savez(out, beta=f["beta"], intercept=np.float64(f["intercept"])))
     share = info["choose_seconds"] / max(wall, 1e-9)
     return [f"lasso: {st.s.args.scheduler}, {st.rounds} rounds in {wall:.2f} s ({1000 * wall / st.rounds:.2f} ms per "
             f"round, {info['updates'] / max(info['rounds'], 1):.1f} coordinates per round); the scheduler chose for "

@@ -23,6 +23,7 @@ import pskv
 
 from ..data import DATASETS, fetch
 from ..data.images import load_idx_set
+from ..data.trained import write_atomic
 from . import common
 
 
@@ -154,9 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         if common.is_leader(w):
             s.final = accuracy(model, vx, vy)
             if args.out:  # (every worker holds the same weights after the last step)
-                tmp = args.out.with_name(args.out.name + ".tmp")
-                torch.save(model.state_dict(), tmp)
-                tmp.replace(args.out)
+                write_atomic(args.out, lambda out: torch.save(model.state_dict(), out))
         dp.close()
 
     def finish(state, wall: float) -> list[str]:

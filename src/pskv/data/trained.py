@@ -44,8 +44,8 @@ def write_labelled(directory: Path, name: str, rows: np.ndarray, labels: Sequenc
         raise ConfigError(f"write_labelled {name!r}: label {bad[0]!r} holds a tab or a newline")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    _atomic(directory / f"{name}.npy", lambda f: np.save(f, rows, allow_pickle=False))
-    _atomic(directory / f"{name}.tsv", lambda f: f.write("".join(t + "\n" for t in text).encode("utf-8")))
+    write_atomic(directory / f"{name}.npy", lambda f: np.save(f, rows, allow_pickle=False))
+    write_atomic(directory / f"{name}.tsv", lambda f: f.write("".join(t + "\n" for t in text).encode("utf-8")))
 
 
 def read_labelled(directory: Path, name: str) -> tuple[list[str], np.ndarray]:
@@ -77,7 +77,7 @@ def read_labelled(directory: Path, name: str) -> tuple[list[str], np.ndarray]:
 
 def write_json(path: Path, value: dict) -> None:
     """Write `value` as indented JSON, atomically."""
-    _atomic(Path(path), lambda f: f.write((json.dumps(value, indent=1) + "\n").encode("utf-8")))
+    write_atomic(Path(path), lambda f: f.write((json.dumps(value, indent=1) + "\n").encode("utf-8")))
 
 
 def read_json(path: Path) -> dict:
@@ -187,7 +187,7 @@ def _vector(path: Path, n: int) -> np.ndarray:
     return v
 
 
-def _atomic(path: Path, write) -> None:
+def write_atomic(path: Path, write) -> None:
     """Call write(binary file) on a temporary file beside `path`, then rename it to `path`."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
