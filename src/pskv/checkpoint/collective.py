@@ -39,10 +39,8 @@ import numpy as np
 
 from .. import _hooks
 from ..catalog import Catalog, TableState
-from ..errors import CheckpointError, TableMismatch
+from ..errors import CheckpointError
 from ..net.requests import RequestTracker
-from ..store.replicas import Replicas
-from ..store.shard import Shard
 from . import format as fmt
 
 log = logging.getLogger(__name__)
@@ -232,91 +230,3 @@ def _rows(state: TableState, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray |
         n = len(keys)
         return shard.data[:n], None if shard.state is None else shard.state[:n]
     return shard.read(keys)
-
-
-class Restorer:
-    """Tables of the checkpoint a cluster starts from (`pskv.init(restore=PATH)`)."""
-
-    def __init__(self, path, rank: int) -> None:
-        self.path = fmt.resolve(path)
-        self.manifest = fmt.read_manifest(self.path)
-        fmt.verify(self.path, self.manifest)  # on every node: a damaged file stops all of them, before any table
-        self.rank = rank
-        log.info("node %d restores from checkpoint %s (step %d)", rank, self.path, self.manifest["step"])
-
-    @property
-    def extra(self) -> dict:
-        return self.manifest.get("extra", {})
-
-    def match(self, config: dict) -> tuple[dict | None, TableMismatch | None]:
-        """(the checkpoint's entry of a table being declared with `config` (TableSpec.config()), or
-        None if it has no such table; the TableMismatch to raise if the specs differ, else None)."""
-        entry = self.manifest["tables"].get(config["name"])
-        if entry is None:
-            return None, None
-        saved = {k: entry[k] for k in ("rows", "dim", "dtype", "updater")}
-        wanted = {k: config[k] for k in ("rows", "dim", "dtype", "updater")}
-        if saved != wanted:
-            diff = ", ".join(f"{k} {saved[k]!r} there but {wanted[k]!r} here" for k in saved if saved[k] != wanted[k])
-            return None, TableMismatch(f"table {config['name']!r} differs from checkpoint {self.path}: {diff}; declare "
-                                       "it as it was saved (or restore without it: pskv.load_checkpoint reads any table)")
-        return entry, None
-
-    def load(self, entry: dict, shard: Shard) -> int:
-        """Put the saved rows and state of `shard`'s key range into it (this node's shard, or a copy
-        it holds as a backup); returns the rows loaded."""
-        if shard.spec.sparse:
-            return self._load_sparse(entry, shard)
-        wanted = np.arange(shard.start, shard.stop, dtype=np.int64)
-        seen = np.zeros(len(wanted), bool)
-        def into(keys: np.ndarray):  # a run of the shard's own keys: read straight into its rows
-            if not shard.static or not len(keys) or keys[-1] - keys[0] + 1 != len(keys):
-                return None, None
-            rows = shard.data[keys[0] - shard.start:keys[-1] + 1 - shard.start]
-            return rows, None if shard.state is None else shard.state[keys[0] - shard.start:keys[-1] + 1 - shard.start]
-
-        disk = getattr(shard, "disk", None)  # a disk table: read in chunks, its pages dropped after each
-        for keys, rows, st in fmt.table_parts(self.path, entry, (shard.start, shard.stop), into,
-                                              None if disk is None else disk.trim):  # replicas last
-            if len(keys) and np.shares_memory(rows, shard.data) and (
-                    st is None and shard.state is None or st is not None and np.shares_memory(st, shard.state)):
-                seen[keys - shard.start] = True  # read in place
-                continue
-            if (st is None) != (shard.state is None):
-                if st is not None or not seen[keys - shard.start].all():
-                    raise CheckpointError(f"checkpoint {self.path}: the updater state of table {entry['name']!r} "
-                                          "does not fit its updater; the checkpoint is damaged: use an older one")
-                st = shard.read(keys)[1]  # replicas saved without state: the home rows' stays
-            shard.overwrite(keys, rows, st)
-            seen[keys - shard.start] = True
-        if not seen.all():
-            raise CheckpointError(f"checkpoint {self.path}: table {entry['name']!r} lacks {int((~seen).sum())} rows "
-                                  f"of node {self.rank}'s key range; the checkpoint is damaged: use an older one")
-        if shard.replicas is not None and entry.get("replicas"):
-            self._load_replicas(entry, shard.replicas)
-        return len(wanted)
-
-    def _load_sparse(self, entry: dict, shard) -> int:
-        """A sparse table: the saved keys of this node's range of the uint64 space (any node's file may
-        hold some: the cluster may have had another size), with their rows and state."""
-        lo, hi = shard.key_range
-        loaded = 0
-        for keys, rows, st in fmt.table_parts(self.path, entry):
-            keys = np.asarray(keys).view(np.uint64)
-            mine = keys >= np.uint64(lo)
-            if hi < 1 << 64:
-                mine &= keys < np.uint64(hi)
-            if mine.any():
-                shard.restore(keys[mine], rows[mine], None if st is None else st[mine])
-                loaded += int(mine.sum())
-        return loaded
-
-    def _load_replicas(self, entry: dict, replicas: Replicas) -> None:
-        rep = entry["replicas"]
-        keys = np.asarray(fmt.open_array(self.path, rep["keys"]))
-        idx = replicas.index[keys]
-        if (idx < 0).any():
-            return  # replicated other keys then: the rows come from the files as plain rows
-        replicas.data[idx] = fmt.open_array(self.path, rep["rows"])
-        if rep.get("state") and replicas.state is not None:
-            replicas.state[idx] = fmt.open_array(self.path, rep["state"])

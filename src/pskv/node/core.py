@@ -40,7 +40,8 @@ import numpy as np
 from .. import _hooks, updaters
 from ..catalog import Catalog
 from ..checkpoint import format as checkpoint_format
-from ..checkpoint.collective import Checkpointer, Restorer
+from ..checkpoint.collective import Checkpointer
+from ..checkpoint.restore import Restorer
 from ..client.context import Context
 from ..client.filters import table_codec
 from ..client.replica_sync import ReplicaSync
