@@ -43,6 +43,19 @@ log = logging.getLogger(__name__)
 _TURNS = 8  # terms leave room for this many candidates per epoch (see Succession.candidates)
 
 
+def next_term(epoch: int, term: int, turn: int) -> int:
+    """The term of a coordinator that candidate `turn` starts in membership `epoch`, taking over from
+    the coordinator of `term`: above `term` and every term of an earlier epoch, and a later turn
+    outranks an earlier one. A term is a generation times _TURNS plus the turn, and the generation
+    is one more than the larger of the epoch and `term`'s generation, so terms grow by about _TURNS
+    per takeover. (It was `(max(epoch, term) + 1) * _TURNS`, which mixed a term into the generation:
+    8x per takeover, and from the sixth on the term no longer fit the header's 16-bit `epoch`
+    field, so every node fenced the new coordinator.) With backups no node joins, so epochs and
+    takeovers are fewer than the nodes that ever ran: terms stay below 16 * nodes, far inside
+    the header's 16 bits (a coordinator stamps its term in `Header.epoch`)."""
+    return (max(epoch, term // _TURNS) + 1) * _TURNS + min(turn, _TURNS - 1)
+
+
 class Succession:
     """A node's part in moving the coordinator to a survivor."""
 
@@ -68,8 +81,7 @@ class Succession:
     def take_over(self, silent: float) -> tuple[str, int]:
         """Start a coordinator in this process and tell every node; returns its address and term."""
         view = self.view
-        turn = self.candidates().index(view.rank)
-        term = (max(view.epoch, view.coordinator_term) + 1) * _TURNS + min(turn, _TURNS - 1)  # a later turn outranks
+        term = next_term(view.epoch, view.coordinator_term, self.candidates().index(view.rank))
         dead = view.coordinator_host
         log.warning("node %d: the coordinator on node %d has been silent for %.1f s; node %d takes it over (term %d)",
                     view.rank, dead, silent, view.rank, term)
