@@ -8,9 +8,11 @@ key caching, compression of keys and values (zstd or lz4), and fp16/bf16 values.
     frames -> compressed (codec id in the high nibble of the header's dtype / key dtype byte)
 
 Key caching (Li et al.): the sender and the receiver both remember a key list; sending it again
-costs 8 bytes. A sender remembers per (thread, destination), in the order its own socket delivers
-(one thread's messages to one node arrive in order), at most CACHED_LISTS lists; later lists
-travel whole. The receiver keeps what each origin asked it to remember (content-addressed, so
+costs 8 bytes. A sender remembers per thread and (cluster id, sending node, destination), in the
+order its own socket delivers (one thread's messages to one node arrive in order), at most
+CACHED_LISTS lists; later lists travel whole. The cluster id is part of the key because a thread
+outlives its cluster: after a second `pskv.init()` in the same thread, the new cluster's nodes
+were sent none of the lists the old cluster's were. The receiver keeps what each origin asked it to remember (content-addressed, so
 threads that send the same list share an entry). A hash that is not known at the receiver is a
 ProtocolError (answered with ERROR), never a wrong key.
 
@@ -64,7 +66,7 @@ class Codec:
             frames[values_at], header.dtype = (_to_bf16(values), BF16) if self.quantize == "bf16" else \
                 (values.astype(np.float16), FP16)
         if self.key_cache and header.n_keys:
-            frames[keys_at], header.key_dtype = _sent(dest).encode(frames[keys_at])
+            frames[keys_at], header.key_dtype = _sent(header.cluster, header.sender, dest).encode(frames[keys_at])
         if self.compress:
             code = _CODECS[self.compress]
             for at, field in ((keys_at, "key_dtype"), (values_at, "dtype")):
@@ -148,11 +150,21 @@ class _Sent:
 _local = threading.local()
 
 
-def _sent(dest: int) -> _Sent:
-    caches = _local.__dict__.setdefault("caches", {})
-    cache = caches.get(dest)
+def _sent(cluster: int, sender: int, dest: int) -> _Sent:
+    """The calling thread's lists sent as node `sender` of cluster `cluster` to node `dest`.
+
+    Keyed by all three: a receiver remembers what each origin of its own cluster sent it, so a
+    list sent to rank `dest` of an earlier cluster (a second `pskv.init()` in this thread), or
+    as another node of this process, is unknown there. A thread keeps only the lists of the last
+    cluster it sent to: dropping lists is always safe (they travel whole and are remembered
+    again), and caches of clusters that ended would otherwise stay for the thread's life."""
+    caches = _local.__dict__.get("caches")
+    if caches is None or _local.cluster != cluster:
+        caches = _local.caches = {}
+        _local.cluster = cluster
+    cache = caches.get((sender, dest))
     if cache is None:
-        cache = caches[dest] = _Sent()
+        cache = caches[(sender, dest)] = _Sent()
     return cache
 
 
