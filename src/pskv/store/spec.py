@@ -170,7 +170,8 @@ def _sparse_keys(spec: TableSpec, arr: np.ndarray, op: str) -> np.ndarray:
 
 
 def check_values(spec: TableSpec, values, n: int, op: str) -> np.ndarray:
-    """Values as a C-contiguous (n, dim) array of the table's dtype; safe casts only. A CPU torch
+    """Values as a C-contiguous (n, dim) array of the table's dtype; safe casts only, and DTypeError for
+    values a narrowing cast would overflow (float64 values beyond float32's range). A CPU torch
     tensor is viewed, not copied (pskv.tensors)."""
     arr = to_numpy(values, f"{op} on table {spec.name!r}: values") if is_tensor(values) else np.asarray(values)
     if arr.ndim == 1 and spec.dim == 1 and arr.shape[0] == n:
@@ -182,5 +183,43 @@ def check_values(spec: TableSpec, values, n: int, op: str) -> np.ndarray:
         if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
             raise DTypeError(f"{op} on table {spec.name!r}: values of dtype {arr.dtype} cannot be cast safely to "
                              f"the table's {np.dtype(spec.dtype)}; convert them first")
-        arr = arr.astype(spec.dtype)
+        if not _may_overflow(arr.dtype, np.dtype(spec.dtype)):
+            arr = arr.astype(spec.dtype)
+        else:
+            arr = _narrowed(spec, arr, op)
     return np.ascontiguousarray(arr)
+
+
+def _may_overflow(src: np.dtype, dst: np.dtype) -> bool:
+    """Whether some finite value of `src` lies outside the range of `dst` (float64 -> float32; an
+    integer table's narrower integers): only such casts are checked, value by value."""
+    wide = np.finfo(src).max if src.kind == "f" else np.iinfo(src).max if src.kind in "iu" else 0
+    low = np.iinfo(src).min if src.kind in "iu" else 0
+    if dst.kind == "f":
+        return wide > np.finfo(dst).max
+    if dst.kind in "iu" and src.kind in "iu":
+        return wide > np.iinfo(dst).max or low < np.iinfo(dst).min
+    return False
+
+
+def _narrowed(spec: TableSpec, arr: np.ndarray, op: str) -> np.ndarray:
+    """`arr` cast to the table's dtype, or DTypeError if a value does not fit it: a finite value that
+    would become inf (silently, in numpy), or an integer that would wrap around. (inf and nan stay
+    what they are: the caller's own.) One pass over the cast values on top of the cast."""
+    dst = np.dtype(spec.dtype)
+    if dst.kind == "f":
+        with np.errstate(over="ignore"):  # (numpy warns, or raises under -W error; we say what happened)
+            out = arr.astype(dst)
+        inf = np.isinf(out)
+        if not inf.any() or not (inf & np.isfinite(arr)).any():
+            return out
+        biggest, limit = (np.format_float_scientific(x, precision=5, trim="-")  # (exact for long double too)
+                          for x in (np.abs(arr[np.isfinite(arr)]).max(), np.finfo(dst).max))
+        what = "overflow to inf; scale them or declare the table dtype='float64'"
+    else:
+        lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
+        if np.iinfo(dst).min <= lo and hi <= np.iinfo(dst).max:
+            return arr.astype(dst)
+        biggest, limit, what = max(abs(lo), abs(hi)), np.iinfo(dst).max, "wrap around"
+    raise DTypeError(f"{op} on table {spec.name!r}: values of dtype {arr.dtype} do not fit the table's {dst}: the "
+                     f"largest magnitude is {biggest}, above {dst}'s largest {limit} (the cast would {what})")

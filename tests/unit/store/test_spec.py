@@ -230,3 +230,36 @@ def test_check_values_uncastable_dtype_raises(dtype):
     with pytest.raises(DTypeError, match="push on table 'emb': values of dtype .* cannot be cast safely to the "
                                          "table's float32"):
         check_values(spec(), vals, 3, "push")
+
+
+@pytest.mark.parametrize("op", ["push", "set", "push_pull"])
+def test_check_values_float64_beyond_float32_range_raises(op):
+    """A finite float64 value that float32 cannot hold (it would become inf) is a DTypeError naming
+    the op, the table, both dtypes and the largest magnitude, not a silent inf in the table."""
+    vals = np.ones((2, 4))
+    vals[1, 2] = -1e300
+    with pytest.raises(DTypeError, match=rf"{op} on table 'emb': values of dtype float64 do not fit the table's "
+                                         r"float32: the largest magnitude is 1e\+300, above float32's largest "
+                                         r"3\.40282e\+38 \(the cast would overflow to inf"):
+        check_values(spec(), vals, 2, op)
+
+
+def test_check_values_narrowing_keeps_the_caller_inf_and_nan_and_the_float32_maximum():
+    """inf and nan given by the caller stay what they are; float32's own largest value still fits."""
+    big = float(np.finfo(np.float32).max)
+    vals = np.array([[np.inf, -np.inf, np.nan, big], [-big, 0.0, 1.5, -2.0]])
+    arr = check_values(spec(), vals, 2, "push")
+    assert arr.dtype == np.float32
+    assert arr[0, :2].tolist() == [np.inf, -np.inf] and np.isnan(arr[0, 2])
+    assert arr[0, 3] == np.float32(big) and arr[1].tolist() == [-big, 0.0, 1.5, -2.0]
+
+
+def test_check_values_longdouble_beyond_float64_range_raises():
+    """A float64 table refuses long double values beyond its range too (where long double is wider)."""
+    if np.finfo(np.longdouble).max <= np.finfo(np.float64).max:
+        pytest.skip("long double is float64 here")
+    vals = np.full((1, 4), np.longdouble("1e400"))
+    with pytest.raises(DTypeError, match=r"set on table 'emb': values of dtype float128 do not fit the table's "
+                                         r"float64: the largest magnitude is 1e\+400, above float64's largest "
+                                         r"1\.79769e\+308"):
+        check_values(spec(dtype=np.float64), vals, 1, "set")
