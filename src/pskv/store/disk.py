@@ -12,6 +12,10 @@ each page touched later, the kernel's fault-around).
 The file is the rows' home; the next access reads a row again. A touched row brings in its
 whole page (4 KiB), so the budget counts pages, not rows.
 
+The table's name becomes a file name, so only names that stay a plain file inside DIR are taken:
+letters, digits, `_`, `-` and `.`, not starting with `.` (no `/`, no `..`, nothing hidden), at most
+200 characters (ConfigError otherwise; a memory table may have any name).
+
 Threads: the data path calls `touched()` from any thread; `trim()` needs no lock (dropping pages
 of a shared file mapping is safe while other threads read or write it: they fault them back).
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -28,6 +33,7 @@ import numpy as np
 from ..errors import ConfigError
 
 PAGE = mmap.PAGESIZE
+_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")  # a table name that is one plain file name in DIR
 
 
 class DiskRows:
@@ -36,6 +42,10 @@ class DiskRows:
     def __init__(self, directory, name: str, rank: int, cache_rows: int, row_bytes: int) -> None:
         if cache_rows is None or int(cache_rows) < 1:
             raise ConfigError(f"table {name!r}: storage='disk' needs cache_rows >= 1 (rows kept in memory)")
+        if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):  # "../x" or "a/b" would write outside DIR
+            raise ConfigError(f"table {name!r}: a storage='disk' table's name names its files in {directory}, so it "
+                              "may only hold letters, digits, '_', '-' and '.', not start with '.', and have at most "
+                              "200 characters; rename the table")
         self.directory = Path(directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)

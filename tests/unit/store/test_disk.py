@@ -3,6 +3,8 @@ budget while pushes sweep a table larger than it, and checkpoints that stream.""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,31 @@ def test_disk_options_are_checked(node, tmp_path):
         node.table("b", rows=10, storage="disk", path=tmp_path)
     with pytest.raises(pskv.ConfigError, match="'memory' or 'disk'"):
         node.table("c", rows=10, storage="ssd", path=tmp_path)
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "/tmp/abs", "..", ".hidden", "", "a\x00b", "x" * 201, "ä/../b"])
+def test_a_disk_table_name_that_is_no_plain_file_name_is_refused(tmp_path, name):
+    """A disk table's name becomes its file names in DIR: a name that would reach outside DIR (or make
+    a hidden file, or none) is a ConfigError naming the table and what is allowed, and nothing is written."""
+    from pskv.store.disk import DiskRows
+
+    inside = tmp_path / "rows"
+    with pytest.raises(pskv.ConfigError, match=rf"table {re.escape(repr(name))}: a storage='disk' table's name .* "
+                                               r"letters, digits, '_', '-' and '.', not start with '.'"):
+        DiskRows(inside, name, 0, cache_rows=10, row_bytes=16)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_disk_table_with_a_dotted_name_keeps_its_files_in_dir(node, tmp_path):
+    """Names of letters, digits, '_', '-' and '.' are files in DIR."""
+    t = node.table("mf-items_v2.1", rows=10, dim=2, storage="disk", cache_rows=5, path=tmp_path / "rows")
+    t.push(np.arange(10), np.ones((10, 2), np.float32)).wait()
+    assert float(t.pull(np.arange(10)).sum()) == 20.0
+    assert sorted(p.name for p in (tmp_path / "rows").iterdir()) == ["mf-items_v2.1.node0.rows"]
+
+
+def test_a_disk_table_named_outside_dir_is_refused_by_node_table(node, tmp_path):
+    """node.table refuses the name before any file is made."""
+    with pytest.raises(pskv.ConfigError, match=r"table '\.\./escape': a storage='disk' table's name"):
+        node.table("../escape", rows=10, storage="disk", cache_rows=5, path=tmp_path / "rows")
+    assert list(tmp_path.iterdir()) == []
