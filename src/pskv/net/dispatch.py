@@ -12,6 +12,10 @@ What is dropped (garbage, another cluster's messages, a handler's exception) is 
 `dropped` and in the transport's `drops`, which logs at most one line per peer per minute. If the
 transport finds that the coordinator refused this node's handshakes (another secret, net.auth),
 `on_refused` gets the ClusterError (the node records it as its failure, so `init()` raises it).
+Held messages are bounded (_MAX_HELD): one more is dropped, counted, and the node fails with a
+NodeFailure through `on_refused` too. Nothing can bound them without losing one: the message that
+releases them (WELCOME, MEMBERSHIP, MOVED) comes through this same inbox, so it cannot stop reading;
+and a request, reply or chain write that vanished would break exactly-once sums without a word.
 
 Threads and ownership: everything here runs in pskv-server, except `register`/`every`, which the
 node calls before the thread starts. A handler must not block; an exception in one is counted,
@@ -27,13 +31,13 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from ..errors import ClusterError, ProtocolError
+from ..errors import ClusterError, NodeFailure, ProtocolError
 from .drops import Drops, peer_of
 from .transport import Transport
 from .wire import Header, Kind, frame_bytes, unpack_header
 
 log = logging.getLogger(__name__)
-_MAX_HELD = 100_000  # messages held before our WELCOME; more means something is wrong
+_MAX_HELD = 100_000  # messages held ahead of our view; more means its change never came: the node fails
 _BURST = 64  # messages dispatched per turn of the loop at most, so the duties still run while busy
 
 
@@ -50,14 +54,15 @@ class Dispatcher:
         self._transport = transport
         self.rank = rank
         self._admit = admit
-        self._on_refused = on_refused  # the coordinator refused our handshakes (net.auth)
+        self._on_refused = on_refused  # records what stops the node: refused handshakes (net.auth), too many held
         self._drops = getattr(transport, "drops", None) or Drops(log, "")  # (a stand-in transport has none)
         self._drops.what = f"node {rank}"
         self._handlers: dict[Kind, Callable[[Header, list], None]] = {}
         self._duties: list[Callable[[float], None]] = []
         self._burst_end: list[Callable[[], None]] = []  # fn() before each flush (e.g. batched CHAINs and ACKs)
         self._soon: queue.SimpleQueue = queue.SimpleQueue()  # fn() from other threads, to run in pskv-server
-        self._held: list[list] = []  # frames of messages that came before our WELCOME
+        self._held: list[list] = []  # frames of messages that came ahead of our view (before WELCOME, newer epoch)
+        self.overflowed = 0  # messages dropped because _MAX_HELD were held already (the node failed at the first)
         self.dropped = 0  # messages dropped as garbage or from another cluster
         self.fenced = 0  # messages dropped because their sender is no member any more
 
@@ -135,8 +140,11 @@ class Dispatcher:
             self._drop(peer_of(frames), str(exc))
             return
         verdict = self._admit(header)
-        if verdict is Verdict.HOLD and len(self._held) < _MAX_HELD:
-            self._held.append(frames)
+        if verdict is Verdict.HOLD:
+            if len(self._held) < _MAX_HELD:
+                self._held.append(frames)
+            else:
+                self._overflow(header, frames)
             return
         handler = self._handlers.get(header.kind)
         if verdict is Verdict.FENCED:
@@ -156,6 +164,24 @@ class Dispatcher:
 
     def held(self) -> int:
         return len(self._held)
+
+    def _overflow(self, header: Header, frames: list) -> None:
+        """One more message to hold than _MAX_HELD: drop it (counted, logged at most once a minute)
+        and fail the node at the first, saying what was held and why."""
+        self.overflowed += 1
+        self._drop(peer_of(frames, header.sender), f"{header!r}: {_MAX_HELD} messages are held already")
+        if self.overflowed > 1:
+            return
+        error = NodeFailure(
+            f"node {self.rank} held {_MAX_HELD} messages that came ahead of its membership view (sent before its "
+            "WELCOME or in a newer epoch), waiting for the WELCOME, MEMBERSHIP or MOVED that would admit them, "
+            f"which never came; it dropped the next one ({header!r} from {peer_of(frames, header.sender)}, epoch "
+            f"{header.epoch}) and stops, since a lost request, reply or write would go unnoticed: look for a "
+            f"coordinator message that did not reach node {self.rank} in the logs", self.rank)
+        if self._on_refused is None:
+            log.error("%s", error)
+        else:
+            self._on_refused(error)
 
     def _drop(self, peer: str, why: str) -> None:
         self.dropped += 1

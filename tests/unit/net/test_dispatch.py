@@ -115,3 +115,23 @@ def test_run_takes_a_burst_with_one_poll_and_still_runs_duties():
     assert inbox.polls == 3
     # what the handlers send is held back and leaves after each burst and after the duties
     assert inbox.holding and inbox.flushes == 2 * inbox.polls
+
+
+def test_held_messages_past_the_bound_fail_the_node_and_are_counted(monkeypatch):
+    """One message more than _MAX_HELD to hold is dropped, counted and logged through the drops, and
+    the node fails (once) with a NodeFailure saying what was held and why; what was held stays held."""
+    from pskv.errors import NodeFailure
+    from pskv.net import dispatch
+
+    monkeypatch.setattr(dispatch, "_MAX_HELD", 3)
+    failures = []
+    d = Dispatcher(_Inbox([]), 4, lambda h: Verdict.HOLD, on_refused=failures.append)
+    d.register([Kind.PUSH], lambda h, f: None)
+    for i in range(5):
+        d.dispatch([Header(Kind.PUSH, sender=1, cluster=5, epoch=7, request_id=i).pack()])
+    assert len(failures) == 1 and isinstance(failures[0], NodeFailure) and failures[0].node_id == 4
+    assert d.held() == 3 and d.overflowed == 2 and d.dropped == 2 and d._drops.total == 2
+    message = str(failures[0])
+    assert message.startswith("node 4 held 3 messages that came ahead of its membership view")
+    assert "waiting for the WELCOME, MEMBERSHIP or MOVED that would admit them" in message
+    assert "from node 1, epoch 7) and stops" in message and "<Push req=3.0 " in message
