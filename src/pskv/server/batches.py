@@ -9,6 +9,12 @@ ACK per (origin, table), with flag BATCH and a (m, 5) frame describing the write
 splits them (wire.split) and handles each write as if it had come alone. A link with one write
 gets a plain message.
 
+A link whose send fails (TransportError: a dead or stuck peer) loses its own messages only: the
+others of the burst still leave. The loss is logged and counted (`lost`), as pskv-server treats
+any send to a dead peer: its writes' origins send them again after the membership change that its
+death makes (client.backed), or their request_timeout reports them; an ACK lost to a dead origin
+was awaited by nobody.
+
 Order: the dispatcher flushes at the end of every burst, and server.chain flushes before it sends
 anything else down a chain (a SNAPSHOT, a reader's copy) and before a membership change, so what
 crosses a link still crosses it in the order it was applied.
@@ -18,10 +24,15 @@ Threads and ownership: pskv-server only.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
+from ..errors import TransportError
 from ..net.endpoint import Endpoint
 from ..net.wire import POSITIONS, Header, Kind
+
+log = logging.getLogger(__name__)
 
 
 class Batches:
@@ -31,6 +42,7 @@ class Batches:
         self._acks: dict[tuple[int, int], list] = {}  # (origin, table) -> [(rid, part, n, positions or None)]
         self.writes = 0  # writes and acks that left in a batch of two or more
         self.messages = 0  # batch messages sent
+        self.lost = 0  # writes and acks whose link's send failed (a dead or stuck peer)
 
     def chain(self, dest: int, table: int, origin: int, rid: int, part: int, flags: int, keys, positions,
               values) -> None:
@@ -49,15 +61,24 @@ class Batches:
         self._acks.setdefault((origin, table), []).append((rid, part, n, positions))
 
     def flush(self) -> None:
-        """Send what this burst made, one message per link."""
+        """Send what this burst made, one message per link; a link whose send fails loses only its own."""
         if self._chain:
             chain, self._chain = self._chain, {}
             for (dest, table), writes in chain.items():
-                self._send_chain(dest, table, writes)
+                self._send(self._send_chain, dest, table, writes, "write(s) passed down the chain")
         if self._acks:
             acks, self._acks = self._acks, {}
             for (origin, table), writes in acks.items():
-                self._send_acks(origin, table, writes)
+                self._send(self._send_acks, origin, table, writes, "ack(s)")
+
+    def _send(self, send, dest: int, table: int, writes: list, what: str) -> None:
+        try:
+            send(dest, table, writes)
+        except TransportError as exc:
+            self.lost += len(writes)
+            log.warning("node %d lost %d %s of table %d to node %d: %s; their writers send them again after the "
+                        "membership change a dead node makes, or their request_timeout reports them",
+                        self._endpoint.rank, len(writes), what, table, dest, exc)
 
     def _send_chain(self, dest: int, table: int, writes: list) -> None:
         if len(writes) == 1:
@@ -93,4 +114,4 @@ class Batches:
         self.messages += 1
 
     def __repr__(self) -> str:
-        return f"<Batches writes={self.writes} messages={self.messages}>"
+        return f"<Batches writes={self.writes} messages={self.messages} lost={self.lost}>"
