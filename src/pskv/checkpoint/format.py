@@ -142,7 +142,12 @@ def write_json(path: Path, payload: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
+    sync_dir(path.parent)
+
+
+def sync_dir(path: Path) -> None:
+    """fsync directory `path`: the names created in it (files, renames, subdirectories) survive a crash."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -151,14 +156,22 @@ def write_json(path: Path, payload: dict) -> None:
 
 def prune(directory: Path, keep: int) -> list[Path]:
     """Remove all but the `keep` newest complete checkpoints (and incomplete ones older than the
-    newest complete one); returns what was removed."""
+    newest complete one); returns what was removed.
+
+    The newest complete checkpoint's directory and `directory` itself are fsynced first: its
+    manifest's rename is durable in its own directory (write_json), but the directory's name in
+    `directory` is not until `directory` is synced, and a crash after the removal of the older
+    ones must not leave no checkpoint at all."""
     found = steps(directory)
     complete = [(s, p) for s, p, done in found if done]
     if not complete:
         return []
-    newest = complete[-1][0]
+    newest, newest_path = complete[-1]
     doomed = [p for s, p in complete[:-keep]] if keep > 0 else []
     doomed += [p for s, p, done in found if not done and s < newest]
+    if doomed:
+        sync_dir(newest_path)
+        sync_dir(Path(directory))
     for p in doomed:
         shutil.rmtree(p, ignore_errors=True)
     return doomed
