@@ -17,8 +17,8 @@ At-most-once: a write is identified by (origin, request id, part); each range ke
 applied (`Applied`, replicated with the range), and a write that comes again is passed on, not
 applied. Origins send again every unanswered write after a membership change (client.backed), so
 a write is never lost and never doubled. Ids below an origin's low watermark (its oldest pending
-request, sent with heartbeats) are complete: they are pruned, and the watermark stays as a floor
-below which any late copy counts as a duplicate.
+request, sent with heartbeats) are complete: they are pruned, here and in reader copies' records,
+and the watermark stays as a floor below which any late copy counts as a duplicate.
 
 A membership change (`on_membership`): a node that becomes head of a range promotes its backup
 copy into its store; the head of every range whose chain changed sends a SNAPSHOT (rows, state,
@@ -489,14 +489,20 @@ class Chain:
         return sorted({r for _, r in self._filling})
 
     def prune(self, low: dict[int, int]) -> None:
-        """pskv-server: origins' low watermarks (from the coordinator's TICK)."""
-        for applied in list(self._applied.values()):
+        """pskv-server: origins' low watermarks (from the coordinator's TICK), for the ranges' records
+        and our reader copies' alike."""
+        for applied in [*self._applied.values(), *self._read_applied.values()]:
             applied.prune(low)
+
+    def kept(self) -> tuple[int, int]:
+        """The write ids kept above the floors: (in the ranges' records, in our reader copies')."""
+        return sum(map(len, self._applied.values())), sum(map(len, self._read_applied.values()))
 
     def describe(self) -> list[str]:
         return [f"backups: copies of {sorted(self._backup)}, {self.readers.count()} key(s) read elsewhere, "
                 f"waiting for snapshots of {sorted(self._filling)}, "
-                f"{self.snapshots_sent} snapshot(s) sent, {self.duplicates} duplicate write(s) not applied again"]
+                f"{self.snapshots_sent} snapshot(s) sent, {self.duplicates} duplicate write(s) not applied again, "
+                f"write ids kept above the floors (ranges, reader copies): {self.kept()}, {self.batches!r}"]
 
 
 def _fresh(spec: TableSpec, ranges: KeyRanges, r: int, rank: int) -> Shard:
