@@ -49,3 +49,49 @@ def test_prune_fsyncs_the_new_checkpoint_and_its_parent_before_removing_older_on
     synced = {path for what, path in events[:first_removal] if what == "fsync"}
     assert os.path.realpath(tmp_path) in synced, events
     assert os.path.realpath(fmt.step_dir(tmp_path, 3)) in synced, events
+
+
+def _with_table(directory, step: int, value: float, final: bool = False) -> None:
+    """A complete 1-node checkpoint of table 'w' (4 x 1, every row `value`)."""
+    path = fmt.step_dir(directory, step)
+    path.mkdir(parents=True)
+    files = {"w.keys.npy": fmt.write_array(path / "w.keys.npy", np.arange(4, dtype=np.int64)),
+             "w.rows.npy": fmt.write_array(path / "w.rows.npy", np.full((4, 1), value, np.float32))}
+    table = {"name": "w", "rows": 4, "dim": 1, "dtype": "float32", "updater": {"name": "add"}, "init": {},
+             "consistency": "async", "state_width": 0, "files": [{"keys": "w.keys.npy", "rows": "w.rows.npy",
+                                                                   "state": None, "count": 4}]}
+    fmt.write_json(path / fmt.MANIFEST, {"format": fmt.FORMAT, "version": fmt.VERSION, "created": time.time(),
+                                         "step": step, "nodes": 1, "tables": {"w": table}, "files": files,
+                                         "extra": {"final": final}})
+
+
+@pytest.mark.parametrize("first", ["rows", "manifest"], ids=["rows-removed-first", "manifest-removed-first"])
+def test_evaluator_goes_on_when_keep_prunes_the_checkpoint_it_reads(tmp_path, capsys, first):
+    """The run prunes checkpoint 1 (keep=1) while `pskv evaluate` reads it: the evaluator says so and
+    evaluates checkpoint 2, the newest complete one, instead of dying with a traceback."""
+    import pskv
+    from pskv.checkpoint.watch import watch
+
+    _with_table(tmp_path, 1, 1.0)
+
+    def evaluate(path, manifest):
+        if path.name == "checkpoint-000001":  # the run writes checkpoint 2 and prunes this one meanwhile
+            _with_table(tmp_path, 2, 2.0, final=True)
+            (path / ("w.rows.npy" if first == "rows" else fmt.MANIFEST)).unlink()
+        return {"value": float(pskv.load_checkpoint(path)["w"].values[0, 0])}
+
+    results = watch(tmp_path, evaluate, poll=0.01, timeout=10)
+    assert results == [{"step": 2, "value": 2.0}]
+    err = capsys.readouterr().err
+    assert "checkpoint-000001 was removed (keep= of the run) while it was read" in err, err
+
+
+def test_evaluator_raises_for_missing_files_of_the_newest_checkpoint(tmp_path):
+    """Missing files of the newest checkpoint are damage, not pruning: the error is raised."""
+    import pskv
+    from pskv.checkpoint.watch import watch
+
+    _with_table(tmp_path, 1, 1.0, final=True)
+    (fmt.step_dir(tmp_path, 1) / "w.rows.npy").unlink()
+    with pytest.raises(pskv.CheckpointError, match="w.rows.npy is missing"):
+        watch(tmp_path, lambda p, m: {"value": pskv.load_checkpoint(p)["w"].values[0, 0]}, poll=0.01, timeout=10)
