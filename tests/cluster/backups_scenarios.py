@@ -1,4 +1,4 @@
-"""Node programs for tests/cluster/test_backups.py: each runs as one node of a cluster with backups.
+"""Node programs for tests/cluster/test_backup_records.py: each runs as one node of a cluster with backups.
 
     python backups_scenarios.py records PUSHES   # node 0 pushes to keys it reads (localized from node 1)
 
