@@ -2,7 +2,10 @@
 
 When a table the checkpoint holds is declared, its spec must match (else TableMismatch naming the
 checkpoint) and each node loads the rows of its key range from every node's files (re-sharded onto
-the new key ranges; relocated rows come home), then the saved replicas' rows.
+the new key ranges; relocated rows come home), then the saved replicas' rows (a key replicated when
+saved but not now comes home with its replica's value). The keys replicated now, whichever they
+were then, get their saved values: the saved replica's if it was replicated then, else the saved
+home row's, with the updater state that goes with it.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ class Restorer:
         if not seen.all():
             raise CheckpointError(f"checkpoint {self.path}: table {entry['name']!r} lacks {int((~seen).sum())} rows "
                                   f"of node {self.rank}'s key range; the checkpoint is damaged: use an older one")
-        if shard.replicas is not None and entry.get("replicas"):
+        if shard.replicas is not None:
             self._load_replicas(entry, shard.replicas)
         return len(wanted)
 
@@ -97,11 +100,32 @@ class Restorer:
         return loaded
 
     def _load_replicas(self, entry: dict, replicas: Replicas) -> None:
-        rep = entry["replicas"]
-        keys = np.asarray(fmt.open_array(self.path, rep["keys"]))
-        idx = replicas.index[keys]
-        if (idx < 0).any():
-            return  # replicated other keys then: the rows come from the files as plain rows
-        replicas.data[idx] = fmt.open_array(self.path, rep["rows"])
-        if rep.get("state") and replicas.state is not None:
-            replicas.state[idx] = fmt.open_array(self.path, rep["state"])
+        """Every key replicated now gets its saved value and state: its replica's if it was replicated
+        when saved, else its home row's, from whichever node's file holds it (the replicas' files
+        come last and win; a few rows each, read from the memory-mapped files)."""
+        keys = replicas.keys  # (m,) sorted
+        m, spec = len(keys), replicas.spec
+        rows = np.empty((m, spec.dim), spec.dtype)
+        state = None if replicas.state is None else np.empty((m, replicas.state.shape[1]), replicas.state.dtype)
+        found, stated = np.zeros(m, bool), np.zeros(m, bool)
+        for part in list(entry["files"]) + ([entry["replicas"]] if entry.get("replicas") else []):
+            saved = np.asarray(fmt.open_array(self.path, part["keys"]))  # sorted, as written
+            if not len(saved) or not m:
+                continue
+            at = np.minimum(np.searchsorted(saved, keys), len(saved) - 1)
+            hit = saved[at] == keys
+            if not hit.any():
+                continue
+            rows[hit] = fmt.open_array(self.path, part["rows"])[at[hit]]
+            found |= hit
+            if state is not None and part.get("state"):
+                state[hit] = fmt.open_array(self.path, part["state"])[at[hit]]
+                stated |= hit
+        name = entry["name"]
+        if not found.all():
+            raise CheckpointError(f"checkpoint {self.path}: table {name!r} lacks the rows of replicated keys "
+                                  f"{keys[~found][:5].tolist()}; the checkpoint is damaged: use an older one")
+        if state is not None and not stated.all():
+            raise CheckpointError(f"checkpoint {self.path}: table {name!r} lacks the updater state of replicated keys "
+                                  f"{keys[~stated][:5].tolist()} (pskv.Replicate); the checkpoint is damaged: use an older one")
+        replicas.restore(rows, state)

@@ -81,5 +81,13 @@ class Replicas:
         with self._lock:
             np.add.at(self.data, idx, deltas)  # a handful of hot rows: no kernel needed
 
+    def restore(self, rows: np.ndarray, state: np.ndarray | None) -> None:
+        """Values (and updater state) of every replicated key from a checkpoint (every node alike)."""
+        m = len(self.keys)
+        with self._lock:
+            self.data[:m] = rows
+            if state is not None and self.state is not None:
+                self.state[:m] = state
+
     def __repr__(self) -> str:
         return f"<Replicas {self.spec.name!r} keys={len(self.keys)} syncs={self.syncs}>"
