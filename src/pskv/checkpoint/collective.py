@@ -45,6 +45,7 @@ from . import format as fmt
 
 log = logging.getLogger(__name__)
 _ATTEMPTS = 3  # tries of a checkpoint whose membership changed meanwhile (backups)
+DECISION = "decision.json"  # an incomplete checkpoint's outcome: {"decision": "retry" | "failed", "reason"}
 
 
 class Gate:
@@ -97,6 +98,7 @@ class Checkpointer:
         self._clock = clock  # the global clock (BSP/SSP)
         self._epoch = epoch  # the membership epoch
         self.gate = Gate()
+        self._failure: str | None = None  # the decider's own failure when it could not write DECISION
 
     def take(self, directory, keep: int | None = None, extra: dict | None = None,
              timeout: float = 600.0) -> fmt.CheckpointInfo:
@@ -117,7 +119,12 @@ class Checkpointer:
                               f"checkpoint into {directory}; nodes keep dying: look at the failures first")
 
     def _attempt(self, directory: Path, keep: int | None, extra: dict | None, timeout: float) -> fmt.CheckpointInfo | None:
-        """One try; None if a node died meanwhile (backups: the others go on, the files may lack its rows)."""
+        """One try; None if a node died meanwhile (backups: the others go on, the files may lack its rows).
+
+        Whether the try is complete, to be taken again or failed is one decision for every node: the
+        lowest live node makes it after barrier 2 and writes it down (manifest.json, or DECISION),
+        and every node reads it after barrier 3. Each node deciding on its own from the epoch it saw
+        split the cluster: one went on to the next try's barrier 1 while another waited in barrier 3."""
         epoch = self._epoch()
         self.gate.close()
         try:
@@ -129,25 +136,67 @@ class Checkpointer:
             path = fmt.step_dir(directory, step)
             path.mkdir(exist_ok=True)
             _hooks.reach("checkpoint.writing", node=self.rank, step=step, path=path)
-            part = self._write_shards(path)
+            self._write_shards(path, epoch)
             self._barrier()  # 2: every shard is on disk (a death before it is known to all now)
         finally:
             self.gate.open()
-        if self._epoch() != epoch:
-            return None
-        if self.rank == min(self._members()):
-            manifest = self._manifest(path, step, extra)
+        decider = min(self._members())
+        if self.rank == decider:
+            self._decide(path, step, extra, keep, epoch)
+        _hooks.reach("checkpoint.decided", node=self.rank, step=step, path=path)
+        self._barrier()  # 3: the decision is on disk
+        return self._outcome(path, epoch, decider)
+
+    def _decide(self, path: Path, step: int, extra: dict | None, keep: int | None, epoch: int) -> None:
+        """The lowest live node, after barrier 2: write the manifest (and prune), or DECISION saying
+        "retry" (the membership changed since some node started) or "failed" (with the reason). Never
+        raises: every node must reach barrier 3 and learn the same outcome."""
+        try:
+            epochs = {epoch, self._epoch()}
+            if len(epochs) == 1:  # (else a node may have died before it wrote its part)
+                parts = self._parts(path)
+                epochs |= {e for p in parts for e in p.get("epochs", ())}
+            if len(epochs) > 1:
+                fmt.write_json(path / DECISION, {"decision": "retry", "epochs": sorted(epochs)})
+                return
+            manifest = self._manifest(path, step, extra, parts)
             fmt.write_json(path / fmt.MANIFEST, manifest)
-            for rank in part["nodes"]:
-                (path / f"node-{rank}.json").unlink(missing_ok=True)
+            for p in parts:
+                (path / f"node-{p['rank']}.json").unlink(missing_ok=True)
             if keep is not None:
-                fmt.prune(directory, int(keep))
-        self._barrier()  # 3: the manifest is in place
-        if not (path / fmt.MANIFEST).is_file() and self._epoch() != epoch:
-            return None  # the node writing it died first
-        manifest = fmt.read_manifest(path)
-        log.info("node %d: checkpoint %s complete", self.rank, path)
-        return fmt.info(path, manifest)
+                fmt.prune(path.parent, int(keep))
+        except Exception as exc:  # noqa: BLE001 - every node raises it after barrier 3
+            reason = str(exc) if isinstance(exc, CheckpointError) else f"node {self.rank}: {exc!r}"
+            log.error("checkpoint %s failed: %s", path, reason)
+            try:
+                fmt.write_json(path / DECISION, {"decision": "failed", "reason": reason})
+            except OSError:
+                pass  # the others find neither file and say so; this node raises below
+            if not (path / fmt.MANIFEST).is_file():
+                self._failure = reason
+
+    def _outcome(self, path: Path, epoch: int, decider: int) -> fmt.CheckpointInfo | None:
+        """After barrier 3, every node alike: the checkpoint (complete), None (take it again), or CheckpointError."""
+        failure, self._failure = self._failure, None
+        if (path / fmt.MANIFEST).is_file():
+            manifest = fmt.read_manifest(path)
+            log.info("node %d: checkpoint %s complete", self.rank, path)
+            return fmt.info(path, manifest)
+        try:
+            decision = json.loads((path / DECISION).read_text())
+        except (OSError, ValueError):
+            decision = None
+        if decision is not None and decision.get("decision") == "retry":
+            return None
+        if decision is not None:
+            raise CheckpointError(f"checkpoint {path} was not completed: {decision.get('reason')}; older "
+                                  "checkpoints were kept")
+        if failure is not None:
+            raise CheckpointError(f"checkpoint {path} was not completed: {failure}; older checkpoints were kept")
+        if self._epoch() != epoch:
+            return None  # the decider died before it decided (barrier 3 waited until its death was known)
+        raise CheckpointError(f"node {self.rank} finds neither {fmt.MANIFEST} nor {DECISION} in {path} that node "
+                              f"{decider} wrote; the checkpoint directory must be on a file system every node shares")
 
     def _drain(self, timeout: float) -> None:
         """Wait until every request this node sent so far is answered (the cut)."""
@@ -155,7 +204,7 @@ class Checkpointer:
             raise CheckpointError(f"node {self.rank}: requests sent before the checkpoint were not answered "
                                   f"within {timeout:g} s; the checkpoint was not taken")
 
-    def _write_shards(self, path: Path) -> dict:
+    def _write_shards(self, path: Path, epoch: int) -> dict:
         """This node's files of every table, and its part file (node-R.json) naming them."""
         files, tables = {}, {}
         first = self.rank == min(self._members())
@@ -188,21 +237,26 @@ class Checkpointer:
                 raise CheckpointError(f"node {self.rank} cannot write its shard of table {state.spec.name!r} to "
                                       f"{path}: {exc}; free space or fix permissions, then checkpoint again") from None
             tables.setdefault(state.spec.name, {})["file"] = entry
-        part = {"rank": self.rank, "files": files, "tables": tables, "nodes": sorted(self._members())}
+        part = {"rank": self.rank, "files": files, "tables": tables, "nodes": sorted(self._members()),
+                "epochs": [epoch, self._epoch()]}  # at the start and now: the decider compares every node's
         fmt.write_json(path / f"node-{self.rank}.json", part)
         return part
 
-    def _manifest(self, path: Path, step: int, extra: dict | None) -> dict:
-        """Merge every node's part into the manifest (the lowest live node, after barrier 2)."""
-        members = sorted(self._members())
+    def _parts(self, path: Path) -> list[dict]:
+        """Every live node's part file (the decider, after barrier 2)."""
         parts = []
-        for rank in members:
+        for rank in sorted(self._members()):
             file = path / f"node-{rank}.json"
             try:
                 parts.append(json.loads(file.read_text()))
             except (OSError, ValueError) as exc:
                 raise CheckpointError(f"node {self.rank} cannot read {file} that node {rank} wrote ({exc}); the "
                                       "checkpoint directory must be on a file system every node shares") from None
+        return parts
+
+    def _manifest(self, path: Path, step: int, extra: dict | None, parts: list[dict]) -> dict:
+        """Merge every node's part into the manifest (the lowest live node, after barrier 2)."""
+        members = [p["rank"] for p in parts]
         files = {name: meta for p in parts for name, meta in p["files"].items()}
         tables = {}
         for state in self._catalog.tables():

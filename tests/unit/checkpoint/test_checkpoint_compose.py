@@ -95,3 +95,52 @@ def test_evaluator_raises_for_missing_files_of_the_newest_checkpoint(tmp_path):
     (fmt.step_dir(tmp_path, 1) / "w.rows.npy").unlink()
     with pytest.raises(pskv.CheckpointError, match="w.rows.npy is missing"):
         watch(tmp_path, lambda p, m: {"value": pskv.load_checkpoint(p)["w"].values[0, 0]}, poll=0.01, timeout=10)
+
+
+class _Nodes:
+    """Two Checkpointers in threads of this process: a shared barrier (a generation count per node,
+    so a node that skips a barrier pairs the wrong ones and the test sees it) and an epoch per node
+    that a test changes after a given barrier."""
+
+    def __init__(self, directory) -> None:
+        import threading
+
+        self.directory = directory
+        self._barrier = threading.Barrier(2, timeout=10)
+        self.passed = [0, 0]  # barriers each node passed
+        self.epoch = [1, 1]
+        self.change_at: dict[int, int] = {}  # node -> after how many barriers its epoch becomes 2
+
+    def checkpointer(self, rank: int):
+        from pskv.catalog import Catalog
+        from pskv.checkpoint.collective import Checkpointer
+
+        class Tracker:
+            def drain(self, check, timeout):
+                return True
+
+        def barrier():
+            self._barrier.wait()
+            self.passed[rank] += 1
+            if self.change_at.get(rank) == self.passed[rank]:
+                self.epoch[rank] = 2
+
+        return Checkpointer(rank, Catalog(rank), Tracker(), lambda: None, members=lambda: [0, 1], barrier=barrier,
+                            flush_replicas=lambda: None, clock=lambda: 0, epoch=lambda: self.epoch[rank])
+
+
+@pytest.mark.parametrize("first", [0, 1], ids=["decider-sees-it-first", "other-sees-it-first"])
+def test_nodes_that_see_an_epoch_change_at_different_times_decide_alike(tmp_path, first):
+    """A node died right after barrier 2 (backups): one node learns the new epoch before the other.
+    Both must take the same decision (both complete, or both try again), never one of each: that
+    desynchronised the barriers (a hang until collective_timeout, or CheckpointError)."""
+    from helpers import together
+
+    nodes = _Nodes(tmp_path)
+    nodes.change_at = {first: 2, 1 - first: 3}  # after barrier 2 for one node, after barrier 3 for the other
+    a, b = nodes.checkpointer(0), nodes.checkpointer(1)
+    results = together(lambda: a.take(tmp_path), lambda: b.take(tmp_path), timeout=40)
+    assert not any(isinstance(r, BaseException) for r in results), results
+    assert results[0].step == results[1].step == (2 if first == 0 else 1), results
+    assert nodes.passed[0] == nodes.passed[1]
+    assert fmt.resolve(tmp_path) == results[0].path
