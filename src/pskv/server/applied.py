@@ -2,9 +2,19 @@
 
 A write is identified by (origin, request id, part). Each range keeps the ids it applied; they
 travel with the range's SNAPSHOT. Ids below an origin's low watermark (its oldest pending request,
-from the coordinator's TICK) are complete everywhere: they are forgotten, and the watermark stays
-as a floor, so a late copy of such a write (a resend still on its way when the first copy
-completed) is a duplicate on every node, whenever each node pruned.
+from the coordinator's TICK) are no longer awaited by their origin: they are forgotten, and the
+watermark stays as a floor.
+
+A floor passes failed requests too (request_timeout, an ERROR, `fail_all` take them out of the
+pending map), whose writes may still be on their way down a chain. So the floor alone decides only
+where a write enters its range, at the head (`fresh(write)`): a write below it (a late resend, or
+a failed request's) is not applied there, and so on no copy. Down the chain a copy follows its
+link's verdict (`fresh(write, link=True, again=...)`; the head passes a write it did not apply
+with flag AGAIN): it applies what the head applied unless it has that very id, even below the
+floor (a TICK may overtake the head's CHAIN: the write is applied once on every copy all the
+same), and never what the head skipped. A write from a node that is no longer its link (a reader
+copy's late write from an earlier tail, after the new tail's fresh copy) is decided by id and
+floor as at the head: that fresh copy holds every write the earlier tail passed on.
 
 Threads and ownership: pskv-server only.
 """
@@ -15,22 +25,31 @@ import numpy as np
 
 
 class Applied:
-    """The writes (origin, request id, part) applied to one key range, and per origin a floor: every
-    request id below it is complete (its origin's low watermark), so a copy of such a write that
-    comes late (a resend still on its way when the first copy completed) is known as a duplicate
-    on every node, whenever each of them pruned."""
+    """The writes (origin, request id, part) applied to one key range, and per origin a floor: no
+    request id below it is awaited by its origin any more (its low watermark)."""
 
     __slots__ = ("_ids", "_floor")
 
     def __init__(self) -> None:
         self._ids: dict[int, set[tuple[int, int]]] = {}  # origin -> {(request id, part)}
-        self._floor: dict[int, int] = {}  # origin -> its requests below this id are complete
+        self._floor: dict[int, int] = {}  # origin -> it awaits none of its requests below this id
 
     def __contains__(self, write: tuple[int, int, int]) -> bool:
-        if write[1] < self._floor.get(write[0], 0):
-            return True
+        """Applied here, or below its origin's floor."""
+        return write[1] < self._floor.get(write[0], 0) or self.seen(write)
+
+    def seen(self, write: tuple[int, int, int]) -> bool:
+        """This very write is recorded as applied here (whatever the floor)."""
         ids = self._ids.get(write[0])
         return ids is not None and (write[1], write[2]) in ids
+
+    def fresh(self, write: tuple[int, int, int], *, link: bool = False, again: bool = False) -> bool:
+        """Whether to apply `write` to this copy (see the module docstring). `link`: it comes from the
+        node that passes this copy its range's writes now (our predecessor in the chain, or the tail
+        for a reader copy); `again`: that node did not apply it (flag AGAIN)."""
+        if again:
+            return False
+        return not self.seen(write) if link else write not in self
 
     def add(self, write: tuple[int, int, int]) -> None:
         if write[2] < 0:  # a floor, as array() writes it

@@ -17,8 +17,10 @@ At-most-once: a write is identified by (origin, request id, part); each range ke
 applied (`Applied`, replicated with the range), and a write that comes again is passed on, not
 applied. Origins send again every unanswered write after a membership change (client.backed), so
 a write is never lost and never doubled. Ids below an origin's low watermark (its oldest pending
-request, sent with heartbeats) are complete: they are pruned, here and in reader copies' records,
-and the watermark stays as a floor below which any late copy counts as a duplicate.
+request, sent with heartbeats) are pruned, here and in reader copies' records, and the watermark
+stays as a floor. The head decides by id and floor; every copy after it follows its verdict (flag
+AGAIN: not applied at the head), never the floor alone, which also passes failed requests whose
+writes are still on their way down (server.applied).
 
 A membership change (`on_membership`): a node that becomes head of a range promotes its backup
 copy into its store; the head of every range whose chain changed sends a SNAPSHOT (rows, state,
@@ -46,7 +48,7 @@ import numpy as np
 from .. import kernels
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
-from ..net.wire import POSITIONS, READER, ROUNDS, ROWS, SET, Header, Kind, Payload
+from ..net.wire import POSITIONS, READER, ROUNDS, ROWS, SET, STATE, Header, Kind, Payload
 from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard
@@ -57,6 +59,8 @@ from .readers import Readers
 
 log = logging.getLogger(__name__)
 _DECLINE_MS = 1000  # a declined localize of keys another node reads is not asked again for this long
+AGAIN = STATE  # flag of a CHAIN write: its head did not apply it (applied before, or below its origin's floor),
+# so no copy does; it is passed on to be answered. (A CHAIN never carries updater state: it shares STATE's bit.)
 
 
 def _write(shard: Shard, is_set: bool, keys: np.ndarray, values: np.ndarray) -> None:
@@ -129,8 +133,8 @@ class Chain:
             if head != self.rank:
                 self._forward(head, header, k, pos, v)
                 continue
-            self._apply(header, header.kind == Kind.SET, r, k, v, shard)
-            self._pass(header, chains, r, k, pos, v, header.kind == Kind.SET, shard, shard)
+            applied = self._apply(header, header.kind == Kind.SET, r, k, v, shard)
+            self._pass(header, chains, r, k, pos, v, header.kind == Kind.SET, shard, shard, not applied)
 
     def _ranges(self, table: int) -> KeyRanges:
         ranges = self._key_ranges.get(table)
@@ -160,21 +164,25 @@ class Chain:
         if header.flags & READER:
             # A reader copy of a range we head now (we were its first backup and took it over) is
             # our copy as a member, which has every write an earlier tail passed on: answer only.
-            if int(self._chains().heads[r]) != self.rank:
+            chain = self._chains().chain(r)
+            if chain[0] != self.rank:
                 held = main.slot[keys] >= 0  # a copy not here (yet, or any more) has the write from the chain
                 applied = self._read_applied.setdefault((header.table, r), Applied())
                 write = (header.origin, header.request_id, header.part)
-                if write not in applied:  # (a write that comes again is answered again, not applied)
+                if applied.fresh(write, link=header.sender == chain[-1], again=bool(header.flags & AGAIN)):
                     _write(main, is_set, keys[held], None if p.values is None else p.values[held])
-                    applied.add(write)
+                    applied.add(write)  # (a write that comes again is answered again, not applied)
             self._answer(header, len(keys), p.positions)
             return
         copy = self._backup.get((header.table, r))
         if copy is None:
             raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r} (epoch {self._epoch()})")
-        if self._apply(header, is_set, r, keys, p.values, copy) and header.flags & ROUNDS:
+        chains = self._chains()
+        link = header.sender == _before(chains, r, self.rank)  # (else a late copy from an earlier predecessor)
+        applied = self._apply(header, is_set, r, keys, p.values, copy, link)
+        if applied and header.flags & ROUNDS:
             self._rounds[header.table][keys] += 1
-        self._pass(header, self._chains(), r, keys, p.positions, p.values, is_set, copy, main)
+        self._pass(header, chains, r, keys, p.positions, p.values, is_set, copy, main, not applied)
 
     def on_chain_batch(self, header: Header, p: Payload, main: Shard) -> bool:
         """A BATCH of CHAIN writes, all pushes to one range we back up, none seen before, with an
@@ -186,20 +194,22 @@ class Chain:
         counts = w[:, 3]
         if p.positions is None or len(p.positions) != len(keys) or counts.min() < 0 or int(counts.sum()) != len(keys):
             return False  # (split says what is wrong with it)
-        if not len(keys) or (w[:, 4] & (SET | ROWS | READER | ROUNDS)).any():
+        if not len(keys) or (w[:, 4] & (SET | ROWS | READER | ROUNDS | AGAIN)).any():
             return False
         r = self._ranges(header.table).one_range(keys)
         copy = self._backup.get((header.table, r)) if r >= 0 else None
         applied = self._applied.get((header.table, r))
         if copy is None or applied is None or not copy.spec.updater.in_order:
             return False
+        chains = self._chains()
+        if header.sender != _before(chains, r, self.rank):  # (a late copy: decided write by write)
+            return False
         ids = [tuple(one) for one in w[:, :3].tolist()]  # [(origin, rid, part)]
-        if len(set(ids)) != len(ids) or any(one in applied for one in ids):  # (a resend may follow its first copy)
+        if len(set(ids)) != len(ids) or any(applied.seen(one) for one in ids):  # (a resend may follow its first copy)
             return False
         if len(copy.push(keys, p.values)):
             raise ProtocolError(f"node {self.rank} should hold every key of key range {r} of {copy.spec.name!r} "
                                 f"but does not (epoch {self._epoch()})")
-        chains = self._chains()
         nxt = chains.successor(r, self.rank)
         tail_plain = nxt < 0 and not (self.readers.of(header.table, keys) >= 0).any()
         start = 0
@@ -215,7 +225,7 @@ class Chain:
             else:
                 one = Header(Kind.CHAIN, table=header.table, request_id=rid, part=part, n_keys=n, dim=header.dim,
                              origin=origin, epoch=header.epoch)
-                self._pass(one, chains, r, keys[start:stop], pos, p.values[start:stop], False, copy, main)
+                self._pass(one, chains, r, keys[start:stop], pos, p.values[start:stop], False, copy, main, False)
             start = stop
         return True
 
@@ -232,20 +242,22 @@ class Chain:
         chains = self._chains()
         if r < 0 or int(chains.heads[r]) != self.rank:
             return False
-        if self._apply(header, False, r, keys, sums, main):
+        applied = self._apply(header, False, r, keys, sums, main)
+        if applied:
             self._rounds[header.table][keys] += 1
-        self._pass(header, chains, r, keys, None, sums, False, main, main)
+        self._pass(header, chains, r, keys, None, sums, False, main, main, not applied)
         return True
 
     def on_change(self, fn: Callable[[], None]) -> None:
         """Call fn() in pskv-server after each membership change, once the chains are set up."""
         self._listeners.append(fn)
 
-    def _apply(self, header: Header, is_set: bool, r: int, keys, values, shard: Shard) -> bool:
-        """Apply a write unless it was applied here before; True if it was applied now."""
+    def _apply(self, header: Header, is_set: bool, r: int, keys, values, shard: Shard, link: bool = False) -> bool:
+        """Apply a write unless `Applied.fresh` says not (at the head: applied before, or below its
+        origin's floor; `link`: from our predecessor, as the head decided); True if applied now."""
         applied = self._applied.setdefault((header.table, r), Applied())
         write = (header.origin, header.request_id, header.part)
-        if write in applied:
+        if not applied.fresh(write, link=link, again=bool(header.flags & AGAIN)):
             self.duplicates += 1
             return False
         miss = shard.set(keys, values) if is_set else shard.push(keys, values)
@@ -274,8 +286,9 @@ class Chain:
             self._endpoint.reply(header, kind, n_keys=n, positions=positions, values=rows)
 
     def _pass(self, header: Header, chains: Chains, r: int, keys, positions, values, is_set: bool, held: Shard,
-              main: Shard) -> None:
-        """A write applied to `held`, our copy of range r: on down the chain, or answered at its tail."""
+              main: Shard, again: bool) -> None:
+        """A write applied to `held`, our copy of range r (`again`: it was not, nor will it be on any
+        copy after ours): on down the chain, or answered at its tail."""
         nxt = chains.successor(r, self.rank)
         if nxt < 0:  # the tail: the write is on every member; then on readers' copies (server.readers)
             readers = self.readers.of(header.table, keys)
@@ -290,19 +303,21 @@ class Chain:
                 elif reader == self.rank:  # our own reader copy, beside our copy as a member
                     applied = self._read_applied.setdefault((header.table, r), Applied())
                     write = (header.origin, header.request_id, header.part)
-                    if held is not main and write not in applied:  # (at the head, main is that copy)
+                    if held is not main and applied.fresh(write, link=True, again=again):  # (at the head: main)
                         mine = sel[main.slot[keys[sel]] >= 0]
                         _write(main, is_set, keys[mine], None if values is None else values[mine])
                         applied.add(write)
                     self._answer(header, len(sel), pos[sel])
                 else:
                     h = Header(Kind.CHAIN, table=header.table, request_id=header.request_id, part=header.part,
-                               dim=header.dim, flags=READER | (SET if is_set else 0), origin=header.origin)
+                               dim=header.dim, flags=READER | (SET if is_set else 0) | (AGAIN if again else 0),
+                               origin=header.origin)
                     self._send(int(reader), h, keys=keys[sel], positions=pos[sel],
                                         values=None if values is None else values[sel])
             return
         self.batches.chain(nxt, header.table, header.origin, header.request_id, header.part,
-                           (SET if is_set else 0) | (header.flags & (ROWS | ROUNDS)), keys, positions, values)
+                           (SET if is_set else 0) | (AGAIN if again else 0) | (header.flags & (ROWS | ROUNDS)), keys,
+                           positions, values)
 
     # ---- membership (pskv-server) ---------------------------------------------------------------
     def on_membership(self, previous: Chains, main: Callable[[int], Shard]) -> None:
@@ -509,6 +524,13 @@ def _fresh(spec: TableSpec, ranges: KeyRanges, r: int, rank: int) -> Shard:
     """Range r's rows as they start (a row's initial value depends only on table and row); one
     lock: only pskv-server writes a copy (its rows reach the main shard by `_promote`)."""
     return Shard(spec, *ranges.range_bounds(r), rank, stripes=1)
+
+
+def _before(chains: Chains, r: int, rank: int) -> int:
+    """The member before `rank` in range r's chain (the node that passes it the range's writes), or -1."""
+    chain = chains.chain(r)
+    i = chain.index(rank) if rank in chain else 0
+    return chain[i - 1] if i > 0 else -1
 
 
 def _positions(positions: np.ndarray | None, sel: np.ndarray | None) -> np.ndarray | None:
