@@ -126,6 +126,7 @@ class Restorer:
             raise CheckpointError(f"checkpoint {self.path}: table {name!r} lacks the rows of replicated keys "
                                   f"{keys[~found][:5].tolist()}; the checkpoint is damaged: use an older one")
         if state is not None and not stated.all():
-            raise CheckpointError(f"checkpoint {self.path}: table {name!r} lacks the updater state of replicated keys "
-                                  f"{keys[~stated][:5].tolist()} (pskv.Replicate); the checkpoint is damaged: use an older one")
-        replicas.restore(rows, state)
+            raise CheckpointError(f"checkpoint {self.path}: table {name!r} lacks the updater state of replicated "
+                                  f"keys {keys[~stated][:5].tolist()} (pskv.Replicate); the checkpoint is damaged: "
+                                  "use an older one")
+        replicas.restore(rows, state, self.rank)

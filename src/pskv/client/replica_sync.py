@@ -5,6 +5,12 @@ accumulated changes of them to every other node, `Replicate.syncs_per_sec` times
 table, as REPLICA_SYNC (the other nodes' servers add them and acknowledge). With backups it sends to
 the live nodes only, and a round stops waiting for a node that died (the `retry` the tracker
 calls after a membership change): a node's changes it had not sent yet die with it.
+
+A node sends to its replicas' `peers` that are members: the nodes it started with, and each node
+that joined later once that node caught up (store.replicas). A node that joined asks every member
+for its changes so far (`catch_up`: REPLICA_SYNC with flag ROWS, answered by PULL_REPLY), so its
+copies start at the cluster's current values and each change reaches it exactly once. Syncing
+runs whenever another member is a peer, also in a cluster that started with one node.
 """
 
 from __future__ import annotations
@@ -13,27 +19,29 @@ import threading
 import time
 from typing import Callable
 
+import numpy as np
+
 from ..catalog import Catalog, TableState
 from ..net.endpoint import Endpoint
 from ..net.future import Future, wait
-from ..net.wire import Kind
+from ..net.wire import ROWS, Kind
 
 
 class ReplicaSync:
     """The pskv-replica thread: sends each replicated table's accumulated changes to every other node.
 
     Threads and ownership: the thread only reads TableState and calls Replicas.take_deltas, which
-    locks; `flush()` may run in any thread at the same time (each delta is taken exactly once)."""
+    locks; `flush()` may run in any thread at the same time (each delta is taken exactly once), and
+    `catch_up()` in the thread that declares a table."""
 
     def __init__(self, endpoint: Endpoint, num_nodes: int, catalog: Catalog, stop: threading.Event,
                  failed: Callable[[], bool], members: Callable[[], list[int]] | None = None) -> None:
         self._endpoint = endpoint
         self.rank = endpoint.rank
-        self._num_nodes = num_nodes
         self._catalog = catalog
         self._stop = stop  # the node is shutting down
         self._failed = failed  # the node failed: stop syncing
-        self._members = members or (lambda: list(range(num_nodes)))  # the live nodes (fewer after a death, backups)
+        self._members = members or (lambda: list(range(num_nodes)))  # the live nodes: joins, leaves, deaths
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards _inflight and _thread
         self._inflight: list[Future] = []  # sync rounds not yet acknowledged by every node
@@ -50,11 +58,32 @@ class ReplicaSync:
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every change not yet sent, and wait until every node has applied all rounds so far."""
-        futures = [self._round(s, threshold=0.0) for s in self._tables()]
+        futures = [self._send(s, threshold=0.0) for s in self._tables()]
         with self._lock:
             futures += self._inflight
             self._inflight = []
         wait(*[f for f in futures if f is not None], timeout=timeout)
+
+    def catch_up(self, state: TableState, timeout: float) -> None:
+        """This node joined a running cluster and declared `state`'s table: add every other member's
+        changes of its replicas so far (each member sends it its later ones from its answer on).
+        Blocks until every member answered."""
+        replicas = state.shard.replicas
+        others = [r for r in self._members() if r != self.rank]
+        if replicas is None or not len(replicas.keys) or not others:
+            return
+        keys = replicas.keys
+
+        def on_part(sender: int, reply) -> None:
+            replicas.caught_up(sender, keys, reply[1].values)  # (m, dim) its changes so far
+
+        rid, fut = self._endpoint.tracker.new_request(len(keys) * len(others), on_part=on_part,
+                                                      desc=f"replica catch-up of table {state.spec.name!r}")
+        zeros = np.zeros((len(keys), state.spec.dim), state.spec.dtype)  # (m, dim): REPLICA_SYNC carries values
+        for r in others:
+            self._endpoint.request(r, Kind.REPLICA_SYNC, state.spec.table_id, rid, flags=ROWS, keys=keys,
+                                   values=zeros)
+        fut.wait(timeout)
 
     def _tables(self) -> list[TableState]:
         return [s for s in self._catalog.tables() if s.shard.replicas is not None]
@@ -67,20 +96,20 @@ class ReplicaSync:
                     continue
                 rate = s.options.replicate.syncs_per_sec
                 s.next_sync = now + (1.0 / rate if rate > 0 else float("inf"))
-                fut = self._round(s, s.options.replicate.threshold)
+                fut = self._send(s, s.options.replicate.threshold)
                 if fut is not None:
                     with self._lock:
                         self._inflight = [f for f in self._inflight if not f.done()] + [fut]
             upcoming = min((s.next_sync for s in self._tables()), default=now + 0.1)
             self._stop.wait(min(0.1, max(0.001, upcoming - time.monotonic())))
 
-    def _round(self, s: TableState, threshold: float) -> Future | None:
+    def _send(self, s: TableState, threshold: float) -> Future | None:
         replicas = s.shard.replicas
-        keys, deltas = replicas.take_deltas(threshold)
-        if not len(keys) or self._num_nodes == 1:
+        keys, deltas, peers = replicas.take_deltas(threshold)  # (taken with no peers too: they count as sent)
+        if not len(keys):
             return None
         members = self._members()
-        others = [r for r in members if r != self.rank]
+        others = [r for r in members if r != self.rank and r in peers]
         if not others:
             return None
         tracker = self._endpoint.tracker

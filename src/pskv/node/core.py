@@ -276,6 +276,7 @@ class Node:
         if self._joined is not None:
             localize = functools.partial(self._main_worker.table(name).localize, _force=True)
             elastic.take_share(state, self._joined, localize, self.rank, self.config.collective_timeout)
+            self._replica_sync.catch_up(state, self.config.collective_timeout)  # its replicas: the cluster's values
         if saved is not None:  # every node loads its range (and its backup copies), then all go on together
             copies = self.server.chain.copies(spec.table_id) if self.server.chain is not None else []
             loaded = sum(self._restorer.load(saved, shard) for shard in [state.shard, *copies])

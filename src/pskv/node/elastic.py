@@ -57,6 +57,9 @@ class MembershipChanges:
             self.transport.set_address(int(rank), address)
         if previous is not None and chain is not None:
             chain.on_membership(previous, self.store.get)
+        for state in self.catalog.tables():  # what nodes now gone changed of the replicas: the lowest answers for it
+            if state.shard.replicas is not None:
+                state.shard.replicas.retire(self.view.alive, self.rank)
         if "managers" in payload:  # without backups: ranges changed hands; nothing may route to who left
             for state in self.catalog.tables():
                 state.ranges = self.view.key_ranges(state.spec.rows)

@@ -116,7 +116,10 @@ class TableBuilder:
             state.buffer = PushBuffer(spec.dim, spec.dtype, options.cache.buffer_rows, flusher._send_push)
         if options.replicate is not None:
             keys = hot_keys(spec, options.replicate)
-            shard.replicas = Replicas(spec, keys)
+            # the nodes that started the cluster sync with each other from the start; a node that
+            # joined later gets every change once it asked for them (ReplicaSync.catch_up)
+            peers = () if self.joined else [r for r in range(self.config.num_nodes) if r != self.rank]
+            shard.replicas = Replicas(spec, keys, peers)
             config["replicate"] = [len(keys), int(zlib.crc32(keys.tobytes())), options.replicate.syncs_per_sec,
                                    options.replicate.threshold]
         return state, config

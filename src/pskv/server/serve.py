@@ -220,11 +220,16 @@ class Server:
         self.relocation.landed(header, shard)
 
     def _replica_sync(self, header: Header, p: Payload, shard: Shard) -> None:
-        """Another node's accumulated changes of replicated keys: add them here, acknowledge."""
+        """Another node's accumulated changes of replicated keys: add them here, acknowledge. With
+        flag ROWS, a node that joined asks for this node's changes so far (client.replica_sync.catch_up)."""
         keys = np.asarray(p.keys, np.int64)
         if shard.replicas is None or len(np.unique(keys)) != len(keys) or not shard.replicas.mask(keys).all():
             raise ProtocolError(f"REPLICA_SYNC for keys that table {shard.spec.name!r} does not replicate")
-        shard.replicas.add_deltas(keys, p.values)
+        if header.flags & ROWS:
+            changes = shard.replicas.subscribe(header.origin, keys)
+            self._endpoint.reply(header, Kind.PULL_REPLY, n_keys=len(keys), values=changes)
+            return
+        shard.replicas.add_deltas(keys, p.values, header.origin)
         self._endpoint.reply(header, Kind.ACK, n_keys=len(keys))
 
     def _aggregate(self, header: Header, p: Payload, shard: Shard) -> None:
