@@ -45,6 +45,9 @@ class ReplicaSync:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards _inflight and _thread
         self._inflight: list[Future] = []  # sync rounds not yet acknowledged by every node
+        # one round at a time, from its take to its Future in _inflight: a flush (leave, checkpoint)
+        # waits for a round the thread is sending, not only for those already registered
+        self._sending = threading.Lock()
 
     def start(self) -> None:
         with self._lock:
@@ -58,11 +61,11 @@ class ReplicaSync:
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every change not yet sent, and wait until every node has applied all rounds so far."""
-        futures = [self._send(s, threshold=0.0) for s in self._tables()]
+        for s in self._tables():
+            self._round(s, threshold=0.0)
         with self._lock:
-            futures += self._inflight
-            self._inflight = []
-        wait(*[f for f in futures if f is not None], timeout=timeout)
+            futures, self._inflight = self._inflight, []
+        wait(*futures, timeout=timeout)
 
     def catch_up(self, state: TableState, timeout: float) -> None:
         """This node joined a running cluster and declared `state`'s table: add every other member's
@@ -96,12 +99,17 @@ class ReplicaSync:
                     continue
                 rate = s.options.replicate.syncs_per_sec
                 s.next_sync = now + (1.0 / rate if rate > 0 else float("inf"))
-                fut = self._send(s, s.options.replicate.threshold)
-                if fut is not None:
-                    with self._lock:
-                        self._inflight = [f for f in self._inflight if not f.done()] + [fut]
+                self._round(s, s.options.replicate.threshold)
             upcoming = min((s.next_sync for s in self._tables()), default=now + 0.1)
             self._stop.wait(min(0.1, max(0.001, upcoming - time.monotonic())))
+
+    def _round(self, s: TableState, threshold: float) -> None:
+        """Send the table's changes to its peers that are members; the round's Future joins _inflight."""
+        with self._sending:
+            fut = self._send(s, threshold)
+            if fut is not None:
+                with self._lock:
+                    self._inflight = [f for f in self._inflight if not f.done()] + [fut]
 
     def _send(self, s: TableState, threshold: float) -> Future | None:
         replicas = s.shard.replicas
