@@ -270,6 +270,10 @@ class Checkpointer:
                              if p["tables"].get(spec.name, {}).get("replicas")), None)
             if replicas:
                 entry["replicas"] = replicas
+            problem = None if spec.sparse else fmt.coverage(path, spec.name, entry)
+            if problem:  # never a complete checkpoint (and no pruning of older ones) that lacks rows
+                raise CheckpointError(f"{problem}; rows moved during the checkpoint, which holds writes and "
+                                      "moves back: a bug, please report it with the nodes' logs")
             tables[spec.name] = entry
         return {"format": fmt.FORMAT, "version": fmt.VERSION, "pskv": fmt.pskv_version(), "created": time.time(),
                 "step": step, "nodes": len(members), "members": members, "epoch": self._epoch(),

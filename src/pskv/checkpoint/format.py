@@ -225,6 +225,53 @@ def open_array(path: Path, name: str) -> np.ndarray:
         raise CheckpointError(f"{Path(path) / name} cannot be read as .npy ({exc}); the checkpoint is damaged") from None
 
 
+def coverage(path: Path, name: str, entry: dict, window: int = 1 << 22) -> str | None:
+    """What keeps a dense table's node files in checkpoint directory `path` (its manifest entry
+    `entry`) from holding every row of [0, rows) exactly once, or None. A row in several files is
+    allowed only with equal rows and state there (a backup reader's copy of the head's). Reads the
+    sorted key files `window` keys at a time (memory-mapped)."""
+    rows = int(entry["rows"])
+    files = list(entry["files"])
+    keys = [open_array(path, f["keys"]) for f in files]
+    missing = differ = 0
+    for lo in range(0, rows, window):
+        hi = min(rows, lo + window)
+        count = np.zeros(hi - lo, np.int64)  # (w,) files holding each key of the window
+        for k in keys:
+            a, b = np.searchsorted(k, (lo, hi))
+            count += np.bincount(np.asarray(k[a:b]) - lo, minlength=hi - lo)
+        missing += int((count == 0).sum())
+        several = np.flatnonzero(count > 1) + lo
+        if len(several):
+            differ += _copies_differ(path, files, keys, several)
+    problems = [f"{missing} of {rows} rows are in no node's file"] if missing else []
+    problems += [f"{differ} rows differ between the node files holding them"] if differ else []
+    return f"table {name!r}: {' and '.join(problems)}" if problems else None
+
+
+def _copies_differ(path: Path, files: list[dict], keys: list[np.ndarray], several: np.ndarray) -> int:
+    """How many of `several` (keys in more than one file) have rows or state that differ between files."""
+    first: np.ndarray | None = None  # (m, bytes) each key's row and state, as the first file holding it has them
+    seen = np.zeros(len(several), bool)
+    bad = np.zeros(len(several), bool)
+    for f, k in zip(files, keys):
+        pos = np.minimum(np.searchsorted(k, several), max(len(k) - 1, 0))
+        has = np.flatnonzero((np.asarray(k[pos]) == several) if len(k) else np.zeros(len(several), bool))
+        if not len(has):
+            continue
+        parts = [open_array(path, f["rows"])[pos[has]]]
+        if f.get("state"):
+            parts.append(open_array(path, f["state"])[pos[has]])
+        raw = np.concatenate([np.ascontiguousarray(a).view(np.uint8).reshape(len(has), -1) for a in parts], axis=1)
+        if first is None:
+            first = np.zeros((len(several), raw.shape[1]), np.uint8)
+        again = seen[has]
+        bad[has[again]] |= (first[has[again]] != raw[again]).any(axis=1)
+        first[has[~again]] = raw[~again]
+        seen[has] = True
+    return int(bad.sum())
+
+
 def table_parts(path: Path, entry: dict, key_range: tuple[int, int] | None = None, into=None, after_chunk=None):
     """(keys, rows, state or None) of each file set of one table: every node's, then the replicated
     hot keys' (apply them in this order: a replica row wins over the manager's unused home row);

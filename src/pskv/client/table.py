@@ -218,26 +218,31 @@ class Table:
             keys = keys[~shard.replicas.mask(keys)]
         if not len(keys) or shard.owned(keys).all():
             return Future.completed(None, f"localize {self.name!r}")
-        _hooks.reach("localize.checked", node=self._ctx.rank, keys=keys)
-        fresh = shard.mark_incoming(keys)  # absent keys are now "on their way here"
-        waiting = keys[shard.slot[keys] < 0]
-        tracker = self._ctx.tracker
-        rid, fut = tracker.new_request(len(waiting), desc=f"localize on table {self.name!r}")
-        here = shard.await_keys(waiting, rid)
-        if here:
-            tracker.on_reply(rid, here)
-        self._state.localizes += len(fresh)
-        if self._ctx.chains() is not None:  # backups: this node becomes a reader of the keys (server.readers)
-            backed.subscribe(self, rid, fresh)
+        gate = self._ctx.gate  # a move changes two nodes' files: during a checkpoint it waits, and the checkpoint's
+        gate.enter(self._ctx.check)  # drain waits for the moves begun before it (a row in TRANSFER is in no file)
+        try:
+            _hooks.reach("localize.checked", node=self._ctx.rank, keys=keys)
+            fresh = shard.mark_incoming(keys)  # absent keys are now "on their way here"
+            waiting = keys[shard.slot[keys] < 0]
+            tracker = self._ctx.tracker
+            rid, fut = tracker.new_request(len(waiting), desc=f"localize on table {self.name!r}")
+            here = shard.await_keys(waiting, rid)
+            if here:
+                tracker.on_reply(rid, here)
+            self._state.localizes += len(fresh)
+            if self._ctx.chains() is not None:  # backups: this node becomes a reader of the keys (server.readers)
+                backed.subscribe(self, rid, fresh)
+                self._track(fut)
+                return fut
+            managers = self._state.ranges.manager_of(fresh)
+            lease_ms = int(round(self._state.options.placement.lease * 1000))  # asked of the managers (server.relocate)
+            for m in np.unique(managers):
+                self._ctx.endpoint.request(int(m), Kind.LOCALIZE, self.spec.table_id, rid, part=lease_ms,
+                                           flags=FORCE if _force else 0, keys=fresh[managers == m])
             self._track(fut)
             return fut
-        managers = self._state.ranges.manager_of(fresh)
-        lease_ms = int(round(self._state.options.placement.lease * 1000))  # asked of the managers (server.relocate)
-        for m in np.unique(managers):
-            self._ctx.endpoint.request(int(m), Kind.LOCALIZE, self.spec.table_id, rid, part=lease_ms,
-                                       flags=FORCE if _force else 0, keys=fresh[managers == m])
-        self._track(fut)
-        return fut
+        finally:
+            gate.leave()
 
     def prepare_sample(self, n: int, *, scheme: str | None = None) -> "sampling.SampleHandle":
         """A handle that gives out at most `n` keys drawn from the table's distribution.

@@ -144,3 +144,49 @@ def test_nodes_that_see_an_epoch_change_at_different_times_decide_alike(tmp_path
     assert results[0].step == results[1].step == (2 if first == 0 else 1), results
     assert nodes.passed[0] == nodes.passed[1]
     assert fmt.resolve(tmp_path) == results[0].path
+
+
+def test_manifest_refuses_files_that_miss_a_row_and_keeps_older_checkpoints(node, tmp_path):
+    """A row that is in no node's file (as a row in TRANSFER was) makes the checkpoint fail on every
+    node with CheckpointError: no manifest, and keep=1 prunes nothing; the next one is complete."""
+    import pskv
+    from pskv import _hooks
+
+    table = node.table("w", 10, 2)
+    table.push(np.arange(10), np.ones((10, 2), np.float32)).wait(10)
+    first = node.checkpoint(tmp_path, keep=1)
+    shard = node.catalog.get("w").shard
+    taken = []
+
+    def lose_a_row(node, step, path):
+        taken.append(shard.extract(np.array([3], np.int64)))
+
+    with _hooks.installed("checkpoint.writing", lose_a_row):
+        with pytest.raises(pskv.CheckpointError, match=r"table 'w': 1 of 10 rows are in no node's file"):
+            node.checkpoint(tmp_path, keep=1)
+    assert [(s, done) for s, _, done in fmt.steps(tmp_path)] == [(1, True), (2, False)]
+    assert fmt.resolve(tmp_path) == first.path
+    shard.insert(*taken[0])
+    third = node.checkpoint(tmp_path, keep=1)
+    assert third.step == 3 and [s for s, _, _ in fmt.steps(tmp_path)] == [3]
+    assert (pskv.load_checkpoint(tmp_path)["w"].values == 1).all()
+
+
+def test_coverage_allows_equal_copies_of_a_row_and_names_differing_ones(tmp_path):
+    """A row in two node files (a backup reader's copy) is fine when rows and state are equal there."""
+    rows = np.arange(12, dtype=np.float32).reshape(6, 2)
+    entry = {"rows": 6, "files": []}
+    for node, keys in ((0, [0, 1, 2, 3]), (1, [2, 3, 4, 5])):
+        keys = np.array(keys, np.int64)
+        mine = rows[keys].copy()
+        if node == 1:
+            mine[1] += 1  # key 3 differs
+        names = {n: f"t0.node{node}.{n}.npy" for n in ("keys", "rows", "state")}
+        fmt.write_array(tmp_path / names["keys"], keys)
+        fmt.write_array(tmp_path / names["rows"], mine)
+        fmt.write_array(tmp_path / names["state"], rows[keys] * 2)
+        entry["files"].append({**names, "count": len(keys)})
+    assert fmt.coverage(tmp_path, "w", entry) == "table 'w': 1 rows differ between the node files holding them"
+    assert fmt.coverage(tmp_path, "w", entry, window=4) == "table 'w': 1 rows differ between the node files holding them"
+    entry["files"][1] = {**entry["files"][0]}  # node 0's files twice: keys 4 and 5 in none, equal copies of 0-3
+    assert fmt.coverage(tmp_path, "w", entry, window=3) == "table 'w': 2 of 6 rows are in no node's file"
