@@ -92,17 +92,32 @@ class Worker:
         self._ctx.check()
         self._ctx.replica_sync.flush(timeout)
 
-    def close(self) -> None:
-        """Leave the node's barriers and clocks (node.run() does this when the worker function returns)."""
-        if not self._closed:
-            self._closed = True
-            self._ctx.barrier.leave(self)
-            for state in self._ctx.catalog.tables():  # NodeAggregate: rounds stop waiting for it
-                if state.aggregator is not None:
-                    state.aggregator.leave(self)
-            with self._lock:
-                updates, self._updates = self._updates, []
-            self._ctx.clocks.close(self, [f for f in updates if not f.done()])
+    def close(self, timeout: float | None = None) -> None:
+        """Complete this worker's requests, then leave the node's barriers, clocks and aggregation
+        rounds (node.run() does this when the worker function returns). Idempotent.
+
+        Blocks until every push, set and pull it issued is answered (buffered updates of BSP/SSP
+        tables are sent first), so they are applied before any later barrier. Raises the first
+        error among them (RemoteError, NodeFailure; RequestStalled after PSKV_REQUEST_TIMEOUT), or
+        WaitTimeout after `timeout` seconds; the worker has left either way."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            # before leaving: a barrier of the others cannot pass before these are applied (it
+            # settles the node's requests too, but only this worker can raise their errors)
+            self.wait_all(timeout)
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
+        self._ctx.barrier.leave(self)
+        for state in self._ctx.catalog.tables():  # NodeAggregate: rounds stop waiting for it
+            if state.aggregator is not None:
+                state.aggregator.leave(self)
+        with self._lock:
+            updates, self._updates = self._updates, []
+        self._ctx.clocks.close(self, [f for f in updates if not f.done()])
 
     def _update(self, fut: Future) -> Future:
         """Remember a push/set for clock(): the node's clock waits until it is applied."""

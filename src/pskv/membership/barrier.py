@@ -1,8 +1,13 @@
 """LocalBarrier: a barrier over this node's open workers whose last arrival runs the cluster-wide one.
 
+The last arrival first settles the node (`settle`: every request the node issued so far is
+answered, whichever handle issued it: a worker that closed without waiting, the main thread's
+handle, a worker that is not a member), then runs the cluster barrier: so a barrier covers every
+push its node issued before it, not only its members' own (which each waited for on arrival).
+
 Threads and ownership: worker threads join, wait and leave; `_cond` guards the members and the
-generation and is never held during the cluster barrier. The members are also the node's
-threads that take part in aggregation rounds (`size`).
+generation and is never held during the settling or the cluster barrier. The members are also
+the node's threads that take part in aggregation rounds (`size`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from ..errors import PskvError
 class LocalBarrier:
     """Barrier over this node's open workers, whose last arrival runs the cluster-wide barrier."""
 
-    def __init__(self, cluster_barrier: Callable[[float | None], None], on_release: Callable[[], None]) -> None:
+    def __init__(self, cluster_barrier: Callable[[float | None], None], on_release: Callable[[], None],
+                 settle: Callable[[float | None], None] = lambda timeout: None) -> None:
+        self._settle = settle  # waits until every request this node issued so far is answered
         self._cluster_barrier = cluster_barrier  # the barrier over every node (the coordinator's)
         self._on_release = on_release  # runs while every worker of this node waits (drops row caches)
         self._cond = threading.Condition()  # guards all below; not held during the cluster barrier
@@ -57,6 +64,7 @@ class LocalBarrier:
     def _lead(self, timeout: float | None) -> None:
         error = None
         try:
+            self._settle(timeout)
             self._cluster_barrier(timeout)
             self._on_release()  # every worker of this node waits here: nothing races it
         except BaseException as exc:

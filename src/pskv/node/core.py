@@ -49,7 +49,7 @@ from ..client.table import Table
 from ..client.worker import Worker
 from ..config import NodeConfig
 from ..consistency.clocks import Clocks
-from ..errors import ClosedError, ClusterError, ConfigError, NodeFailure, PskvError, ShapeError
+from ..errors import BarrierTimeout, ClosedError, ClusterError, ConfigError, NodeFailure, PskvError, ShapeError
 from ..membership import client as coordinator_client
 from ..membership import join
 from ..membership.barrier import LocalBarrier
@@ -135,7 +135,7 @@ class Node:
                                         on_welcome=self._welcomed, on_membership=self._membership.changed,
                                         low_watermark=self.tracker.low_watermark if chain else None,
                                         on_low=chain.prune if chain else None, succession=self.succession)
-        self._barrier = LocalBarrier(self.client.barrier, self.catalog.clear_caches)
+        self._barrier = LocalBarrier(self.client.barrier, self.catalog.clear_caches, self._settle)
         self._stop = threading.Event()
         self._replica_sync = ReplicaSync(self.endpoint, self.config.num_nodes, self.catalog, self._stop,
                                          lambda: self.health.failure is not None, lambda: self.members)
@@ -333,7 +333,10 @@ class Node:
     def run(self, fn: Callable[[Worker], object], threads: int | None = None) -> None:
         """Run fn(worker) in `threads` new threads (default PSKV_THREADS or 1) and wait for all.
 
-        Re-raises the first exception a worker raised (the others then fail fast with it)."""
+        When fn returns, its worker completes the requests it issued and did not wait for
+        (`worker.close()`): when run() returns, every push of its workers is applied. Re-raises
+        the first exception a worker raised, or a failure of one of those requests (the others
+        then fail fast with it)."""
         self.health.check()
         again = self.clocks.started
         workers = [self._new_worker(thread) for thread in range(threads or self.config.threads)]
@@ -346,11 +349,15 @@ class Node:
         def body(w: Worker) -> None:
             try:
                 fn(w)
+                w.close()  # its pushes and sets complete; a failed one is the worker's error
             except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
                 errors.append(exc)
                 self._abort(f"worker thread {w.thread} raised {exc!r}", exc)
             finally:
-                w.close()
+                try:
+                    w.close()  # after an error: leaves (the node failed: its requests fail at once)
+                except BaseException:  # noqa: BLE001 - the worker's first error is the one run() raises
+                    pass
 
         threads_ = [threading.Thread(target=body, args=(w,), name=f"pskv-worker-{self.rank}.{w.thread}", daemon=True)
                     for w in workers]
@@ -369,6 +376,17 @@ class Node:
             thread = self._next_thread
             self._next_thread += 1
         return self._new_worker(thread)
+
+    def _settle(self, timeout: float | None) -> None:
+        """The last of this node's workers to reach a barrier, before the cluster-wide one: send the
+        BSP/SSP push buffers and wait until every request this node issued so far is answered,
+        whichever handle issued it (a worker that closed, the main thread's, another worker), so
+        the barrier covers them. Their errors are their issuers' (each Future keeps its own)."""
+        self.catalog.flush_buffers()
+        wait = self.config.collective_timeout if timeout is None else timeout
+        if not self.tracker.drain(self.health.check, wait):
+            raise BarrierTimeout(f"barrier on node {self.rank}: the requests this node issued before it were not "
+                                 f"all answered within {wait:g} s; node.debug_state() lists them", [])
 
     def _new_worker(self, thread: int) -> Worker:
         w = Worker(self._ctx, thread)
