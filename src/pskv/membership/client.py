@@ -8,8 +8,8 @@ import time
 from typing import Callable
 
 from ..config import NodeConfig
-from ..errors import (BarrierTimeout, ClusterError, CollectiveStalled, CoordinatorUnreachable, Fenced, NodeFailure,
-                      TableMismatch)
+from ..errors import (BarrierTimeout, ClusterError, CollectiveStalled, ConfigError, CoordinatorUnreachable, Fenced,
+                      NodeFailure, TableMismatch)
 from ..net.wire import FROM_COORDINATOR, Header, Kind, control, control_payload
 from .view import View
 
@@ -41,7 +41,7 @@ class CoordinatorClient:
         self.failure: Exception | None = None
         self._abort: str | None = None
         self._decl_seq = 0
-        self._decl_results: dict[int, str | None] = {}
+        self._decl_results: dict[int, tuple[str | None, bool]] = {}  # seq -> (error, whether a ConfigError)
         self._specs: dict[int, dict] = {}  # seq -> what this node declared (told to a coordinator that took over)
         self._answered: set[int] = set()  # seqs whose TABLE_OK came (a new coordinator may send it again)
         self._clock_report = (0, 0)  # the last (clock, seq) reported
@@ -78,7 +78,8 @@ class CoordinatorClient:
             self._last_heard = time.monotonic()
 
     def declare(self, spec: dict) -> None:
-        """Collective: wait until every node declared its table #seq; TableMismatch if they differ."""
+        """Collective: wait until every node declared its table #seq; TableMismatch if they differ,
+        ConfigError if the cluster cannot hold it (an aggregated table once a node joined)."""
         with self._cond:
             seq = self._decl_seq
             self._decl_seq += 1
@@ -86,10 +87,10 @@ class CoordinatorClient:
         self._send(Kind.TABLE_DECL, {"seq": seq, "spec": spec})
         self._wait(lambda: seq in self._decl_results, None, None)
         with self._cond:
-            error = self._decl_results.pop(seq)
+            error, config = self._decl_results.pop(seq)
             self._answered.add(seq)
         if error:
-            raise TableMismatch(error)
+            raise ConfigError(error) if config else TableMismatch(error)
 
     def barrier(self, timeout: float | None = None) -> None:
         """Node-level barrier over all alive nodes."""
@@ -207,7 +208,7 @@ class CoordinatorClient:
                 self.view.welcome(header.cluster, {int(r): a for r, a in payload["addresses"].items()},
                                   None if host is None else int(host))
             elif kind == Kind.TABLE_OK and int(payload["seq"]) not in self._answered:
-                self._decl_results[int(payload["seq"])] = payload.get("error")
+                self._decl_results[int(payload["seq"])] = (payload.get("error"), bool(payload.get("config")))
             elif kind == Kind.BARRIER_RELEASE:
                 self._released.add(int(payload["gen"]))
             elif kind == Kind.SHUTDOWN_OK:

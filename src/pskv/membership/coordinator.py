@@ -242,7 +242,7 @@ class Coordinator:
             problem = "joining a cluster with backups is not built yet; start it with the nodes it needs"
         elif self._leaving:
             problem = f"node(s) {sorted(self._leaving)} are leaving right now; try again in a moment"
-        elif aggregated := [spec.get("name") for spec in self._decl_specs.values() if spec.get("aggregate")]:
+        elif aggregated := self._aggregated():
             problem = (f"table(s) {aggregated} aggregate per node (NodeAggregate), which cannot take a node that "
                        "joins later; start the cluster with the nodes it needs")
         if problem:
@@ -311,12 +311,29 @@ class Coordinator:
             self._since.pop(("table", seq), None)
             first = self._decl_specs[seq] = got[min(got)]
             bad = [r for r in sorted(got) if got[r] != first]
-            error = None
+            error, refused = None, self._refused(first)
             if bad:
                 error = (f"table declaration #{seq} differs between nodes: node {min(got)} declared {first} "
                          f"but node {bad[0]} declared {got[bad[0]]}; declare every table the same way and in "
                          "the same order on every node")
-            self._broadcast(Kind.TABLE_OK, {"seq": seq, "error": error})
+            self._broadcast(Kind.TABLE_OK, {"seq": seq, "error": error or refused, "config": bool(refused and not bad)})
+
+    def _aggregated(self) -> list[str]:
+        """Tables that aggregate per node, declared or still being declared: either refuses a join (their
+        level-2 arrays are sized by the nodes the cluster started with)."""
+        specs = [*self._decl_specs.values(), *(spec for got in self._decls.values() for spec in got.values())]
+        return sorted({str(spec.get("name")) for spec in specs if spec.get("aggregate")})
+
+    def _refused(self, spec: dict) -> str | None:
+        """Why a table every node declared alike cannot be made in this cluster (None: it can): one that
+        aggregates per node, once a node that joined the running cluster is a member."""
+        joiners = sorted(r for r in self._joined if self._state.get(r) in ("alive", "bye"))
+        if not spec.get("aggregate") or not joiners:
+            return None
+        return (f"table {spec.get('name')!r} aggregates per node (NodeAggregate), which node(s) {joiners} that "
+                f"joined the running cluster cannot take part in (its per-node arrays are sized by the "
+                f"{self.num_nodes} nodes the cluster started with); declare it without aggregate=, or before any "
+                "node joins")
 
     def _barrier(self, rank: int, p: dict) -> None:
         gen = int(p["gen"])
