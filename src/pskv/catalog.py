@@ -129,6 +129,17 @@ class Catalog:
         futures = [s.buffer.flush() for s in self.tables() if s.buffer is not None]
         return [f for f in futures if f is not None]
 
+    def hold_rounds(self) -> None:
+        """A checkpoint writes: no NodeAggregate round is applied or handed on until `release_rounds()`."""
+        for s in self.tables():
+            if s.aggregator is not None:
+                s.aggregator.hold()
+
+    def release_rounds(self) -> None:
+        for s in self.tables():
+            if s.aggregator is not None:
+                s.aggregator.release()
+
     def clear_caches(self) -> None:
         """After a barrier, cached rows may miss updates issued before it: drop them."""
         for s in self.tables():

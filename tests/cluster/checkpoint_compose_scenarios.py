@@ -18,6 +18,7 @@ from pskv import _hooks
 
 ROWS = 2000
 CHECKPOINTS = 8
+AGG_ROWS, THREADS, ROUNDS = 16, 2, 150
 
 
 def relocate(ckpt: Path) -> None:
@@ -58,6 +59,44 @@ def relocate(ckpt: Path) -> None:
             stop.set()
             thread.join()
         print(f"moves {moved[0]}", flush=True)
+
+
+def aggregate(ckpt: Path, mode: str) -> None:
+    """NodeAggregate table (add): each of THREADS workers per node pushes 1 to every row, then pulls,
+    ROUNDS times, while the main thread checkpoints once after 5 rounds. The checkpoint's writing
+    pauses 0.5 s (a hook) and saves what this node's rows were when it began: the files must hold
+    exactly those (no round applied while writing). Prints the rounds every worker had completed
+    before the call ("before N") and the rows at the start of writing go to CKPT/../start-R.npy."""
+    model = {"bsp": pskv.BSP, "async": pskv.Async}[mode]
+    with pskv.init() as node:
+        node.table("g", AGG_ROWS, 1, aggregate=pskv.NodeAggregate(), consistency=model())
+        done = [0] * THREADS
+        ones = np.ones((AGG_ROWS, 1), np.float32)
+
+        def train(w: pskv.Worker) -> None:
+            g = w.table("g")
+            for _ in range(ROUNDS):
+                g.push(np.arange(AGG_ROWS), ones)
+                g.pull(np.arange(AGG_ROWS), timeout=60)
+                done[w.thread] += 1
+
+        runner = threading.Thread(target=node.run, args=(train,), kwargs={"threads": THREADS})
+        runner.start()
+        while min(done) < 5 and runner.is_alive():
+            time.sleep(0.001)
+        before = min(done)
+
+        def writing(node: int, step: int, path: Path) -> None:
+            shard = state.shard
+            keys = np.flatnonzero(shard.slot >= 0)
+            np.save(ckpt.parent / f"start-{node}.npy", np.c_[keys, shard.data[shard.slot[keys], 0]])
+            time.sleep(0.5)  # rounds that went on now would be in the files
+
+        state = node.catalog.get("g")
+        with _hooks.installed("checkpoint.writing", writing):
+            node.checkpoint(ckpt)
+        runner.join()
+        print(f"before {before}", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pskv
 from pskv.checkpoint import format as fmt
 
 sys.path.insert(0, str(Path(__file__).parent))
-from checkpoint_compose_scenarios import CHECKPOINTS, ROWS  # noqa: E402
+from checkpoint_compose_scenarios import AGG_ROWS, CHECKPOINTS, ROUNDS, ROWS, THREADS  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 SCENARIOS = str(Path(__file__).parent / "checkpoint_compose_scenarios.py")
@@ -37,3 +37,23 @@ def test_checkpoints_while_every_node_localizes_hold_every_row_once(cluster_fact
     for step, path, _ in fmt.steps(ckpt):
         assert (pskv.load_checkpoint(path)["w"].values == expected).all(), step
     assert int(cluster.output(0).split("moves ")[1].split()[0]) >= 3 * CHECKPOINTS
+
+
+@pytest.mark.parametrize("mode", ["bsp", "async"])
+def test_aggregated_table_checkpoint_holds_whole_rounds(cluster_factory, tmp_path, mode):
+    """NodeAggregate tables (2 nodes x 2 workers pushing 1 per row per round) checkpointed by the main
+    threads while the workers go on: each row holds a whole number of rounds, at least those every
+    worker of a node completed before the call, and exactly what the rows were when the files
+    began to be written (rounds applied while writing tore the cut)."""
+    ckpt = tmp_path / "ckpt"
+    cluster = _run(cluster_factory, 2, ["aggregate", str(ckpt), mode])
+    before = [int(cluster.output(r).split("before ")[1].split()[0]) for r in range(2)]
+    values = pskv.load_checkpoint(ckpt)["g"].values[:, 0]
+    for rank in range(2):
+        start = np.load(tmp_path / f"start-{rank}.npy")
+        assert len(start) == AGG_ROWS // 2
+        assert (values[start[:, 0].astype(int)] == start[:, 1]).all(), (rank, values, start)
+    per_round = 2 * THREADS if mode == "bsp" else THREADS  # BSP: every node's sums together
+    least = 2 * THREADS * max(before) if mode == "bsp" else THREADS * sum(before)
+    assert (values % per_round == 0).all() and (values >= least).all(), (values, before)
+    assert values.max() <= 2 * THREADS * ROUNDS

@@ -3,20 +3,25 @@
 A checkpoint is a consistent cut: every push any worker issued before its node entered the call
 is in it, none issued after. Each node, in `Checkpointer.take`:
 
-    1. closes its write gate (a push or set from now on waits in Table until the gate opens; one
-       already past the gate is sent first),
+    1. closes its write gate (a push, set or localize from now on waits in Table until the gate
+       opens; one already past the gate is sent first),
        sends its BSP/SSP push buffers and replica changes, and waits until every request it
-       sent before is answered (RequestTracker ids below the mark);
+       sent before is answered (RequestTracker ids below the mark; a localize is answered when
+       its rows landed: no row is in TRANSFER, in neither node's file);
     2. barrier: every node's earlier writes are applied everywhere, every gate is closed;
+       aggregated tables hold their rounds (client.aggregate: whole rounds, those applied before);
     3. writes the rows (and updater state) it owns, table by table, as .npy files, fsynced,
-       and a part file listing them with their checksums;
+       and a part file listing them with their checksums and the epochs it saw;
     4. barrier: every shard is on disk; the gate opens (writes go on);
-    5. the lowest live node merges the parts into manifest.json (renamed into place last) and
-       removes old checkpoints (`keep`); barrier: the checkpoint is complete everywhere.
+    5. the lowest live node decides: manifest.json (renamed into place last; refused when a dense
+       table's files miss a row: CheckpointError) and removal of old checkpoints (`keep`), or
+       DECISION "retry" (the membership changed) or "failed"; barrier: every node reads the
+       decision, so all return, take it again or raise alike.
 
 A node killed in the middle leaves no manifest: the checkpoint is incomplete, never read, and the
 previous one is whole. Without backups the others then stop with NodeFailure; with backups they
-go on, see the new membership epoch after a barrier and take the checkpoint again (a new step). Restoring (`Restorer`): when a table a checkpoint holds is declared, its
+go on, see the new membership epoch and take the checkpoint again (a new step). Restoring
+(`Restorer`): when a table a checkpoint holds is declared, its
 spec must match (else TableMismatch naming the checkpoint) and each node loads the rows of its key
 range from every node's files (re-sharded onto the new key ranges; relocated rows come home).
 
@@ -133,12 +138,14 @@ class Checkpointer:
             self._drain(timeout)
             step = max((s for s, _, _ in fmt.steps(directory)), default=0) + 1  # before anyone makes the next
             self._barrier()  # 1: every earlier write is applied everywhere; every gate is closed
+            self._catalog.hold_rounds()  # aggregated tables: no round is applied while the files are written
             path = fmt.step_dir(directory, step)
             path.mkdir(exist_ok=True)
             _hooks.reach("checkpoint.writing", node=self.rank, step=step, path=path)
             self._write_shards(path, epoch)
             self._barrier()  # 2: every shard is on disk (a death before it is known to all now)
         finally:
+            self._catalog.release_rounds()
             self.gate.open()
         decider = min(self._members())
         if self.rank == decider:

@@ -40,6 +40,16 @@ sums, with their rounds, go to the range's head the same way (kind AGG_PUSH), wh
 live node's, applies the total as a replicated write and answers once the tail has it
 (server.rounds).
 
+Checkpoints hold whole rounds (a round's pushes are applied together, once). Every round this
+node completed (all its open threads pushed) before it entered `node.checkpoint()` is in it: its
+drain waits for the answers, which under BSP/SSP need the other nodes' sums of the round, so
+aggregated pushes do not wait at the write gate (a node whose workers it held could never
+complete a round another node sent). Pushes of a round still collecting are not: flushing part
+of a round would apply the updater to a partial sum, and a run resumed from the checkpoint
+repeats that round whole. From the checkpoint's first barrier to its second `hold()` keeps every
+round from being applied, so the files hold those applied before. (With backups the chain
+applies the sums, server.rounds: only this node's own hand-overs wait.)
+
 Level 1 lives here (`Aggregator`, client side); level 2 in pskv.server.aggregate (`Owner`), which
 the node hands in: this module does not import the server.
 
@@ -51,10 +61,12 @@ Future resolves or a message is sent. `Owner` runs in pskv-server (remote nodes'
 worker threads holding `_send_lock` (this node's own keys); `Owner._lock` guards its arrays and
 is held while replies are enqueued (Transport.send only enqueues), never while calling back into
 an Aggregator, so the lock order is always `_send_lock` -> `Owner._lock`, `_send_lock` -> `_lock`.
+`_hold_lock` (what waits during a checkpoint) is taken after `_send_lock` and before `Owner._lock`.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING
 
@@ -70,6 +82,8 @@ from .table import Table
 
 if TYPE_CHECKING:
     from .worker import Worker
+
+log = logging.getLogger(__name__)
 
 
 class _ThreadRounds:
@@ -122,6 +136,8 @@ class Aggregator:
         self._lock = threading.Lock()  # guards all of the above; never held while resolving or sending
         self._send_lock = threading.Lock()  # rounds of a key leave in order; taken before _lock
         self._table = None  # with backups: a client.table.Table for client.backed requests (made at first use)
+        self._held: list | None = None  # while a checkpoint writes: level-2 work waiting, in order (hold())
+        self._hold_lock = threading.Lock()  # guards _held against pskv-server's serve(); after _send_lock
         self.rounds = 0  # key-rounds completed on this node (stats)
         self.messages = 0  # AGG_PUSH messages sent
 
@@ -241,6 +257,9 @@ class Aggregator:
 
     def _level2(self, keys_list: list, rounds_list: list, sums_list: list) -> None:
         """Under _send_lock: send each batch of completed rounds to the owners (or apply it here)."""
+        if self._held is not None and keys_list:  # a checkpoint writes: after it (hold())
+            self._held.append((keys_list, rounds_list, sums_list))
+            return
         for keys, rounds, sums in zip(keys_list, rounds_list, sums_list):  # a batch: distinct keys
             if self._ctx.chains() is not None:
                 self._send_backed(keys, rounds, np.ascontiguousarray(sums))
@@ -335,8 +354,10 @@ class Aggregator:
     def _on_request_done(self, fut: Future) -> None:
         """A level-2 request failed (owner's ERROR, node failure): fail every waiting pull with it."""
         error = fut.exception()
-        if error is None:
-            return
+        if error is not None:
+            self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
         with self._lock:
             if self._error is None:
                 self._error = error
@@ -346,8 +367,38 @@ class Aggregator:
 
     # ---- owner side, pskv-server ------------------------------------------------------------------
     def serve(self, header: Header, payload: Payload) -> None:
+        with self._hold_lock:
+            if self._held is not None:  # a checkpoint writes: applied after it (hold())
+                self._held.append((header, payload))
+                return
+            results = self.owner.serve(header, payload)
         # a remote node's sum may complete a BSP round that this node is part of: deliver ours
-        for keys, r, values in self.owner.serve(header, payload):
+        for keys, r, values in results:
+            self._deliver(keys, r, values)
+
+    # ---- checkpoints (the node's checkpointing thread) ---------------------------------------------
+    def hold(self) -> None:
+        """No round is applied here, nor handed on by this node, until `release()` (other nodes'
+        sums and this node's wait in order); returns once none is in progress. See Checkpoints above."""
+        with self._send_lock, self._hold_lock:
+            if self._held is None:
+                self._held = []
+
+    def release(self) -> None:
+        """Apply and send what waited since `hold()`, in arrival order; a no-op when nothing holds."""
+        results = []
+        with self._send_lock, self._hold_lock:
+            held, self._held = self._held, None
+            for item in held or ():
+                try:
+                    if len(item) == 2:  # another node's AGG_PUSH
+                        results += self.owner.serve(*item)
+                    else:  # this node's completed rounds
+                        self._level2(*item)
+                except Exception as exc:  # noqa: BLE001 - fail the pulls waiting for these rounds, not the checkpoint
+                    log.error("table %r: held aggregated sums failed after the checkpoint: %r", self.spec.name, exc)
+                    self._fail(exc)
+        for keys, r, values in results:
             self._deliver(keys, r, values)
 
     def _raise_error(self) -> None:
