@@ -2,6 +2,7 @@
 
     python checkpoint_compose_scenarios.py relocate CKPT      # checkpoints while a thread per node localizes
     python checkpoint_compose_scenarios.py aggregate CKPT MODE  # checkpoints while workers push rounds (bsp|async)
+    python checkpoint_compose_scenarios.py readers CKPT         # backups: localized keys (readers' copies) checkpointed
 """
 
 from __future__ import annotations
@@ -97,6 +98,27 @@ def aggregate(ckpt: Path, mode: str) -> None:
             node.checkpoint(ckpt)
         runner.join()
         print(f"before {before}", flush=True)
+
+
+def reader_pushes(rank: int) -> np.ndarray:
+    """(50, 20) the keys node `rank` pushes 1 to, 50 times 20 distinct keys."""
+    rng = np.random.default_rng([7, rank])
+    return np.stack([rng.choice(AGG_ROWS * 10, 20, replace=False) for _ in range(50)])
+
+
+def readers(ckpt: Path) -> None:
+    """Backups: each node pushes 1 to known keys and localizes half the table (it becomes a reader of
+    keys it does not head: a copy of their rows in its shard); the checkpoint holds every row once."""
+    with pskv.init() as node:
+        table = node.table("w", AGG_ROWS * 10, 1, placement=pskv.Relocate(lease=0))
+        for keys in reader_pushes(node.rank):
+            table.push(keys, np.ones((len(keys), 1), np.float32))
+            if node.rank == 1:
+                table.localize(keys[:10])
+        table.localize(np.arange(node.rank, AGG_ROWS * 10, 2)).wait(60)
+        node.worker().barrier()
+        info = node.checkpoint(ckpt)
+        print(f"checkpoint {info.step}", flush=True)
 
 
 if __name__ == "__main__":

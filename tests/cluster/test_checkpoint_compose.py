@@ -57,3 +57,16 @@ def test_aggregated_table_checkpoint_holds_whole_rounds(cluster_factory, tmp_pat
     least = 2 * THREADS * max(before) if mode == "bsp" else THREADS * sum(before)
     assert (values % per_round == 0).all() and (values >= least).all(), (values, before)
     assert values.max() <= 2 * THREADS * ROUNDS
+
+
+def test_checkpoint_with_backups_and_readers_holds_every_row(cluster_factory, tmp_path):
+    """backups=1: rows a node localized are copies on it (it reads them; server.readers), equal to the
+    head's; the checkpoint is complete and every row holds the sum of the known pushes."""
+    from checkpoint_compose_scenarios import reader_pushes
+
+    ckpt = tmp_path / "ckpt"
+    _run(cluster_factory, 2, ["readers", str(ckpt)], backups=1)
+    expected = np.zeros(AGG_ROWS * 10, np.float32)
+    for rank in range(2):
+        np.add.at(expected, reader_pushes(rank).reshape(-1), 1)
+    assert (pskv.load_checkpoint(ckpt)["w"].values[:, 0] == expected).all()
