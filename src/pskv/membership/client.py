@@ -33,7 +33,7 @@ class CoordinatorClient:
         self._on_failure = on_failure  # the node records the failure before any waiter here sees it
         self._health = health  # raises the node's own failure (so every call raises the same error)
         self._on_clock = on_clock  # receives the global clock (pskv-server thread)
-        self._on_membership = on_membership  # a new epoch (backups): pskv-server, after the view changed
+        self._on_membership = on_membership  # a new epoch: pskv-server; + "unfinished" (_unfinished)
         self._low_watermark = low_watermark  # this node's oldest pending request id, sent with heartbeats
         self._on_low = on_low  # every node's low watermark, from TICKs (pskv-server)
         self._succession = succession  # membership.takeover.Succession: backups and the coordinator in a node
@@ -240,7 +240,8 @@ class CoordinatorClient:
                                   f"{payload['epoch']} ({payload.get('reason')}); the others went on without it, "
                                   "so it must not serve or change anything any more", self.rank))
             elif self._on_membership is not None and self.failure is None:
-                self._on_membership(payload)
+                unfinished = self._unfinished()
+                self._on_membership({**payload, "unfinished": unfinished} if unfinished else payload)
         if kind == Kind.STALLED:
             missing = [int(r) for r in payload.get("missing", [])]
             self._fail(CollectiveStalled(f"node {self.rank}: {payload.get('reason')}", missing))
@@ -284,6 +285,14 @@ class CoordinatorClient:
         self._fail(NodeFailure(
             f"the coordinator ({self.config.coordinator or 'in-process'}) has been silent for {silent:.1f} s; "
             "node 0 or the launcher probably died", -1, self.config.coordinator or ""))
+
+    def _unfinished(self) -> list[str]:
+        """The tables this node declared whose TABLE_OK has not come (pskv-server reads it in order with
+        MEMBERSHIP): built for the members before the change, and no write reached them anywhere, so a
+        change must not wait for copies of them, nor leave a range of them unowned (issue 30 F10d)."""
+        with self._cond:
+            done = self._answered | set(self._decl_results)
+            return sorted(str(spec.get("name")) for seq, spec in self._specs.items() if seq not in done)
 
     def _moved(self, p: dict) -> None:
         """pskv-server: node p["host"] runs the coordinator now (it took over after the old one went

@@ -8,12 +8,17 @@ aggregated table declared once a joiner is a member is refused on every node (Co
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
 
 import pskv
+from pskv.config import NodeConfig
 from pskv.errors import ClusterError
+from pskv.membership.client import CoordinatorClient
+from pskv.membership.view import View
+from pskv.net.wire import COORDINATOR, Header, Kind
 
 from helpers import PATIENCE, free_port, together, wait_until
 
@@ -25,15 +30,15 @@ AGGREGATED = dict(rows=8, dim=1, consistency=pskv.BSP(), aggregate=pskv.NodeAggr
 
 @pytest.fixture
 def cluster():
-    """`start(num_nodes) -> (coordinator address, nodes)`; every node (and joiners appended to
+    """`start(num_nodes, **overrides) -> (coordinator address, nodes)`; every node (and joiners appended to
     `start.started`) shut down at teardown."""
     started: list = []
 
-    def start(num_nodes: int):
+    def start(num_nodes: int, **overrides):
         for _ in range(3):
             at = f"127.0.0.1:{free_port()}"
-            nodes = together(*[lambda r=r: pskv.init(coordinator=at, num_nodes=num_nodes, rank=r, **CONFIG)
-                               for r in range(num_nodes)])
+            nodes = together(*[lambda r=r: pskv.init(coordinator=at, num_nodes=num_nodes, rank=r,
+                                                     **(CONFIG | overrides)) for r in range(num_nodes)])
             started.extend(n for n in nodes if isinstance(n, pskv.Node))
             if all(isinstance(n, pskv.Node) for n in nodes):
                 return at, nodes
@@ -95,3 +100,91 @@ def test_an_aggregated_table_declared_after_a_join_is_refused_on_every_node(clus
     assert all(isinstance(t, pskv.Table) for t in tables), tables
     tables[2].push(np.arange(8), np.ones((8, 1), np.float32)).wait(PATIENCE)
     assert np.array_equal(tables[0].pull(np.arange(8), timeout=PATIENCE), np.ones((8, 1)))
+
+
+def test_a_membership_change_tells_the_node_which_declarations_are_under_way():
+    """The node's side of MEMBERSHIP (the client, in pskv-server's order) adds "unfinished": the tables it
+    declared whose TABLE_OK has not come, which no write reached yet (none: the payload as it came)."""
+    changes: list = []
+    client = CoordinatorClient(lambda frames: None, View(1, 3), NodeConfig(**CONFIG), lambda exc: None,
+                               on_membership=changes.append)
+    coordinator = Header(Kind.TABLE_OK, sender=COORDINATOR)
+    first = threading.Thread(target=client.declare, args=({"name": "a"},), daemon=True)
+    first.start()
+    wait_until(lambda: 0 in client._specs, what="table 'a' being declared")
+    client.handle(coordinator, {"seq": 0, "error": None})
+    second = threading.Thread(target=client.declare, args=({"name": "b"},), daemon=True)
+    second.start()
+    wait_until(lambda: 1 in client._specs, what="table 'b' being declared")
+    membership = {"epoch": 2, "alive": [0, 1], "dead": 2, "reason": "it left the cluster", "left": True}
+    client.handle(Header(Kind.MEMBERSHIP, sender=COORDINATOR), membership)
+    client.handle(coordinator, {"seq": 1, "error": None})
+    first.join(PATIENCE)
+    second.join(PATIENCE)
+    assert not first.is_alive() and not second.is_alive()
+    client.handle(Header(Kind.MEMBERSHIP, sender=COORDINATOR), {**membership, "epoch": 3})
+    assert changes == [{**membership, "unfinished": ["b"]}, {**membership, "epoch": 3}]
+
+
+# ---- a declaration under way while a node leaves: the node side does not reconcile it yet ------------------
+# Nodes build a table before its declaration completes; a membership change that lands in between is seen
+# by the nodes that built it already and not by those that build it later. No write reached the table yet;
+# the client names such tables in the MEMBERSHIP it hands on ("unfinished"), and the node side must use it
+# (the reason of each xfail says how); these tests then pass (strict: an XPASS fails until the mark goes).
+
+
+def _declaring(nodes: list, name: str, **kw) -> tuple[list, list]:
+    """`nodes` declare table `name` in threads; returns once the coordinator has all their declarations."""
+    tables: list = []
+    threads = [threading.Thread(target=lambda n=n: tables.append(n.table(name, **kw)), daemon=True) for n in nodes]
+    for t in threads:
+        t.start()
+    coordinator = next(n for n in nodes if n.rank == 0)._coordinator
+    seq = len(coordinator._decl_specs)
+    wait_until(lambda: len(coordinator._decls.get(seq, {})) == len(nodes), what="the declarations")
+    return tables, threads
+
+
+@pytest.mark.xfail(strict=True, raises=pskv.RemoteError, reason=(
+    "F10d, node side: at MEMBERSHIP{managers} a table whose declaration is under way keeps its old ranges' "
+    "rows; node.elastic.MembershipChanges.changed must adopt (Shard.adopt, fresh) each range it now manages of "
+    "the tables in payload['unfinished'] whose owners are all -1 (the leaver never built them)"))
+def test_a_table_declared_while_a_node_leaves_without_backups_gets_its_range(cluster):
+    """Nodes 0 and 1 declare 't' while node 2 leaves without declaring it: the declaration completes at
+    the leave's epoch, and every key of 't' (node 2's range too) sums exactly."""
+    _, nodes = cluster(3)
+    tables, threads = _declaring(nodes[:2], "t", rows=30, dim=1)
+    nodes[2].leave(timeout=PATIENCE)
+    for t in threads:
+        t.join(PATIENCE)
+    assert len(tables) == 2
+    for table in tables:
+        table.push(np.arange(30), np.ones((30, 1), np.float32)).wait(PATIENCE)
+    assert np.array_equal(tables[0].pull(np.arange(30), timeout=PATIENCE), np.full((30, 1), 2.0))
+
+
+@pytest.mark.xfail(strict=True, raises=ClusterError, reason=(
+    "F10d, node side: server.chain.Chain.on_membership marks the copies of a table whose declaration is "
+    "under way as filling, but a head that builds it after the change never sends their snapshot: the node "
+    "never sends SYNCED, its copies never count as whole again (no leave, no survivable failure); it must not "
+    "mark the tables in payload['unfinished'] (no write reached them: a fresh copy is whole)"))
+def test_a_table_declared_while_a_node_leaves_with_backups_leaves_every_copy_whole(cluster):
+    """With backups, nodes 0 and 1 declare 't' while node 3 leaves and before node 2 declares it: node 0
+    becomes a backup of node 2's range, its copies are whole again, so node 2 may leave in turn (after a
+    few "try again in a moment" while node 0's copies fill)."""
+    _, nodes = cluster(4, backups=1)
+    _, threads = _declaring(nodes[:2], "t", rows=40, dim=1)
+    nodes[3].leave(timeout=PATIENCE)
+    wait_until(lambda: nodes[2].view.epoch == 2, what="node 2 seeing node 3 leave")
+    nodes[2].table("t", rows=40, dim=1)  # built after the change: node 2 sends no snapshot of it
+    for t in threads:
+        t.join(PATIENCE)
+    for attempt in range(50):  # as a user would: the refusal says to try again in a moment
+        try:
+            nodes[2].leave(timeout=PATIENCE)
+            break
+        except ClusterError as exc:
+            if "try again in a moment" not in str(exc) or attempt == 49:
+                raise
+            time.sleep(0.1)
+    assert nodes[0].members == [0, 1]
