@@ -150,7 +150,6 @@ class Checkpointer:
         decider = min(self._members())
         if self.rank == decider:
             self._decide(path, step, extra, keep, epoch)
-        _hooks.reach("checkpoint.decided", node=self.rank, step=step, path=path)
         self._barrier()  # 3: the decision is on disk
         return self._outcome(path, epoch, decider)
 
