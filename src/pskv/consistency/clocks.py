@@ -41,11 +41,15 @@ class Clocks:
 
     # ---- worker threads -----------------------------------------------------------------------
     def register(self, worker) -> None:
+        """A new worker starts at the global clock while workers of some node still run (it must not
+        take the clock back: their waits for it would stall, see wait_for), else at 0 (a later
+        run: every node's workers closed, so all restart at 0; node.run keeps them together)."""
         with self._cond:
             self._ever = True
-            self._ended[id(worker)] = self._base
+            running = self.global_clock < INF
+            self._ended[id(worker)] = max(self._base, self.global_clock) if running else self._base
             self._node_ended = min(self._ended.values())
-        self._advance()  # a new worker at clock 0 holds the others back again
+        self._advance()  # a new worker holds the others back again, from where it starts
 
     @property
     def started(self) -> bool:

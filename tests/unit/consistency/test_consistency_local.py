@@ -338,3 +338,21 @@ def test_row_cache_insert_never_evicts_a_row_it_is_refreshing():
     for i in np.setdiff1d(np.arange(6), missed):  # every copy the cache still has is its own key's row
         assert out[i, 0] == {0: 0.0, 1: 10.0, 2: 20.0, 3: 30.0, 4: 41.0, 5: 51.0}[int(keys[i])], (keys[i], out[i])
     assert len(cache) == 4
+
+
+def test_a_worker_made_while_others_run_starts_at_the_global_clock():
+    """Workers of other nodes still run (global clock 7): a new worker here starts at 7, so the node's
+    report never goes back below what others already wait for (it went to 0: a node whose workers
+    were done made a worker to settle, and another node's workers waiting in wait_clock(7) stalled)."""
+    clocks, rec = _clocks()
+    w = object()
+    clocks.register(w)
+    for _ in range(7):
+        clocks.tick(w, [])
+    clocks.close(w, [])
+    clocks.on_global(7)
+    late = object()
+    clocks.register(late)
+    assert clocks.clock_of(late) == 7 and rec.reports[-1][0] == 7
+    clocks.tick(late, [])
+    assert rec.reports[-1][0] == 8
