@@ -55,14 +55,19 @@ class MembershipChanges:
                                     [int(r) for r in payload.get("leaving", ())], payload.get("addresses"))
         for rank, address in (payload.get("addresses") or {}).items():
             self.transport.set_address(int(rank), address)
+        # tables this node declared whose TABLE_OK has not come (membership.client): built for the members
+        # before this change, and no write reached them on any node yet (issue 30 F10d)
+        unfinished = {s.spec.table_id for s in self.catalog.tables() if s.spec.name in payload.get("unfinished", ())}
         if previous is not None and chain is not None:
-            chain.on_membership(previous, self.store.get)
+            chain.on_membership(previous, self.store.get, unfinished)
         for state in self.catalog.tables():  # what nodes now gone changed of the replicas: the lowest answers for it
             if state.shard.replicas is not None:
                 state.shard.replicas.retire(self.view.alive, self.rank)
         if "managers" in payload:  # without backups: ranges changed hands; nothing may route to who left
             for state in self.catalog.tables():
                 state.ranges = self.view.key_ranges(state.spec.rows)
+                if state.spec.table_id in unfinished:
+                    _adopt_unmanaged(state, self.rank)
                 if state.loc_cache.size:
                     state.loc_cache[np.isin(state.loc_cache, list(self.view.leaving))] = -1
             self.drain_mark = (epoch, self.tracker.issued())
@@ -87,6 +92,21 @@ class MembershipChanges:
         if mark is not None and self.tracker.low_watermark() >= mark[1]:
             self.drain_mark = None
             self.report(mark[0])
+
+
+def _adopt_unmanaged(state: TableState, rank: int) -> None:
+    """A table whose declaration is under way, at a change of range managers: take each range now managed
+    here that no node handed over (its `owner` entries all -1: its former manager, who left, never built
+    the table), with fresh rows, as a node building the table in the new epoch does (node.tables)."""
+    if state.spec.sparse:  # (a leave hands over no sparse table: node.elastic.check_leave)
+        return
+    shard = state.shard
+    for r in state.ranges.managed_by(rank):
+        lo, hi = state.ranges.range_bounds(r)
+        if (shard.owner[lo:hi] == -1).all():
+            shard.adopt(lo, hi, rank)
+            log.info("node %d now manages key range %d of table %r, declared while it changed hands (%d rows)",
+                     rank, r, state.spec.name, hi - lo)
 
 
 def take_share(state: TableState, joined: dict, localize: Callable, rank: int, timeout: float) -> None:

@@ -320,9 +320,11 @@ class Chain:
                            positions, values)
 
     # ---- membership (pskv-server) ---------------------------------------------------------------
-    def on_membership(self, previous: Chains, main: Callable[[int], Shard]) -> None:
+    def on_membership(self, previous: Chains, main: Callable[[int], Shard], unfinished: set[int] = frozenset()) -> None:
         """A new epoch: promote the ranges we now head, send snapshots down every changed chain,
-        expect one for every changed chain we back up."""
+        expect one for every changed chain we back up. `unfinished`: tables whose declaration is under
+        way (no write reached them yet, so a fresh copy is whole): a node that builds one after this
+        change sends no snapshot of it, so none is expected (issue 30 F10d)."""
         chains = self._chains()
         with self._lock:
             self.readers.drop(chains.alive, self.heads)  # before the snapshots below carry the map
@@ -349,7 +351,8 @@ class Chain:
                         continue
                     if (table, r) not in self._backup:
                         self._backup[(table, r)] = _fresh(spec, self._ranges(table), r, self.rank)
-                    self._filling.add((table, r))
+                    if table not in unfinished:
+                        self._filling.add((table, r))
             self._rows_waiting = {tr: held for tr, held in self._rows_waiting.items() if tr in self._filling}
             self._maybe_synced()
         for fn in self._listeners:

@@ -126,11 +126,11 @@ def test_a_membership_change_tells_the_node_which_declarations_are_under_way():
     assert changes == [{**membership, "unfinished": ["b"]}, {**membership, "epoch": 3}]
 
 
-# ---- a declaration under way while a node leaves: the node side does not reconcile it yet ------------------
+# ---- a declaration under way while a node leaves -----------------------------------------------------------
 # Nodes build a table before its declaration completes; a membership change that lands in between is seen
 # by the nodes that built it already and not by those that build it later. No write reached the table yet;
-# the client names such tables in the MEMBERSHIP it hands on ("unfinished"), and the node side must use it
-# (the reason of each xfail says how); these tests then pass (strict: an XPASS fails until the mark goes).
+# the client names such tables in the MEMBERSHIP it hands on ("unfinished"): the node side adopts the ranges
+# of them it now manages that nobody handed over (node.elastic) and expects no snapshot of them (server.chain).
 
 
 def _declaring(nodes: list, name: str, **kw) -> tuple[list, list]:
@@ -145,10 +145,6 @@ def _declaring(nodes: list, name: str, **kw) -> tuple[list, list]:
     return tables, threads
 
 
-@pytest.mark.xfail(strict=True, raises=pskv.RemoteError, reason=(
-    "F10d, node side: at MEMBERSHIP{managers} a table whose declaration is under way keeps its old ranges' "
-    "rows; node.elastic.MembershipChanges.changed must adopt (Shard.adopt, fresh) each range it now manages of "
-    "the tables in payload['unfinished'] whose owners are all -1 (the leaver never built them)"))
 def test_a_table_declared_while_a_node_leaves_without_backups_gets_its_range(cluster):
     """Nodes 0 and 1 declare 't' while node 2 leaves without declaring it: the declaration completes at
     the leave's epoch, and every key of 't' (node 2's range too) sums exactly."""
@@ -163,11 +159,6 @@ def test_a_table_declared_while_a_node_leaves_without_backups_gets_its_range(clu
     assert np.array_equal(tables[0].pull(np.arange(30), timeout=PATIENCE), np.full((30, 1), 2.0))
 
 
-@pytest.mark.xfail(strict=True, raises=ClusterError, reason=(
-    "F10d, node side: server.chain.Chain.on_membership marks the copies of a table whose declaration is "
-    "under way as filling, but a head that builds it after the change never sends their snapshot: the node "
-    "never sends SYNCED, its copies never count as whole again (no leave, no survivable failure); it must not "
-    "mark the tables in payload['unfinished'] (no write reached them: a fresh copy is whole)"))
 def test_a_table_declared_while_a_node_leaves_with_backups_leaves_every_copy_whole(cluster):
     """With backups, nodes 0 and 1 declare 't' while node 3 leaves and before node 2 declares it: node 0
     becomes a backup of node 2's range, its copies are whole again, so node 2 may leave in turn (after a
