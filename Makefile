@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test stress bench venv clean
+.PHONY: demo test stress soak bench venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ test: $(STAMP)
 stress: $(STAMP)
 	$(PY) -m compileall -q src tests
 	$(PY) -m pytest -q -s -n 0 -m stress tests/stress
+
+# 10 minutes of backups, relocation, replication and a checkpoint every 30 s beside a CPU burner:
+# exact totals and flat RSS (benchmarks/soak.py; not in CI)
+soak: $(STAMP)
+	$(PY) benchmarks/soak.py --minutes 10 --every 30
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_kv.py
