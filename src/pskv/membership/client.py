@@ -53,6 +53,10 @@ class CoordinatorClient:
         self._released: set[int] = set()
         self._arrivals: dict[str, list[int]] = {}  # barrier generation -> ranks arrived (from TICKs)
         self._shutdown_ok = False
+        self._joined: dict | None = None  # this node joined a running cluster: its first barrier, the members
+        # then, and (with backups) the declarations it makes before it enters the chains (membership.joining)
+        self._entered = 0  # with backups, a joiner: the epoch it entered the chains in (0: not yet)
+        self._synced = 0  # the last epoch in which every copy this node holds was filled (SYNCED sent)
         self._failing = False
         self._last_heard = time.monotonic()
         self._last_beat = 0.0
@@ -75,7 +79,21 @@ class CoordinatorClient:
         """This node joined a running cluster (membership.join): its barriers start where the others' next is."""
         with self._cond:
             self._barrier_gen = int(payload["barrier"])
+            self._joined = {"barrier": int(payload["barrier"]), "members": len(payload["alive"]),
+                            "tables": int(payload.get("tables", 0))}
             self._last_heard = time.monotonic()
+
+    def await_entry(self, timeout: float) -> None:
+        """With backups, on a node that joined: once it declared every table declared before it came,
+        wait until it entered the chains and its copies are filled (membership.joining); return at
+        once before that, and on other nodes. Raises ClusterError after `timeout` seconds."""
+        with self._cond:
+            due = self.view.backups and self._joined is not None and self._decl_seq >= self._joined["tables"]
+        if due:
+            self._wait(lambda: 0 < self._entered <= self._synced, timeout, lambda: ClusterError(
+                f"node {self.rank} joined the cluster and declared its {self._joined['tables']} table(s), but its "
+                f"copies were not filled within {timeout:g} s (entered the chains in epoch {self._entered or '-'}, "
+                f"copies filled in epoch {self._synced or '-'}); node.debug_state() on every node tells what waits"))
 
     def declare(self, spec: dict) -> None:
         """Collective: wait until every node declared its table #seq; TableMismatch if they differ,
@@ -91,6 +109,7 @@ class CoordinatorClient:
             self._answered.add(seq)
         if error:
             raise ConfigError(error) if config else TableMismatch(error)
+        self.await_entry(self.config.collective_timeout)  # a joiner's last table of those before it: its copies
 
     def barrier(self, timeout: float | None = None) -> None:
         """Node-level barrier over all alive nodes."""
@@ -171,6 +190,9 @@ class CoordinatorClient:
 
     def synced(self, epoch: int) -> None:
         """Every key range this node backs up in `epoch` is whole again (server.chain)."""
+        with self._cond:
+            self._synced = max(self._synced, int(epoch))
+            self._cond.notify_all()
         self._send(Kind.SYNCED, {"epoch": int(epoch)})
 
     def _wait(self, ready: Callable[[], bool], timeout: float | None, on_timeout) -> None:
@@ -226,6 +248,8 @@ class CoordinatorClient:
                 self._leave = "done"
             elif kind == Kind.MEMBERSHIP and payload.get("left") and int(payload["dead"]) == self.rank:
                 self._leave = "left" if self._leave == "asked" else self._leave
+            elif kind == Kind.MEMBERSHIP and payload.get("entered") == self.rank:
+                self._entered = int(payload["epoch"])
             self._cond.notify_all()
         if kind == Kind.GLOBAL_CLOCK and self._on_clock is not None:
             self._on_clock(int(payload["clock"]))
@@ -307,7 +331,9 @@ class CoordinatorClient:
             state = {"epoch": self.view.epoch, "alive": sorted(self.view.alive),
                      "decls": {str(seq): spec for seq, spec in self._specs.items()},
                      "barriers": pending_barriers, "released": max(self._released, default=-1),
-                     "clock": list(self._clock_report), "bye": self._bye_sent}
+                     "clock": list(self._clock_report), "bye": self._bye_sent, "outside": sorted(self.view.outside)}
+            if self._joined is not None:
+                state["joined"] = dict(self._joined)
         self._send(Kind.REJOIN, {**state, **self._succession.rejoin_state()})
         self._succession.release_held()
 

@@ -46,11 +46,12 @@ from ..net.transport import Transport
 from ..placement.chains import Chains
 from ..errors import ProtocolError, TransportError
 from ..net.wire import COORDINATOR, Kind, control, control_payload, frame_bytes, unpack_header
+from .joining import Joining
 
 log = logging.getLogger(__name__)
 
 
-class Coordinator:
+class Coordinator(Joining):
     """The cluster's coordinator service. `start()` it, give nodes `address`, `close()` it."""
 
     def __init__(self, num_nodes: int, host: str = "127.0.0.1", port: int = 0,
@@ -92,6 +93,7 @@ class Coordinator:
         self._joined: dict[int, tuple[int, int]] = {}  # rank -> (first barrier it takes part in, members then)
         self._barrier_top = -1  # the highest barrier generation any node entered
         self._decl_specs: dict[int, dict] = {}  # seq -> the spec every node declared (checks a joiner's)
+        self._outside: dict[int, int] = {}  # backups: joiner -> the declarations it must make before it enters the chains
         self.failures: list[tuple[int, str]] = []  # (rank, reason), for the launcher's report
 
     def start(self) -> "Coordinator":
@@ -230,47 +232,6 @@ class Coordinator:
             self._broadcast(Kind.WELCOME, {"addresses": {str(r): a for r, a in self._addresses.items()},
                                            "host": self.host_rank})
 
-    def _join(self, address: str) -> None:
-        """A node joins the running cluster: the next rank, a new epoch; it owes nothing to the barriers
-        and table declarations before it (membership.join)."""
-        problem = None
-        if not self._welcomed:
-            problem = "the cluster is still forming; join once it runs"
-        elif self._stalled:
-            problem = "the cluster is stopping"
-        elif self.config.backups:
-            problem = "joining a cluster with backups is not built yet; start it with the nodes it needs"
-        elif self._leaving:
-            problem = f"node(s) {sorted(self._leaving)} are leaving right now; try again in a moment"
-        elif aggregated := self._aggregated():
-            problem = (f"table(s) {aggregated} aggregate per node (NodeAggregate), which cannot take a node that "
-                       "joins later; start the cluster with the nodes it needs")
-        if problem:
-            self._transport.send_once(address, control(Kind.ABORT, self.cluster, COORDINATOR, {"reason": problem},
-                                                       self.term))
-            return
-        rank, self._next_rank = self._next_rank, self._next_rank + 1
-        live = sorted([r for r, s in self._state.items() if s in ("alive", "bye")] + [rank])
-        self._transport.set_address(rank, address)
-        self._addresses[rank] = address
-        self._last_seen[rank] = time.monotonic()
-        self._clocks[rank] = self._global_clock  # its workers start at the global clock
-        self._declared[rank] = 0
-        joiners = [[r, m] for r, (_, m) in self._joined.items() if self._state.get(r) in ("alive", "bye")]
-        self._joined[rank] = (self._barrier_top + 1, len(live))
-        self._epoch += 1
-        addresses = {str(r): self._addresses[r] for r in live}
-        payload = {"epoch": self._epoch, "alive": live, "dead": -1, "joined": rank, "reason": "it joined the cluster",
-                   "managers": self._managers, "addresses": addresses}
-        log.warning("coordinator: node %d joined from %s; membership epoch %d goes on with nodes %s", rank, address,
-                    self._epoch, live)
-        self._broadcast(Kind.MEMBERSHIP, payload, states=("alive", "bye"))
-        self._state[rank] = "alive"
-        self._send(rank, Kind.JOINED, {**payload, "rank": rank, "num_nodes": self.num_nodes, "host": self.host_rank,
-                                       "decls": {str(q): spec for q, spec in self._decl_specs.items()},
-                                       "barrier": self._barrier_top + 1, "clock": self._global_clock,
-                                       "joiners": joiners})
-
     def _heartbeat(self, rank: int, p: dict) -> None:
         if "low" in p:
             self._low[rank] = int(p["low"])
@@ -291,6 +252,9 @@ class Coordinator:
                 f"later, declared {p['spec']}; declare every table the same way and in the same order on every node")
             self._declared[rank] = max(self._declared.get(rank, 0), seq + 1)
             self._send(rank, Kind.TABLE_OK, {"seq": seq, "error": error})
+            if error and rank in self._outside:
+                self._outside[rank] = 1 << 62  # its tables differ: it never enters the chains
+            self._enter_due()
             return
         got = self._decls.setdefault(seq, {})
         got[rank] = p["spec"]
@@ -302,6 +266,7 @@ class Coordinator:
                         "called shutdown() without declaring it", left)
             return
         self._complete_decl(seq)
+        self._enter_due()
 
     def _complete_decl(self, seq: int) -> None:
         got = self._decls[seq]
@@ -317,23 +282,6 @@ class Coordinator:
                          f"but node {bad[0]} declared {got[bad[0]]}; declare every table the same way and in "
                          "the same order on every node")
             self._broadcast(Kind.TABLE_OK, {"seq": seq, "error": error or refused, "config": bool(refused and not bad)})
-
-    def _aggregated(self) -> list[str]:
-        """Tables that aggregate per node, declared or still being declared: either refuses a join (their
-        level-2 arrays are sized by the nodes the cluster started with)."""
-        specs = [*self._decl_specs.values(), *(spec for got in self._decls.values() for spec in got.values())]
-        return sorted({str(spec.get("name")) for spec in specs if spec.get("aggregate")})
-
-    def _refused(self, spec: dict) -> str | None:
-        """Why a table every node declared alike cannot be made in this cluster (None: it can): one that
-        aggregates per node, once a node that joined the running cluster is a member."""
-        joiners = sorted(r for r in self._joined if self._state.get(r) in ("alive", "bye"))
-        if not spec.get("aggregate") or not joiners:
-            return None
-        return (f"table {spec.get('name')!r} aggregates per node (NodeAggregate), which node(s) {joiners} that "
-                f"joined the running cluster cannot take part in (its per-node arrays are sized by the "
-                f"{self.num_nodes} nodes the cluster started with); declare it without aggregate=, or before any "
-                "node joins")
 
     def _barrier(self, rank: int, p: dict) -> None:
         gen = int(p["gen"])
@@ -408,10 +356,12 @@ class Coordinator:
         elif self._stalled:
             error = "the cluster is stopping"
         else:
-            lost = [r for r, whole in enumerate(self._whole) if not whole - {rank}]
+            live = {r for r, s in self._state.items() if s in ("alive", "bye")} - {rank}
+            lost = Chains(self.num_nodes, self.config.backups, self._chain_members(live)).unheaded(
+                [whole - {rank} for whole in self._whole])
             if lost:
-                error = (f"key range(s) {lost} would have no whole copy without node {rank} (copies are still "
-                         "being filled after an earlier change); try again in a moment")
+                error = (f"key range(s) {lost} would have no whole copy at their head without node {rank} (copies "
+                         "are still being filled after an earlier change); try again in a moment")
         if error is not None:
             self._send(rank, Kind.LEFT, {"error": error})
             return
@@ -495,17 +445,25 @@ class Coordinator:
         if not self.config.backups or self._stalled or self._chains is None:
             return False
         live = {r for r, s in self._state.items() if s in ("alive", "bye")}
+        self._outside.pop(rank, None)  # (a joiner that never entered the chains)
         for whole in self._whole:
             whole.discard(rank)
-        lost = [r for r, whole in enumerate(self._whole) if not whole]
+        chains = Chains(self.num_nodes, self.config.backups, self._chain_members(live))
+        lost = chains.unheaded(self._whole)  # a head must hold a whole copy (a joiner's never heads)
         if not live or lost:  # every whole copy of a range was on dead nodes (the rest still filling)
-            filling = sorted({n for r in lost for n in self._chains.chain(r) if n in live})
-            self.failures[-1] = (rank, f"{reason}; key range(s) {lost} had no whole copy left"
-                                       + (f" (node(s) {filling} had not finished copying them)" if filling else ""))
+            filling = sorted({n for r in lost for n in self._chains.chain(r) if n in live} - set().union(
+                *(self._whole[r] for r in lost)))
+            kept = sorted(set().union(*(self._whole[r] for r in lost)))
+            self.failures[-1] = (rank, f"{reason}; key range(s) {lost} had no whole copy left on a node that can "
+                                       "head them" + (f" (node(s) {filling} had not finished copying them)"
+                                                      if filling else "")
+                                 + (f" (node(s) {kept}, which joined, hold one but never head a range)"
+                                    if kept else ""))
             return False
         self._epoch += 1
-        self._chains = Chains(self.num_nodes, self.config.backups, live)
-        payload = {"epoch": self._epoch, "alive": sorted(live), "dead": rank, "reason": reason, "left": left}
+        self._chains = chains
+        payload = {"epoch": self._epoch, "alive": sorted(live), "dead": rank, "reason": reason, "left": left,
+                   **self._outside_field()}
         log.warning("coordinator: node %d %s; membership epoch %d goes on with nodes %s", rank,
                     "left" if left else f"failed ({reason})", self._epoch, sorted(live))
         self._broadcast(Kind.MEMBERSHIP, payload, states=("alive", "bye"))

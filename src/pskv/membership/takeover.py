@@ -41,6 +41,7 @@ from .view import View
 
 log = logging.getLogger(__name__)
 _TURNS = 8  # terms leave room for this many candidates per epoch (see Succession.candidates)
+_UNTIL_REJOIN = 1 << 62  # a joiner outside the chains enters them only once its REJOIN said what it owes
 
 
 def next_term(epoch: int, term: int, turn: int) -> int:
@@ -50,9 +51,9 @@ def next_term(epoch: int, term: int, turn: int) -> int:
     is one more than the larger of the epoch and `term`'s generation, so terms grow by about _TURNS
     per takeover. (It was `(max(epoch, term) + 1) * _TURNS`, which mixed a term into the generation:
     8x per takeover, and from the sixth on the term no longer fit the header's 16-bit `epoch`
-    field, so every node fenced the new coordinator.) With backups no node joins, so epochs and
-    takeovers are fewer than the nodes that ever ran: terms stay below 16 * nodes, far inside
-    the header's 16 bits (a coordinator stamps its term in `Header.epoch`)."""
+    field, so every node fenced the new coordinator.) Epochs count deaths, leaves and joins (two
+    each with backups: in, then into the chains), so terms stay far inside the header's 16 bits
+    (a coordinator stamps its term in `Header.epoch`) for thousands of changes."""
     return (max(epoch, term // _TURNS) + 1) * _TURNS + min(turn, _TURNS - 1)
 
 
@@ -121,7 +122,9 @@ class ResumedCoordinator(Coordinator):
             self._last_seen[rank] = now
         self._welcomed = True
         self._epoch = view.epoch
-        self._chains = Chains(self.num_nodes, self.config.backups, view.alive)
+        self._next_rank = view.ranks  # ranks are never reused, also by the nodes that joined
+        self._outside = {r: _UNTIL_REJOIN for r in view.outside}  # its REJOIN says how many tables it waits for
+        self._chains = Chains(self.num_nodes, self.config.backups, view.alive - view.outside)
         self._dead = dead
         self._waiting = set(view.alive) - {dead}  # ranks whose REJOIN did not come yet
         self._filling: dict[int, set[int]] = {}  # rank -> the ranges it still fills (from REJOIN)
@@ -151,7 +154,9 @@ class ResumedCoordinator(Coordinator):
             for r in self._state:
                 if r not in alive:
                     self._state[r] = "failed"
-            self._chains = Chains(self.num_nodes, self.config.backups, alive)
+            outside = {int(r) for r in p.get("outside", ())}
+            self._outside = {r: self._outside.get(r, _UNTIL_REJOIN) for r in outside}
+            self._chains = Chains(self.num_nodes, self.config.backups, alive - outside)
         for seq, spec in p["decls"].items():
             seq = int(seq)
             if seq not in self._decls_done:
@@ -168,6 +173,11 @@ class ResumedCoordinator(Coordinator):
         if "low" in p:
             self._low[rank] = int(p["low"])
         self._filling[rank] = {int(r) for r in p.get("filling", ())}
+        if "joined" in p:  # a node that joined the running cluster: its first barrier, the tables it owes
+            joined = p["joined"]
+            self._joined[rank] = (int(joined["barrier"]), int(joined["members"]))
+            if rank in self._outside:
+                self._outside[rank] = int(joined["tables"])
         if p.get("bye"):
             self._state[rank] = "bye"
         for handler, payload in self._early.pop(rank, []):
@@ -191,6 +201,7 @@ class ResumedCoordinator(Coordinator):
                                f"{self.host_rank} took the coordinator over")
         for rank in missing:
             self._fail(rank, "it did not rejoin the coordinator that took over")
+        self._enter_due()  # a joiner that declared its tables meanwhile
 
     def _tick(self, now: float) -> None:
         if self._waiting:

@@ -7,7 +7,9 @@ Epoch 0 is "not welcomed yet"; WELCOME makes epoch 1 with every node alive; each
 the coordinator (a node died and backups take over its ranges, or a node left) makes the next one.
 Without backups a node that leaves hands its key ranges to other members first: `managers`
 names the manager of every range (placement.ranges), and the node stays `leaving` (its messages
-still admitted: it forwards what reached it late) until the coordinator lets it go.
+still admitted: it forwards what reached it late) until the coordinator lets it go. With backups
+a node that joined is a member `outside` the chains until it declared every table the cluster
+had (membership.joining): the chains are those of `alive - outside`.
 
 Fencing: a message from a node that is not alive in this view is dropped, whatever it is (a
 node that was stopped past failure_timeout and woke up must not change or answer anything); a
@@ -44,6 +46,7 @@ class View:
         self.coordinator_term = 0  # which coordinator speaks: 0 the first, then the epoch it took over in
         self.managers: list[int] = list(range(num_nodes))  # key range -> the node that manages it
         self.leaving: frozenset[int] = frozenset()  # nodes that left but still forward what reached them
+        self.outside: frozenset[int] = frozenset()  # with backups: members that joined and are in no chain yet
 
     @property
     def welcomed(self) -> bool:
@@ -66,21 +69,26 @@ class View:
         self.coordinator_host = None if host is None else int(host)
         self.managers = [int(m) for m in payload["managers"]]
         self.alive = frozenset(int(r) for r in payload["alive"])
+        self.outside = frozenset(int(r) for r in payload.get("outside", ()))
+        if self.backups:
+            self.chains = Chains(self.num_nodes, self.backups, self.alive - self.outside)
         self.epoch = int(payload["epoch"])
         self.addresses = {int(r): a for r, a in payload["addresses"].items()}
 
-    def change(self, epoch: int, alive, managers=None, leaving=(), addresses=None) -> Chains | None:
+    def change(self, epoch: int, alive, managers=None, leaving=(), addresses=None, outside=()) -> Chains | None:
         """pskv-server: membership epoch `epoch` with the live nodes `alive` (and the range managers, the
-        nodes still leaving, new members' addresses, without backups); returns the previous chains."""
+        nodes still leaving, without backups; new members' addresses; with backups the members outside
+        the chains); returns the previous chains."""
         previous = self.chains
         if addresses:
             self.addresses = {**(self.addresses or {}), **{int(r): a for r, a in addresses.items()}}
         if managers is not None:
             self.managers = [int(m) for m in managers]
         self.leaving = frozenset(leaving)
+        self.outside = frozenset(int(r) for r in outside)
         self.alive = frozenset(alive)
         if self.backups:
-            self.chains = Chains(self.num_nodes, self.backups, self.alive)
+            self.chains = Chains(self.num_nodes, self.backups, self.alive - self.outside)
         self.epoch = epoch
         return previous
 

@@ -91,7 +91,8 @@ class Node:
                 self._transport.close()
                 raise
             config = dataclasses.replace(config, rank=int(self._joined["rank"]), num_nodes=int(self._joined["num_nodes"]),
-                                         coordinator=config.join, external_coordinator=True)
+                                         coordinator=config.join, external_coordinator=True,
+                                         backups=int(self._joined.get("backups", 0)))  # the cluster's, not ours
         self.config = config
         self.rank = config.rank
         # a checkpoint to start from: checked whole on every node before anything starts (CheckpointError)
@@ -173,6 +174,8 @@ class Node:
                                           self._monitor_sample)
             if self._joined is None:
                 self.client.join(self._transport.address, self.config.num_nodes)
+            else:  # with backups and no table yet: into the chains at once (membership.joining)
+                self.client.await_entry(self.config.collective_timeout)
         except BaseException:
             self._teardown()
             raise

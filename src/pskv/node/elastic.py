@@ -52,14 +52,15 @@ class MembershipChanges:
             chain.batches.flush()  # what this epoch passed on leaves stamped with it
         self.count += 1
         previous = self.view.change(epoch, [int(r) for r in payload["alive"]], payload.get("managers"),
-                                    [int(r) for r in payload.get("leaving", ())], payload.get("addresses"))
+                                    [int(r) for r in payload.get("leaving", ())], payload.get("addresses"),
+                                    payload.get("outside", ()))
         for rank, address in (payload.get("addresses") or {}).items():
             self.transport.set_address(int(rank), address)
         # tables this node declared whose TABLE_OK has not come (membership.client): built for the members
         # before this change, and no write reached them on any node yet (issue 30 F10d)
         unfinished = {s.spec.table_id for s in self.catalog.tables() if s.spec.name in payload.get("unfinished", ())}
         if previous is not None and chain is not None:
-            chain.on_membership(previous, self.store.get, unfinished)
+            chain.on_membership(previous, self.store.get, unfinished, self.view.alive)
         for state in self.catalog.tables():  # what nodes now gone changed of the replicas: the lowest answers for it
             if state.shard.replicas is not None:
                 state.shard.replicas.retire(self.view.alive, self.rank)
@@ -76,6 +77,8 @@ class MembershipChanges:
         what = "left" if payload.get("left") else f"failed ({payload.get('reason')})"
         if "joined" in payload:
             dead, what = int(payload["joined"]), "joined"
+        elif "entered" in payload:  # with backups: a node that joined now ends some chains (membership.joining)
+            dead, what = int(payload["entered"]), "entered the chains"
         members = sorted(self.view.alive)
         log.warning("node %d: node %d %s; membership epoch %d, members %s; %d request(s) sent again",
                     self.rank, dead, what, epoch, members, resent)
@@ -112,7 +115,10 @@ def _adopt_unmanaged(state: TableState, rank: int) -> None:
 def take_share(state: TableState, joined: dict, localize: Callable, rank: int, timeout: float) -> None:
     """A node that joined a running cluster takes its share of a table's rows from every key range
     (membership.join.share), by relocation forced past leases (`localize(keys)`: the main thread's
-    table handle's); blocks until they are here."""
+    table handle's); blocks until they are here. With backups it takes none: rows stay on their
+    chains, and the node holds copies at their ends instead (membership.joining)."""
+    if joined.get("backups"):  # rows stay on their chains; the node holds copies instead (membership.joining)
+        return
     members, joiners = len(joined["alive"]), joined["joiners"]
     ranges, keys = state.ranges, []
     for r in range(ranges.num_ranges):

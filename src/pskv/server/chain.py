@@ -320,14 +320,16 @@ class Chain:
                            positions, values)
 
     # ---- membership (pskv-server) ---------------------------------------------------------------
-    def on_membership(self, previous: Chains, main: Callable[[int], Shard], unfinished: set[int] = frozenset()) -> None:
+    def on_membership(self, previous: Chains, main: Callable[[int], Shard], unfinished: set[int] = frozenset(),
+                      members=None) -> None:
         """A new epoch: promote the ranges we now head, send snapshots down every changed chain,
         expect one for every changed chain we back up. `unfinished`: tables whose declaration is under
         way (no write reached them yet, so a fresh copy is whole): a node that builds one after this
-        change sends no snapshot of it, so none is expected (issue 30 F10d)."""
+        change sends no snapshot of it, so none is expected (issue 30 F10d). `members`: the live
+        nodes (default: the chains' own; a node that joined reads keys before it enters them)."""
         chains = self._chains()
         with self._lock:
-            self.readers.drop(chains.alive, self.heads)  # before the snapshots below carry the map
+            self.readers.drop(chains.alive if members is None else members, self.heads)  # before snapshots carry it
             for table, spec in self._specs.items():
                 for r in range(chains.num_nodes):
                     old, new = previous.chain(r), chains.chain(r)

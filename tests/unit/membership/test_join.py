@@ -77,12 +77,6 @@ def test_a_join_before_the_cluster_runs_is_refused():
         coord.close()
 
 
-def test_a_join_to_a_cluster_with_backups_is_refused(cluster):
-    at, _ = cluster(2, backups=1)
-    with pytest.raises(ClusterError, match=f"the cluster at {at} refused this node: joining a cluster with backups"):
-        pskv.init(join=at, **CONFIG)
-
-
 def test_a_join_to_a_cluster_with_an_aggregated_table_is_refused_and_the_cluster_goes_on(cluster):
     at, nodes = cluster(2)
     together(*[lambda n=n: n.table("dense", rows=8, dim=1, consistency=pskv.BSP(),
