@@ -2,6 +2,7 @@
 
     python compose_node.py run OUT SEED        # train every table of the plan; the main thread checkpoints
                                                # into OUT/ckpt meanwhile; node 0 checks the final state
+    python compose_node.py join OUT SEED       # a node that joins the running cluster (event "join") and pushes
     python compose_node.py restore OUT SEED    # started with restore= the last checkpoint, on another node
                                                # count, with other options: node 0 checks the restored
                                                # state against the checkpoint, trains more, checks again
@@ -68,8 +69,8 @@ def work(node: pskv.Node, p, seq: list, errors: list) -> None:
             if i % 8 == 7:
                 w.wait_all()
         w.wait_all()
-        if "ssp" in p.tables:  # every worker of every node ends at the same clock: a worker made later
-            w.wait_clock(len(seq))  # (settle) restarts clocks at 0 and must not hold back one still ticking
+        if "ssp" in p.tables:  # every worker of every node ends its last clock before a worker made later
+            w.wait_clock(w.current_clock)  # (settle) restarts clocks at 0 (a joiner's started at the global clock)
         # (not w.barrier(): the main thread checkpoints meanwhile, and the two would share the
         # coordinator's barrier generations; see node.checkpoint)
     except BaseException as exc:  # noqa: BLE001 - reported by the main thread
@@ -127,47 +128,72 @@ def compare(got: dict, want: dict, what: str) -> None:
                                   f"{g[bad[0]]} != {w[bad[0]]}")
 
 
+def wait_for_file(path: Path, what: str, limit: float = 120.0) -> None:
+    deadline = time.monotonic() + limit
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{what} ({path.name}) did not come within {limit} s"
+        time.sleep(0.05)
+
+
 def main() -> None:
     mode, out, seed = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     p = plan(seed)
     with pskv.init() as node:
-        restoring = mode == "restore"
+        if mode == "restore":
+            return restore(node, p, out)
         threads = p.threads
-        mine = {node.rank * threads + t: None for t in range(threads)}
-        tables = declare(node, p, restoring, out)
-        if not restoring:
-            seqs = {gid: steps(p, gid) for gid in mine}
-            rng = np.random.default_rng([seed, node.rank, 7])
+        mine = [node.rank * threads + t for t in range(threads)]
+        tables = declare(node, p, False, out)
+        victim = p.event in ("kill", "stop") and node.rank == p.victim
+        seqs = {gid: steps(p, gid) for gid in mine}
+        if victim:  # it pulls and localizes (a reader with backups), and pushes nothing: it dies meanwhile
+            seqs = {gid: [[op for op in ops if op[0] != "push"] for ops in seq] for gid, seq in seqs.items()}
+        rng = np.random.default_rng([seed, node.rank, 7])
 
-            def checkpoints() -> None:
-                for c in range(p.checkpoints):
-                    time.sleep(float(rng.uniform(0.0, 0.3)))
-                    info = node.checkpoint(out / "ckpt")
-                    print(f"checkpoint {c} step {info.step}", flush=True)
+        def checkpoints() -> None:
+            (out / f"running-{node.rank}").touch()
+            for c in range(p.checkpoints):
+                time.sleep(float(rng.uniform(0.0, 0.3)))
+                info = node.checkpoint(out / "ckpt")
+                print(f"checkpoint {c} step {info.step}", flush=True)
 
-            train(node, p, seqs, checkpoints)
-            settle(node)
-            if node.rank == 0:
-                every = {gid: steps(p, gid) for gid in p.gids}
-                want = {name: replay(every, name, {g: _pushes(every[g], name) for g in p.gids}) for name in p.tables}
-                compare(read(tables), want, "after training")
-                print(f"COMPOSE ok run {p.describe()}", flush=True)
-        else:
-            saved = pskv.load_checkpoint(out / "ckpt")
-            base = {name: (as_sparse(saved[name].keys, saved[name].values) if name == "sparse"
-                           else saved[name].values.astype(np.float64)) for name in p.tables}
-            settle(node)
-            if node.rank == 0:
-                compare(read(tables), base, "restored")
-            settle(node)
-            gids = {g: steps(p, g, p.steps_after, salt=1) for g in range(node.num_nodes * threads)}
-            train(node, p, {g: gids[g] for g in mine})
-            settle(node)
-            if node.rank == 0:
-                want = {name: replay(gids, name, {g: _pushes(gids[g], name) for g in gids}, base[name])
-                        for name in p.tables}
-                compare(read(tables), want, "restored, then trained")
-                print(f"COMPOSE ok restore {p.describe()}", flush=True)
+        train(node, p, seqs, checkpoints)
+        if p.event == "leave" and node.rank == p.victim:
+            node.leave()
+            print(f"node {node.rank} left", flush=True)
+            return
+        if p.event:  # the harness says when the event is done and every worker of every node trained: a
+            # worker made to settle must not wait in a barrier while another node's SSP workers tick (it holds
+            # their clock back: see the README's Consistency section)
+            (out / f"trained-{node.rank}").touch()
+            wait_for_file(out / "settle", "the harness's go")
+        settle(node)
+        if node.rank == min(node.members):
+            every = {gid: steps(p, gid) for gid in p.pushers}
+            want = {name: replay(every, name, {g: _pushes(every[g], name) for g in every}) for name in p.tables}
+            compare(read(tables), want, f"after training (members {node.members})")
+            print(f"COMPOSE ok run {p.describe()}", flush=True)
+
+
+def restore(node: pskv.Node, p, out: Path) -> None:
+    """Started from the last checkpoint with other options: it holds exactly what the checkpoint holds,
+    and training on adds exactly."""
+    threads = p.threads
+    tables = declare(node, p, True, out)
+    saved = pskv.load_checkpoint(out / "ckpt")
+    base = {name: (as_sparse(saved[name].keys, saved[name].values) if name == "sparse"
+                   else saved[name].values.astype(np.float64)) for name in p.tables}
+    settle(node)
+    if node.rank == 0:
+        compare(read(tables), base, "restored")
+    settle(node)
+    gids = {g: steps(p, g, p.steps_after, salt=1) for g in range(node.num_nodes * threads)}
+    train(node, p, {g: gids[g] for g in range(node.rank * threads, (node.rank + 1) * threads)})
+    settle(node)
+    if node.rank == 0:
+        want = {name: replay(gids, name, {g: _pushes(gids[g], name) for g in gids}, base[name]) for name in p.tables}
+        compare(read(tables), want, "restored, then trained")
+        print(f"COMPOSE ok restore {p.describe()}", flush=True)
 
 
 def _pushes(seq: list, name: str) -> int:

@@ -51,11 +51,24 @@ class Plan:
     restore_extra_hot: list[int] | None  # the dense table replicated on restore (None: as before)
     steps_after: int
     gids: list[int] = field(default_factory=list)
+    event: str | None = None  # during training: "join" (a node joins and pushes too), "leave" (victim leaves
+    #   after its pushes), "kill" (victim SIGKILLed; backups), "stop" (victim SIGSTOPped past failure_timeout)
+    victim: int = -1
+
+    @property
+    def pushers(self) -> list[int]:
+        """The workers whose pushes the tables hold: a killed or stopped victim pushes nothing (it pulls and
+        localizes), a joiner (rank `nodes`) pushes too."""
+        gids = [g for g in self.gids if not (self.event in ("kill", "stop") and g // self.threads == self.victim)]
+        if self.event == "join":
+            gids += [self.nodes * self.threads + t for t in range(self.threads)]
+        return gids
 
     def describe(self) -> str:
         return (f"seed {self.seed}: {self.nodes} nodes x {self.threads} threads, backups {self.backups}, tables "
                 f"{self.tables}, {self.steps} steps, {self.checkpoints} checkpoints; restore on "
-                f"{self.restore_nodes} nodes, hot {self.hot} -> {self.restore_hot}, dense hot {self.restore_extra_hot}")
+                f"{self.restore_nodes} nodes, hot {self.hot} -> {self.restore_hot}, dense hot {self.restore_extra_hot}; "
+                f"event {self.event} (node {self.victim})")
 
 
 def plan(seed: int) -> Plan:
@@ -69,9 +82,19 @@ def plan(seed: int) -> Plan:
     restore_hot = hot if change == "same" else None if change == "drop" else sorted(
         rng.sample(hot, 3) + rng.sample(range(COUNTERS, ROWS), 4))
     extra = sorted(rng.sample(range(ROWS), 5)) if rng.random() < 0.5 else None
-    return Plan(seed, nodes, threads, backups, tables, rng.randint(60, 120), rng.randint(2, 4), hot,
-                rng.choice([1, 2, 3]), restore_hot, extra, 20, [r * threads + t for r in range(nodes)
-                                                                for t in range(threads)])
+    p = Plan(seed, nodes, threads, backups, tables, rng.randint(60, 120), rng.randint(2, 4), hot,
+             rng.choice([1, 2, 3]), restore_hot, extra, 20, [r * threads + t for r in range(nodes)
+                                                             for t in range(threads)])
+    events = random.Random(seed * 7919 + 1)  # (its own draws: the tables of a seed stay as they were)
+    p.event = events.choice([None, "kill", "stop"] if backups else [None, "join", "leave"])
+    p.victim = events.randrange(nodes) if p.event else -1
+    if p.event in ("join", "leave"):
+        p.checkpoints = 0  # (a checkpoint is collective: a joiner would have to know how many are left)
+        if "sparse" in p.tables and len(p.tables) > 2:  # sparse tables refuse join and leave (ConfigError)
+            p.tables.remove("sparse")
+        elif "sparse" in p.tables:
+            p.event, p.victim = None, -1
+    return p
 
 
 def steps(p: Plan, gid: int, count: int | None = None, salt: int = 0) -> list[list[tuple]]:

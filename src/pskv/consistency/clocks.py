@@ -35,9 +35,12 @@ class Clocks:
         self._base = 0  # the clock new workers start at: the global clock when this node joined a running cluster
 
     def start_at(self, clock: int) -> None:
-        """This node joined a running cluster whose global clock is `clock`: its workers start there."""
+        """This node joined a running cluster whose global clock is `clock`: its workers start there.
+        INF (no worker of any node was open) is no clock to start at: they start at 0, as the next
+        workers of the others do (they started at INF and held every clock of the others back)."""
+        clock = int(clock) if int(clock) < INF else 0
         with self._cond:
-            self._base = self._node_ended = self._applied = self.global_clock = int(clock)
+            self._base = self._node_ended = self._applied = self.global_clock = clock
 
     # ---- worker threads -----------------------------------------------------------------------
     def register(self, worker) -> None:

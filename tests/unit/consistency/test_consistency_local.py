@@ -356,3 +356,15 @@ def test_a_worker_made_while_others_run_starts_at_the_global_clock():
     assert clocks.clock_of(late) == 7 and rec.reports[-1][0] == 7
     clocks.tick(late, [])
     assert rec.reports[-1][0] == 8
+
+
+def test_a_node_that_joins_when_no_worker_runs_starts_its_workers_at_zero():
+    """A joiner whose cluster's workers were all closed (global clock INF) starts its workers at 0, as the
+    others' next workers do (they started at INF: an SSP pull of theirs waited for INF forever)."""
+    clocks, rec = _clocks()
+    clocks.start_at(INF)
+    w = object()
+    clocks.register(w)
+    assert clocks.clock_of(w) == 0 and clocks.global_clock == 0
+    clocks.tick(w, [])
+    assert rec.reports[-1][0] == 1
