@@ -37,6 +37,7 @@ class TableState:
     cache: RowCache | None = None  # BSP/SSP: copies of remote rows, shared by the node's workers
     buffer: PushBuffer | None = None  # BSP/SSP: remote updates waiting for the next flush
     aggregator: object = None  # NodeAggregate: a client.aggregate.Aggregator (mshadow-ps level 1)
+    path: object = None  # its request path: a client.path.Path, composed from the parts above once they are made
     codec: object = None  # node.table(filters=): this table's wire filters (a net.codec.Codec) when a call gives none
     next_sync: float = 0.0  # Replicate: when the pskv-replica thread syncs this table next
     declined_until: np.ndarray | None = None  # (rows,) monotonic time before which localize skips a key; lazily
@@ -79,6 +80,10 @@ class TableState:
     def parts(self) -> list[str]:
         """Its technique parts, for debug dumps."""
         return [repr(x) for x in (self.buffer, self.cache, self.aggregator, self.shard.replicas) if x is not None]
+
+    def stages(self) -> dict[str, str]:
+        """Each call's stages on this node ({"pull": "replica > local > route", ...}; client.path)."""
+        return self.path.describe() if self.path is not None else {}
 
 
 class Catalog:
@@ -130,15 +135,14 @@ class Catalog:
         return [f for f in futures if f is not None]
 
     def hold_rounds(self) -> None:
-        """A checkpoint writes: no NodeAggregate round is applied or handed on until `release_rounds()`."""
+        """A checkpoint writes: no NodeAggregate round is applied or handed on until `release_rounds()`
+        (each table's path: `Path.hold`; its other writes wait at the write gate)."""
         for s in self.tables():
-            if s.aggregator is not None:
-                s.aggregator.hold()
+            s.path.hold()
 
     def release_rounds(self) -> None:
         for s in self.tables():
-            if s.aggregator is not None:
-                s.aggregator.release()
+            s.path.release()
 
     def clear_caches(self) -> None:
         """After a barrier, cached rows may miss updates issued before it: drop them."""

@@ -4,7 +4,7 @@ ranges, kept until every key is answered, and sent again after a membership chan
 Every write goes through its range's head, also when this node is the head (a message to its own
 pskv-server): the head applies the writes of a range in one order and passes them down the chain
 in that order (server.chain), which is what keeps backups equal to it. Pulls of rows this node
-holds are served from memory, as without backups.
+holds are served from memory before (client.stages.HeldRows), as without backups.
 
 A request keeps its parts (keys, values, and which keys were answered) until it completes. When a
 node dies, `retry` (pskv-server, at the membership change) sends every unanswered key again, with
@@ -103,20 +103,12 @@ class BackedRequest:
 
 def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool, rows: bool = False,
             rounds: np.ndarray | None = None) -> Future:
-    """Serve or send `keys` of `table` on a cluster with backups (see the module docstring).
-    `rows`: a push whose Future's result is `out` filled with the rows after it (from the chain's
-    tail: the aggregated tables' level 2, client.aggregate). `rounds` (kind AGG_PUSH): the round
+    """Send `keys` of `table` to their ranges' heads on a cluster with backups (see the module
+    docstring). `rows`: a push whose Future's result is `out` filled with the rows after it (from
+    the chain's tail: the aggregated tables' level 2, client.aggregate). `rounds` (kind AGG_PUSH): the round
     of each key, for a BSP/SSP aggregated table's level 2 (server.rounds)."""
     st = table._state
     ctx = table._ctx
-    n = len(keys)
-    if kind == Kind.PULL:  # rows held here: from memory, no message
-        miss = st.shard.pull(keys, out, gpos)
-        st.local_keys += n - len(miss)
-        if not len(miss):
-            return Future.completed(out, table._desc(kind))
-        keys = keys[miss]
-        gpos = miss if gpos is None else gpos[miss]
     req = BackedRequest(table, kind, out, ROWS if rows else 0)
     req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=table._desc(kind),
                                            retry=req.retry)

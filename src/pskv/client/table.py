@@ -1,9 +1,10 @@
-"""Table: a worker's handle on one table (pull, push, set, localize, sampling) and its data path.
+"""Table: a worker's handle on one table (pull, push, set, localize, sampling).
 
-A `Table` call checks its input, partitions the keys by owner (counting sort, no full sort),
-sends one message per remote owner straight from the calling thread, serves the local part
-from the store in memory, and returns a `Future` that the pskv-server thread completes as
-replies arrive.
+A `Table` call checks its input and hands it to the table's path (client.path): the stages its
+options put in, composed once when the table was declared (client.front, client.stages). They
+serve the local part from the store in memory; the last, `Route` (here), partitions the rest by
+owner (counting sort, no full sort) and sends one message per remote owner straight from the
+calling thread. The call returns a `Future` that the pskv-server thread completes as replies arrive.
 
 Threads and ownership: a `Worker` belongs to the thread it was made for, but its methods are
 thread-safe. Arrays passed to push/set are copied before the call returns unless
@@ -14,20 +15,18 @@ only after `wait()`.
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import numpy as np
 
-from .. import _hooks
 from ..catalog import TableState
-from ..errors import DTypeError, KeyOutOfRange, RequestStalled, ShapeError, TableError, WaitTimeout
+from ..errors import DTypeError, KeyOutOfRange, ShapeError
 from ..net.future import Future
-from ..net.wire import FORCE, ROWS, Kind
+from ..net.wire import ROWS, Kind
 from ..placement import route
 from ..store.spec import TableSpec, check_keys, check_values
 from ..tensors import from_numpy, is_tensor, to_numpy
-from . import backed, sampling
+from . import sampling
 from .context import Context
 from .filters import codec_of
 from .request import Request
@@ -40,6 +39,7 @@ class Table:
         self._ctx = ctx
         self._worker = worker  # the client.worker.Worker that made it; None: the node's push-buffer flusher
         self._state = state
+        self._path = state.path  # client.path.Path: the table's stages, composed when it was declared
         self.spec: TableSpec = state.spec
         self.name = self.spec.name
         self.rows, self.dim, self.dtype = self.spec.rows, self.spec.dim, np.dtype(self.spec.dtype)
@@ -78,12 +78,7 @@ class Table:
         fresh = out is None
         out = self._out(out, len(keys))
         self._state.pulls += 1
-        if self._state.aggregator is not None:
-            fut = self._state.aggregator.pull(self._worker, keys, out)
-        elif self._state.consistency.synchronous:
-            fut = self._pull_bounded(keys, out, direct)
-        else:
-            fut = self._request(Kind.PULL, keys, None, out, copy=True, fresh=fresh, direct=direct, codec=codec)
+        fut = self._path.read(self, keys, out, fresh, direct, codec)
         if callback is not None:
             fut = fut.then(callback)
         if tensor is not False:
@@ -102,16 +97,7 @@ class Table:
         keys = check_keys(self.spec, keys, "push")
         updates = check_values(self.spec, updates, len(keys), "push")
         self._state.pushes += 1
-        if self._state.aggregator is not None:
-            return self._state.aggregator.push(self._worker, keys, updates)
-        gate = self._ctx.gate
-        gate.enter(self._ctx.check)  # a checkpoint in progress: after it
-        try:
-            if self._state.buffer is not None:
-                return self._update(self._push_buffered(keys, updates))
-            return self._request(Kind.PUSH, keys, updates, None, copy=copy, codec=self._codec(filters))  # Async
-        finally:
-            gate.leave()
+        return self._path.push(self, Kind.PUSH, keys, updates, None, copy, False, self._codec(filters))
 
     def push_pull(self, keys, updates, *, out: np.ndarray | None = None, filters=None) -> Future:
         """Push `updates` for `keys` and get the rows of the same keys right after that push, in one
@@ -119,22 +105,13 @@ class Table:
         The owner applies the push and reads the rows under the same locks. Asynchronous tables
         without backups only (TableError otherwise); duplicate keys are summed as in push."""
         self._ctx.check()
-        st = self._state
-        if (st.buffer is not None or st.aggregator is not None or st.shard.replicas is not None
-                or self._ctx.chains() is not None):
-            raise TableError(f"push_pull on table {self.name!r}: only for asynchronous tables without "
-                             "NodeAggregate, Replicate or backups; use push() then pull() there")
         keys = check_keys(self.spec, keys, "push_pull")
         updates = check_values(self.spec, updates, len(keys), "push_pull")
         out = self._out(out, len(keys))
-        st.pushes += 1
-        st.pulls += 1
-        gate = self._ctx.gate
-        gate.enter(self._ctx.check)
-        try:
-            return self._request(Kind.PUSH, keys, updates, out, copy=True, rows=True, codec=self._codec(filters))
-        finally:
-            gate.leave()
+        fut = self._path.push_pull(self, Kind.PUSH, keys, updates, out, True, True, self._codec(filters))
+        self._state.pushes += 1
+        self._state.pulls += 1
+        return fut
 
     def pull_range(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """(keys, rows) of the keys in [lo, hi): for a dense table every row id in it; for a sparse table
@@ -165,36 +142,14 @@ class Table:
     def flush(self) -> None:
         """Send this table's buffered pushes now (BSP/SSP tables buffer them until clock()), so that
         their Futures can complete before the next clock. A no-op for other tables."""
-        if self._state.buffer is not None:
-            self._state.buffer.flush()
+        self._path.flush()
 
     def set(self, keys, values, *, copy: bool = True) -> Future:
         """Overwrite rows `keys` with `values` (len(keys), dim); for duplicate keys the last wins."""
         self._ctx.check()
         keys = check_keys(self.spec, keys, "set")
         values = check_values(self.spec, values, len(keys), "set")
-        gate = self._ctx.gate
-        gate.enter(self._ctx.check)  # a checkpoint in progress: after it
-        try:
-            return self._set(keys, values, copy)
-        finally:
-            gate.leave()
-
-    def _set(self, keys: np.ndarray, values: np.ndarray, copy: bool) -> Future:
-        st = self._state
-        if st.aggregator is not None and st.aggregator.started():
-            raise TableError(f"set on table {self.name!r}: an aggregated table takes set only for initial values, "
-                             "before any push of a round (then a barrier); later only push and pull")
-        if st.buffer is not None:  # keep order with buffered pushes, and drop cached copies
-            st.buffer.flush_before_pull()
-            if st.cache is not None:  # no copy of these rows until the set is applied (see RowCache.hold)
-                st.cache.hold(keys)
-        fut = self._request(Kind.SET, keys, values, None, copy=copy)
-        if st.buffer is not None:  # later buffered pushes must not overtake it (PushBuffer.order_after)
-            st.buffer.order_after(fut)
-        if st.cache is not None:
-            fut.add_done_callback(lambda f: st.cache.release(keys))
-        return self._update(fut) if st.consistency.synchronous else fut
+        return self._path.set(self, Kind.SET, keys, values, None, copy, False, None)
 
     def localize(self, keys, *, _force: bool = False) -> Future:
         """Move ownership of `keys` (rows and updater state) to this node. Returns a Future.
@@ -205,44 +160,10 @@ class Table:
         read remotely; this node does not ask for it again until that lease ends, and with
         location caches goes to it directly. Pulls and pushes of the keys keep working during the
         move: requests that reach a key in transfer wait at its new owner and apply in arrival
-        order when it lands. Thread-safe."""
+        order when it lands. Thread-safe. `_force`: past leases (a joining node's share, node.table)."""
         self._ctx.check()
-        if self._state.aggregator is not None:
-            raise TableError(f"localize on table {self.name!r}: an aggregated table keeps its static placement")
-        keys = np.unique(check_keys(self.spec, keys, "localize"))  # (m,) sorted, distinct
-        shard = self._state.shard
-        declined = None if _force else self._state.declined_until  # (_force: a joining node's share, node.table)
-        if declined is not None:  # declined lately (another node's lease holds them): do not ask again yet
-            keys = keys[declined[keys] <= time.monotonic()]
-        if shard.replicas is not None:  # replicated keys are local everywhere already
-            keys = keys[~shard.replicas.mask(keys)]
-        if not len(keys) or shard.owned(keys).all():
-            return Future.completed(None, f"localize {self.name!r}")
-        gate = self._ctx.gate  # a move changes two nodes' files: during a checkpoint it waits, and the checkpoint's
-        gate.enter(self._ctx.check)  # drain waits for the moves begun before it (a row in TRANSFER is in no file)
-        try:
-            _hooks.reach("localize.checked", node=self._ctx.rank, keys=keys)
-            fresh = shard.mark_incoming(keys)  # absent keys are now "on their way here"
-            waiting = keys[shard.slot[keys] < 0]
-            tracker = self._ctx.tracker
-            rid, fut = tracker.new_request(len(waiting), desc=f"localize on table {self.name!r}")
-            here = shard.await_keys(waiting, rid)
-            if here:
-                tracker.on_reply(rid, here)
-            self._state.localizes += len(fresh)
-            if self._ctx.chains() is not None:  # backups: this node becomes a reader of the keys (server.readers)
-                backed.subscribe(self, rid, fresh)
-                self._track(fut)
-                return fut
-            managers = self._state.ranges.manager_of(fresh)
-            lease_ms = int(round(self._state.options.placement.lease * 1000))  # asked of the managers (server.relocate)
-            for m in np.unique(managers):
-                self._ctx.endpoint.request(int(m), Kind.LOCALIZE, self.spec.table_id, rid, part=lease_ms,
-                                           flags=FORCE if _force else 0, keys=fresh[managers == m])
-            self._track(fut)
-            return fut
-        finally:
-            gate.leave()
+        keys = check_keys(self.spec, keys, "localize")
+        return self._path.localize(self, np.unique(keys), _force)  # (m,) sorted, distinct
 
     def prepare_sample(self, n: int, *, scheme: str | None = None) -> "sampling.SampleHandle":
         """A handle that gives out at most `n` keys drawn from the table's distribution.
@@ -250,7 +171,7 @@ class Table:
         `scheme` overrides the table's (naive, preloc, pool, onlylocal; see pskv.client.sampling). preloc
         and pool start localizing their keys now, without blocking."""
         self._ctx.check()
-        return sampling.prepare(self, n, scheme)
+        return self._path.sample(self, n, scheme)
 
     def pull_sample(self, handle: "sampling.SampleHandle", k: int) -> tuple[np.ndarray, np.ndarray]:
         """The next (up to) k sampled keys of `handle` and their rows. Blocks for the rows."""
@@ -273,95 +194,15 @@ class Table:
         if tensor is not False:
             values = from_numpy(out) if tensor is True else tensor
             return from_numpy(self.pull_if_local(keys, out=out)[0]), values
-        if not len(keys):
-            return np.zeros(0, bool), out
-        mask = np.ones(len(keys), bool)
-        replicas = self._state.shard.replicas
-        rest = None
-        if replicas is not None:  # a replica, not the manager's unused home row, holds these
-            hot = replicas.mask(keys)
-            replicas.pull(keys[hot], out, np.flatnonzero(hot))
-            rest = np.flatnonzero(~hot)
-        miss = self._state.shard.pull(keys if rest is None else keys[rest], out, rest)
-        mask[miss if rest is None else rest[miss]] = False
-        self._state.local_keys += int(mask.sum())
-        return mask, out
-
-    # ---- BSP / SSP (pskv.consistency) -----------------------------------------------------------
-    def _pull_bounded(self, keys: np.ndarray, out: np.ndarray, direct: bool) -> Future:
-        """A pull that includes every update stamped <= clock - staleness - 1, and this node's own."""
-        st = self._state
-        needed = self._ctx.clocks.clock_of(self._worker) - st.consistency.staleness  # the global clock the rows need
-        rest = np.arange(len(keys))  # (n,) positions in out not yet served
-        # copies of rows owned elsewhere, fresh enough for this clock; a handle whose thread ticks no clock
-        # (the main thread's, after training) has no clock to be fresh for: it reads the owners' rows
-        if st.cache is not None and self._ctx.clocks.takes_part(self._worker):
-            far = np.flatnonzero(self._cacheable(keys))
-            if len(far):
-                todo = np.ones(len(keys), bool)
-                todo[far] = False
-                todo[far[st.cache.lookup(keys[far], needed, out, far)]] = True
-                rest = np.flatnonzero(todo)
-                if not len(rest):
-                    return Future.completed(out, self._desc(Kind.PULL))
-        try:
-            self._ctx.clocks.wait_for(needed, self._ctx.collective_timeout)
-        except WaitTimeout as exc:  # a worker somewhere stopped calling clock(): fail loudly, not forever
-            raise RequestStalled(f"{self._desc(Kind.PULL)}: {exc} (PSKV_COLLECTIVE_TIMEOUT); the node logs of the "
-                                 "slowest workers show where they are", request=self._desc(Kind.PULL)) from None
-        # before the flush: a push written to the cache before `since` is in the buffer by then (see RowCache)
-        since = st.cache.sequence() if st.cache is not None else 0
-        st.buffer.flush_before_pull()  # read-my-writes: our buffered updates reach the owners first
-        fresh = self._ctx.clocks.global_clock
-        if st.cache is None:
-            return self._request(Kind.PULL, keys, None, out, copy=True, direct=direct)
-        miss_keys = keys[rest]
-        fut = self._request(Kind.PULL, miss_keys, None, out, copy=True, gpos=rest, direct=direct)
-        remote = self._cacheable(miss_keys)
-
-        def keep(values: np.ndarray) -> None:
-            st.cache.insert(miss_keys[remote], values[rest[remote]], fresh, since)
-
-        return fut.then(keep)
-
-    def _cacheable(self, keys: np.ndarray) -> np.ndarray:
-        """(n,) bool: rows of keys owned elsewhere and not replicated: the only ones a RowCache copies
-        (rows owned here are read from the store; replicated ones from this node's replica)."""
-        far = self._state.shard.slot[keys] < 0
-        replicas = self._state.shard.replicas
-        return far if replicas is None else far & ~replicas.mask(keys)
-
-    def _push_buffered(self, keys: np.ndarray, updates: np.ndarray) -> Future:
-        """Apply the local part now; buffer the rest (copied) for the next flush."""
-        st = self._state
-        if st.shard.replicas is not None:
-            hot = st.shard.replicas.mask(keys)
-            if hot.any():
-                st.shard.replicas.push(keys[hot], updates[hot])
-                self._state.local_keys += int(hot.sum())
-                keys, updates = keys[~hot], updates[~hot]
-        if not len(keys):
-            return Future.completed(None, self._desc(Kind.PUSH))
-        if self._ctx.chains() is None:  # (with backups every write goes through its range's head)
-            miss = st.shard.push(keys, updates)
-            self._state.local_keys += len(keys) - len(miss)
-            if not len(miss):
-                return Future.completed(None, self._desc(Kind.PUSH))
-            keys, updates = keys[miss], updates[miss]
-        if st.cache is None:
-            fut = st.buffer.add(keys, updates)
-        else:
-            with st.cache.ordering:  # write + add as one step against a pull's sequence() (see RowCache)
-                st.cache.write(keys, updates)
-                fut = st.buffer.add(keys, updates)
-        self._track(fut)
-        return fut
-
-    def _send_push(self, keys: np.ndarray, values: np.ndarray) -> Future:
-        """A flush of the push buffer: a plain push of arrays nobody else holds."""
-        return self._request(Kind.PUSH, keys, values, None, copy=False)
+        return self._path.peek(self, keys, out)
 
     # ---- the data path --------------------------------------------------------------------------
+    def _request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool, gpos=None,
+                 fresh: bool = False, direct: bool = False, rows: bool = False, codec=None) -> Future:
+        """The table's request stages alone, no gate or technique before them (an aggregated
+        table's plain reads, client.aggregate): see client.stages for the arguments."""
+        return self._path.request(self, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
+
     def _codec(self, filters):
         """A call's wire filters: its own `filters=` (an empty list: none), else the table's."""
         return self._state.codec if filters is None else codec_of(filters)
@@ -380,113 +221,6 @@ class Table:
                              "pass np.ascontiguousarray(out) or let pull allocate it")
         return out
 
-    def _request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool, gpos=None,
-                 fresh: bool = False, direct: bool = False, rows: bool = False, codec=None) -> Future:
-        """Serve or send `keys`; with `gpos`, key i's row goes to out[gpos[i]]. `fresh`: `out` was
-        allocated for this pull (no `out=`), so a large reply that answers all of it in order may
-        become the result itself instead of being copied into `out` (see client.request.Request.on_part).
-        `direct`: this thread waits for the result at once, so the replies come to its reply box.
-        `rows`: a push that wants the rows after it in `out` (push_pull). `codec`: how remote parts travel."""
-        n = len(keys)
-        if n == 0:
-            return Future.completed(out, self._desc(kind))
-        shard = self._state.shard
-        if shard.replicas is not None:  # replicated keys: always local, never routed
-            hot = shard.replicas.mask(keys)
-            if hot.any():
-                at = np.flatnonzero(hot)
-                self._replica(kind, keys[at], None if values is None else values[at], out,
-                              at if gpos is None else gpos[at])
-                self._state.local_keys += len(at)
-                if len(at) == n:
-                    return Future.completed(out, self._desc(kind))
-                rest = np.flatnonzero(~hot)
-                keys, values, copy = keys[rest], None if values is None else values[rest], False
-                gpos = rest if gpos is None else gpos[rest]
-        if self._ctx.chains() is not None:  # a cluster with backups (client.backed)
-            fut = backed.request(self, kind, keys, values, out, gpos, direct)
-            self._track(fut)
-            return fut
-        if shard.slot[keys[0]] >= 0:  # probably all local: one locked pass, no routing
-            miss = self._local(kind, keys, values, out, gpos, rows)
-            self._state.local_keys += len(keys) - len(miss)
-            if not len(miss):
-                return Future.completed(out, self._desc(kind))
-            keys, values, copy = keys[miss], None if values is None else values[miss], False
-            gpos = miss if gpos is None else gpos[miss]
-        req = Request(self, kind, out, fresh)
-        req.rid, fut = self._ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out,
-                                                     desc=self._desc(kind))
-        if direct:
-            req.reply_to = self._ctx.endpoint.reply_box()
-        st = self._state
-        ranges = st.ranges  # (read once: a membership change puts a new one in its place)
-        # nothing moved here and one manager holds every key: skip per-key routing (correct even if
-        # other nodes moved some of the keys: their manager forwards them)
-        dest = ranges.one_manager(keys) if st.shard.static and not st.loc_cache.size else -1
-        if dest >= 0:
-            self._part(req, dest, keys, values, gpos, copy, ranges.nodes, rows, codec)
-        else:  # each key to where it lives (or may live); `ranges.nodes`: on its way here
-            hops = route.next_hops(keys, st.shard, ranges, self._ctx.rank, st.loc_cache)
-            for d, idx, pk, pv in route.parts(keys, values, hops, ranges.nodes + 1):
-                if idx is None:
-                    self._part(req, d, pk, pv, gpos, copy, ranges.nodes, rows, codec)
-                else:
-                    self._part(req, d, pk, pv, idx if gpos is None else gpos[idx], False, ranges.nodes, rows, codec)
-        if req.reply_to and req.parts:
-            fut.pumped_by(self._ctx.endpoint.pump)
-        self._track(fut)
-        return fut
-
-    def _part(self, req, dest, keys, values, gpos, copy, incoming, rows=False, codec=None) -> None:
-        me = self._ctx.rank
-        if dest == me:
-            miss = self._local(req.kind, keys, values, req.out, gpos, rows)
-            served = len(keys) - len(miss)
-            self._state.local_keys += served
-            if served:
-                self._ctx.tracker.on_reply(req.rid, served)
-            if not len(miss):
-                return
-            # moved away meanwhile: our own server routes them on
-            keys, values = keys[miss], None if values is None else values[miss]
-            gpos = miss if gpos is None else gpos[miss]
-            copy = False
-        elif dest == incoming:
-            dest = me  # on their way here: our server queues them until they land
-        req.parts.append((gpos, keys if self._state.loc_cache.size else None))
-        self._state.remote_keys += len(keys)
-        self._ctx.endpoint.request(dest, req.kind, self.spec.table_id, req.rid, part=len(req.parts) - 1, dim=self.dim,
-                                   copy=copy, reply_to=req.reply_to, flags=ROWS if rows else 0, codec=codec, keys=keys,
-                                   values=values)
-
-    def _replica(self, kind, keys, values, out, pos) -> None:
-        replicas = self._state.shard.replicas
-        if kind == Kind.PULL:
-            replicas.pull(keys, out, pos)
-        elif kind == Kind.PUSH:
-            replicas.push(keys, values)
-        else:
-            replicas.set(keys, values)
-
-    def _local(self, kind, keys, values, out, pos, rows=False) -> np.ndarray:
-        """Serve the keys this node owns; returns the indices of those it does not."""
-        shard = self._state.shard
-        if kind == Kind.PULL:
-            return shard.pull(keys, out, pos)
-        if kind == Kind.PUSH and rows:
-            if pos is None:
-                return shard.push_pull(keys, values, out)
-            got = np.empty((len(keys), self.dim), self.dtype)
-            miss = shard.push_pull(keys, values, got)
-            hit = np.ones(len(keys), bool)
-            hit[miss] = False
-            out[pos[hit]] = got[hit]
-            return miss
-        if kind == Kind.PUSH:
-            return shard.push(keys, values)
-        return shard.set(keys, values)
-
     def _track(self, fut: Future) -> None:
         if self._worker is not None:
             self._worker._track(fut)
@@ -502,3 +236,86 @@ class Table:
 
     def __repr__(self) -> str:
         return f"<Table {self.name!r} {self.spec.describe()} on node {self._ctx.rank}>"
+
+
+def serve_local(h, shard, kind: Kind, keys: np.ndarray, values, out, pos, rows: bool) -> np.ndarray:
+    """Serve the keys `shard` holds; returns the indices of those it does not."""
+    if kind == Kind.PULL:
+        return shard.pull(keys, out, pos)
+    if kind == Kind.PUSH and rows:
+        if pos is None:
+            return shard.push_pull(keys, values, out)
+        got = np.empty((len(keys), h.dim), h.dtype)  # (n, dim) the rows after the push
+        miss = shard.push_pull(keys, values, got)
+        hit = np.ones(len(keys), bool)
+        hit[miss] = False
+        out[pos[hit]] = got[hit]
+        return miss
+    if kind == Kind.PUSH:
+        return shard.push(keys, values)
+    return shard.set(keys, values)
+
+
+class Route:
+    """The keys left to where each lives (placement.route), one message per destination from the
+    calling thread; keys that reach this node after all are served here."""
+
+    name = "route"
+    next = None
+
+    def names(self) -> list[str]:
+        return [self.name]
+
+    def __init__(self, state: TableState, ctx: Context) -> None:
+        self.state, self.ctx = state, ctx
+        if state.loc_cache.size:
+            self.name = "route (location cache)"
+
+    def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        if not len(keys):
+            return Future.completed(out, h._desc(kind))
+        ctx, st = self.ctx, self.state
+        req = Request(h, kind, out, fresh)
+        req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=h._desc(kind))
+        if direct:
+            req.reply_to = ctx.endpoint.reply_box()
+        ranges = st.ranges  # (read once: a membership change puts a new one in its place)
+        # nothing moved here and one manager holds every key: skip per-key routing (correct even if
+        # other nodes moved some of the keys: their manager forwards them)
+        dest = ranges.one_manager(keys) if st.shard.static and not st.loc_cache.size else -1
+        if dest >= 0:
+            self._part(h, req, dest, keys, values, gpos, copy, ranges.nodes, rows, codec)
+        else:  # each key to where it lives (or may live); `ranges.nodes`: on its way here
+            hops = route.next_hops(keys, st.shard, ranges, ctx.rank, st.loc_cache)
+            for d, idx, pk, pv in route.parts(keys, values, hops, ranges.nodes + 1):
+                if idx is None:
+                    self._part(h, req, d, pk, pv, gpos, copy, ranges.nodes, rows, codec)
+                else:
+                    self._part(h, req, d, pk, pv, idx if gpos is None else gpos[idx], False, ranges.nodes, rows, codec)
+        if req.reply_to and req.parts:
+            fut.pumped_by(ctx.endpoint.pump)
+        h._track(fut)
+        return fut
+
+    def _part(self, h, req, dest, keys, values, gpos, copy, incoming, rows, codec) -> None:
+        ctx, st = self.ctx, self.state
+        me = ctx.rank
+        if dest == me:
+            miss = serve_local(h, st.shard, req.kind, keys, values, req.out, gpos, rows)
+            served = len(keys) - len(miss)
+            st.local_keys += served
+            if served:
+                ctx.tracker.on_reply(req.rid, served)
+            if not len(miss):
+                return
+            # moved away meanwhile: our own server routes them on
+            keys, values = keys[miss], None if values is None else values[miss]
+            gpos = miss if gpos is None else gpos[miss]
+            copy = False
+        elif dest == incoming:
+            dest = me  # on their way here: our server queues them until they land
+        req.parts.append((gpos, keys if st.loc_cache.size else None))
+        st.remote_keys += len(keys)
+        ctx.endpoint.request(dest, req.kind, h.spec.table_id, req.rid, part=len(req.parts) - 1, dim=h.dim,
+                             copy=copy, reply_to=req.reply_to, flags=ROWS if rows else 0, codec=codec, keys=keys,
+                             values=values)

@@ -42,6 +42,7 @@ from ..catalog import Catalog
 from ..checkpoint import format as checkpoint_format
 from ..checkpoint.collective import Checkpointer
 from ..checkpoint.restore import Restorer
+from ..client import compat
 from ..client.context import Context
 from ..client.filters import table_codec
 from ..client.replica_sync import ReplicaSync
@@ -49,7 +50,7 @@ from ..client.table import Table
 from ..client.worker import Worker
 from ..config import NodeConfig
 from ..consistency.clocks import Clocks
-from ..errors import BarrierTimeout, ClosedError, ClusterError, ConfigError, NodeFailure, PskvError, ShapeError
+from ..errors import BarrierTimeout, ClosedError, ClusterError, NodeFailure, PskvError, ShapeError
 from ..membership import client as coordinator_client
 from ..membership import join
 from ..membership.barrier import LocalBarrier
@@ -245,16 +246,17 @@ class Node:
         self.health.check()
         if storage != "disk" and cache_rows is not None:  # the old flat keyword of BSP/SSP's row cache
             deprecated["cache_rows"], cache_rows = cache_rows, None
-        options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
         consistency = self.consistency if consistency is None else as_consistency(consistency)
-        codec = None
-        if filters is not None:
-            if consistency.synchronous or options.aggregate is not None:
-                raise ConfigError(f"table {name!r}: filters= shape the messages of asynchronous tables; a BSP/SSP "
-                                  "or NodeAggregate table sends its pushes in rounds of its own: drop filters=")
-            codec = table_codec(filters, name, dtype)
+        # what does not compose, before anything is made (client.compat: the one list of refused pairs)
+        compat.check_declaration(name, compat.declared(
+            key_space=key_space, storage=storage, placement=placement, replicate=replicate, sampling=sampling,
+            aggregate=aggregate, consistency=consistency, filters=filters, old=deprecated,
+            backups=self.config.backups, joined=self._joined is not None))
+        options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
+        codec = None if filters is None else table_codec(filters, name, dtype)
         if key_space == "uint64":
-            self._tables.check_sparse(name, rows, options, consistency)
+            if rows is not None:
+                raise ShapeError(f"table {name!r} (key_space='uint64'): has no row count; pass rows=None")
             rows = SPARSE_ROWS
         elif rows is None:
             raise ShapeError(f"table {name!r}: rows=None is for key_space='uint64' tables; give the row count")

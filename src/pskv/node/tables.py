@@ -1,8 +1,8 @@
-"""A table's parts on this node: the shard, the technique parts its options ask for, and what
-every node must agree on. `Node.table()` calls it; it holds no state of its own.
+"""A table's parts on this node: the shard, the technique parts its options ask for, its request
+path (client.path, composed from them), and what every node must agree on. `Node.table()` calls
+it; it holds no state of its own. Which options compose is client.compat's to say, before.
 
     builder = TableBuilder(rank, config, view, store, server, endpoint, ctx, joined=False)
-    builder.check_sparse(name, rows, options, consistency)      # before anything is declared
     state, agreed = builder.build(spec, options, consistency, fill=True, disk=builder.disk(...))
     catalog.add(state); builder.current_ranges(state)          # then the collective declare
 
@@ -21,11 +21,11 @@ from .. import updaters
 from ..catalog import TableState
 from ..client.aggregate import Aggregator
 from ..client.context import Context
-from ..client.table import Table
+from ..client.path import compose
 from ..config import NodeConfig
 from ..consistency.buffer import PushBuffer
 from ..consistency.cache import RowCache
-from ..errors import ConfigError, ShapeError
+from ..errors import ConfigError
 from ..membership.view import View
 from ..net.endpoint import Endpoint
 from ..options import TableOptions
@@ -47,25 +47,9 @@ class TableBuilder:
         self.rank, self.config, self.view, self.store = rank, config, view, store
         self.server, self.endpoint, self.ctx, self.joined = server, endpoint, ctx, joined
 
-    def check_sparse(self, name: str, rows, options: TableOptions, consistency) -> None:
-        """What a sparse table cannot do yet, said before anything is declared."""
-        where = f"table {name!r} (key_space='uint64')"
-        if rows is not None:
-            raise ShapeError(f"{where}: has no row count; pass rows=None")
-        used = [what for what, on in (("placement=Relocate", options.placement.location_caches),
-                                      ("replicate", options.replicate is not None),
-                                      ("sampling", options.sampling is not None),
-                                      ("aggregate", options.aggregate is not None)) if on]
-        if used or consistency.synchronous:
-            raise ConfigError(f"{where}: sparse tables are asynchronous and keep keys at their range's node; "
-                              f"drop {used or ['consistency=BSP/SSP']} (bounded delay: worker.clock() and "
-                              "worker.wait_clock(), as the lr app does)")
-        if self.config.backups or self.joined:
-            raise ConfigError(f"{where}: sparse tables do not run with backups or on a node that joined a "
-                              "running cluster yet; use dense tables there")
-
     def disk(self, spec: TableSpec, storage: str, cache_rows, path) -> DiskRows | None:
-        """The files of a storage="disk" table on this node (ConfigError for what cannot be on disk)."""
+        """The files of a storage="disk" table on this node (ConfigError for a storage or path that
+        is not one; the kinds and clusters a disk table refuses, client.compat said before)."""
         if storage == "memory":
             return None
         where = f"table {spec.name!r} (storage={storage!r})"
@@ -73,8 +57,6 @@ class TableBuilder:
             raise ConfigError(f"{where}: storage is 'memory' or 'disk'")
         if path is None:
             raise ConfigError(f"{where}: give path=DIR, a directory for this node's rows")
-        if spec.sparse or self.config.backups:
-            raise ConfigError(f"{where}: disk tables are dense tables without backups for now")
         return DiskRows(path, spec.name, self.rank, cache_rows, spec.dim * np.dtype(spec.dtype).itemsize)
 
     def build(self, spec: TableSpec, options: TableOptions, consistency, fill: bool = True,
@@ -83,9 +65,11 @@ class TableBuilder:
         left unset for a checkpoint to fill)."""
         ranges = self.view.key_ranges(spec.rows)
         config = {**spec.config(), "consistency": consistency.spec}
-        if spec.sparse:  # keys stay at their range's node: no technique parts (check_sparse said so)
+        if spec.sparse:  # keys stay at their range's node: no technique parts (client.compat refused them)
             shard = self.store.add_sparse(spec, self.rank, ranges.manager_range(self.rank))
-            return TableState(spec, ranges, shard, options, consistency, np.empty(0, np.int64)), config
+            state = TableState(spec, ranges, shard, options, consistency, np.empty(0, np.int64))
+            compose(state, self.ctx, backups=bool(self.config.backups))
+            return state, config
         shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank, fill, disk=disk)
         for r in ranges.managed_by(self.rank):
             if r != self.rank:  # a range whose first manager left the cluster before this table came
@@ -112,8 +96,9 @@ class TableBuilder:
             if capacity:
                 state.cache = RowCache(spec.rows, spec.dim, spec.dtype, capacity,
                                        additive=isinstance(spec.updater, updaters.Add))
-            flusher = Table(self.ctx, state, None)  # a flush is a plain push of arrays nobody else holds
-            state.buffer = PushBuffer(spec.dim, spec.dtype, options.cache.buffer_rows, flusher._send_push)
+            # a flush is a plain push of arrays nobody else holds, down the table's request stages
+            state.buffer = PushBuffer(spec.dim, spec.dtype, options.cache.buffer_rows,
+                                      lambda keys, values: state.path.send_buffered(keys, values))
         if options.replicate is not None:
             keys = hot_keys(spec, options.replicate)
             # the nodes that started the cluster sync with each other from the start; a node that
@@ -122,6 +107,7 @@ class TableBuilder:
             shard.replicas = Replicas(spec, keys, peers)
             config["replicate"] = [len(keys), int(zlib.crc32(keys.tobytes())), options.replicate.syncs_per_sec,
                                    options.replicate.threshold]
+        compose(state, self.ctx, backups=bool(self.config.backups))  # its stages, once (client.path)
         return state, config
 
     def current_ranges(self, state: TableState) -> None:

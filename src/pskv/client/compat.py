@@ -1,0 +1,154 @@
+"""What composes with what: the one place that holds every refused pair of a table kind, option,
+call or cluster event, with where it is refused and why; and the matrix docs/compatibility.md shows.
+
+    check_declaration(name, on)      node.table(): ConfigError naming both sides of a refused pair
+    call_refusals(name, on)          client.path: the calls this table refuses (TableError), with why
+    python -m pskv.client.compat [--check]    writes (or checks) docs/compatibility.md (client.matrix)
+
+`on` is the set of names that apply to a table: its kind ("dense", "sparse", "disk"), its options
+("Relocate": location caches; "Replicate", "Sampling", "NodeAggregate", "BSP/SSP", "filters") and
+the cluster's facts ("backups"; "join": this node joined the running cluster). Refusals enforced
+elsewhere (`by`) are listed here too, so that the matrix is whole: the coordinator's join
+refusals, node.elastic.check_leave, and options.TableOptions (which no longer sees its pairs:
+node.table checks them first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import ConfigError, TableError
+
+KINDS = ("dense", "sparse", "disk")
+OPTIONS = ("Relocate", "Replicate", "Sampling", "NodeAggregate", "BSP/SSP", "Cache", "filters")
+EVENTS = ("push_pull", "backups", "checkpoint", "restore", "join", "leave")
+CALLS = {"localize": "Relocate", "prepare_sample": "Sampling", "push_pull": "push_pull", "pull_if_local": None}
+
+# how an error message names each side (what the user wrote)
+LABEL = {
+    "dense": "a dense table", "sparse": "key_space='uint64'", "disk": "storage='disk'",
+    "Relocate": "placement=pskv.Relocate(location_caches=True)", "Replicate": "replicate=pskv.Replicate(...)",
+    "Sampling": "sampling=pskv.Sampling(...)", "NodeAggregate": "aggregate=pskv.NodeAggregate()",
+    "BSP/SSP": "consistency=pskv.BSP()/SSP(s)", "Cache": "cache=pskv.Cache(...)", "filters": "filters=",
+    "backups": "backups (pskv.init(backups=B))", "join": "a node that joined the running cluster",
+    "leave": "node.leave()", "localize": "localize", "prepare_sample": "prepare_sample",
+    "push_pull": "push_pull", "pull_if_local": "pull_if_local",
+}
+
+
+class Incompatible(ConfigError, TableError):
+    """A pair of table options (or an option and the cluster) that does not compose, refused when
+    the table is declared. A ConfigError; also a TableError, as the option pairs raised before."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """Pair (a, b) is refused `where` ("declaration", "call", "join", "leave()"), by the code `by`, because
+    `reason`; `test` shows it. `only`: the condition under which it holds ("" always)."""
+
+    a: str
+    b: str
+    where: str
+    reason: str
+    by: str
+    test: str
+    only: str = ""
+
+
+_SPARSE = "sparse tables are asynchronous and keep each key at its range's node"
+_UNIT = "tests/unit/client/test_compat.py"
+_AGG = "an aggregated table keeps its static placement (one technique per table)"
+_ROUNDS = "a BSP/SSP or NodeAggregate table sends its pushes in rounds of its own"
+
+REFUSED: tuple[Refusal, ...] = (
+    Refusal("sparse", "Relocate", "declaration", f"{_SPARSE}: nothing to remember where it moved", "node.table", _UNIT),
+    Refusal("sparse", "localize", "call", f"{_SPARSE}", "client.path", "tests/unit/store/test_sparse_shard.py"),
+    Refusal("sparse", "Replicate", "declaration", f"{_SPARSE}: no slot map for hot-key copies", "node.table", _UNIT),
+    Refusal("sparse", "Sampling", "declaration", f"{_SPARSE}; sampling draws row ids 0..rows-1", "node.table", _UNIT),
+    Refusal("sparse", "prepare_sample", "call", "sampling needs a dense table (rows 0..n-1)", "client.path", _UNIT),
+    Refusal("sparse", "NodeAggregate", "declaration", f"{_SPARSE}: no per-row round arrays", "node.table", _UNIT),
+    Refusal("sparse", "BSP/SSP", "declaration",
+            f"{_SPARSE}; bound the delay with worker.clock() and worker.wait_clock(), as the lr app does",
+            "node.table", _UNIT),
+    Refusal("sparse", "backups", "declaration", f"{_SPARSE}: chains copy dense ranges only; use dense tables there",
+            "node.table", _UNIT),
+    Refusal("sparse", "join", "declaration", f"{_SPARSE}: a joiner takes its share by moving keys",
+            "node.table", _UNIT),
+    Refusal("sparse", "leave", "leave()", f"{_SPARSE}: nothing hands them over; checkpoint or export them "
+            "(table.pull_range) and start a new cluster", "node.elastic.check_leave", _UNIT),
+    Refusal("sparse", "pull_if_local", "call", "use pull (local keys are read from memory)", "client.path", _UNIT),
+    Refusal("disk", "sparse", "declaration", "disk tables are dense tables for now", "node.table", _UNIT),
+    Refusal("disk", "backups", "declaration", "disk tables are dense tables without backups for now: chain "
+            "snapshots copy rows in memory", "node.table", _UNIT),
+    Refusal("NodeAggregate", "Replicate", "declaration", _AGG, "node.table",
+            "tests/unit/consistency/test_consistency_local.py"),
+    Refusal("NodeAggregate", "Relocate", "declaration", _AGG, "node.table", _UNIT),
+    Refusal("NodeAggregate", "localize", "call", _AGG, "client.path", _UNIT),
+    Refusal("NodeAggregate", "join", "join", "its level-2 arrays are sized by the nodes the cluster started with "
+            "(the coordinator refuses the joiner while such a table is declared or being declared, and a "
+            "declaration once a joiner is a member, on every node)", "membership.coordinator",
+            "tests/unit/membership/test_join.py, tests/unit/membership/test_declare_during_change.py"),
+    Refusal("NodeAggregate", "leave", "leave()", "without backups nothing moves the aggregation state; start "
+            "the cluster with backups=1", "node.elastic.check_leave", "tests/fault/test_backups.py",
+            only="without backups"),
+    Refusal("filters", "BSP/SSP", "declaration", f"filters= shape the messages of asynchronous tables; {_ROUNDS}",
+            "node.table", "tests/unit/client/test_filters.py"),
+    Refusal("filters", "NodeAggregate", "declaration", f"filters= shape the messages of asynchronous tables; "
+            f"{_ROUNDS}", "node.table", _UNIT),
+    Refusal("filters", "backups", "declaration", "with backups every write travels its range's chain as it is "
+            "(client.backed sends no filters)", "node.table", _UNIT),
+    Refusal("Replicate", "push_pull", "call", "a replicated key's push is applied to this node's copy, not at "
+            "an owner that could answer its row", "client.path", _UNIT),
+    Refusal("BSP/SSP", "push_pull", "call", "a BSP/SSP push waits in the push buffer until the clock",
+            "client.path", _UNIT),
+    Refusal("NodeAggregate", "push_pull", "call", "an aggregated push is answered by the round's pull",
+            "client.path", _UNIT),
+    Refusal("backups", "push_pull", "call", "with backups a write is answered by its chain's tail (ACK), "
+            "not with rows", "client.path", _UNIT),
+)
+
+
+def declared(*, key_space: str, storage: str, placement, replicate, sampling, aggregate, consistency, filters,
+             old: dict, backups: int, joined: bool) -> set[str]:
+    """The names (module docstring) that a node.table() call's arguments switch on, read before the
+    options are parsed (deprecated spellings too: `location_caches=`, `replicate=KEYS`, `aggregate="node"`)."""
+    caches = bool(getattr(placement, "location_caches", False) or old.get("location_caches"))
+    on = {"sparse" if key_space == "uint64" else "disk" if storage == "disk" else "dense"}
+    if key_space == "uint64" and storage == "disk":
+        on.add("disk")
+    on |= {name for name, used in (("Relocate", caches), ("Replicate", replicate is not None),
+                                   ("Sampling", sampling is not None), ("NodeAggregate", aggregate is not None),
+                                   ("BSP/SSP", consistency.synchronous), ("filters", filters is not None),
+                                   ("backups", bool(backups)), ("join", joined)) if used}
+    return on
+
+
+def _message(name: str, r: Refusal, first: str, second: str) -> str:
+    fix = "drop one of them" if r.where == "declaration" else ""
+    return (f"table {name!r}: {LABEL[first]} does not mix with {LABEL[second]}: {r.reason}"
+            + (f"; {fix}" if fix else ""))
+
+
+def check_declaration(name: str, on: set[str]) -> None:
+    """Raise Incompatible (a ConfigError) for the first pair of `on` that node.table() refuses."""
+    for r in REFUSED:
+        if r.where == "declaration" and r.by == "node.table" and r.a in on and r.b in on:
+            raise Incompatible(_message(name, r, r.a, r.b))
+
+
+def call_refusals(name: str, on: set[str]) -> dict[str, str]:
+    """{call: TableError message} for the calls (CALLS) a table with `on` refuses."""
+    out: dict[str, str] = {}
+    for r in REFUSED:
+        if r.where == "call" and r.a in on and r.b not in out:
+            out[r.b] = f"{r.b} on table {name!r}: not with {LABEL[r.a]}: {r.reason}" + _instead(r.b)
+    return out
+
+
+def _instead(call: str) -> str:
+    return {"push_pull": "; use push() then pull() there"}.get(call, "")
+
+
+def refusals(a: str, b: str) -> list[Refusal]:
+    """Every refusal of the pair, either way round."""
+    return [r for r in REFUSED if {r.a, r.b} == {a, b}]

@@ -1,0 +1,209 @@
+"""The stages of a table's request path; `client.path` composes them once per table, when it is declared.
+
+A request stage serves what it can of a request and hands the rest to the stage after it
+(`self.next`); the last one sends it. Every request stage has one method,
+
+    request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future
+
+    h       the client.table.Table handle that called (its worker tracks the Future; `_desc`)
+    kind    Kind.PULL / PUSH / SET
+    keys    (n,) int64; values (n, dim) or None (pulls)
+    out     (m, dim) the result of a pull (or a push_pull), else None
+    gpos    (n,) where each key's row goes in `out`; None: 0..n-1
+    copy    the caller may change its arrays once the call returns (so they are copied to be sent)
+    fresh   `out` was allocated for this pull: a large reply may become the result (client.request)
+    direct  the caller waits at once, in its thread: replies come to its reply box
+    rows    a push that wants the rows after it in `out` (push_pull)
+    codec   how remote parts travel (net.codec), or None
+
+    Replica  replicated keys from this node's copy (Replicate)
+    Owned    keys this node owns, from its shard, under its stripe locks (the Lapse fast path)
+    Route    the rest to where each key lives: its manager, or the owner a location cache names
+             (client.table.Route: a dense table's send, the data path's last step)
+    Heads    with backups: every write to its range's head, kept and sent again (client.backed)
+    Ranges   a sparse table: each key to the node of its uint64 range
+    Buffer   BSP/SSP pushes: into the row cache and the push buffer, sent at the next flush
+
+`client.frontstages` holds the stages before these (the write gate, clocks, BSP/SSP pulls,
+aggregation, localize). Threads and ownership: stages hold no state of their own; they run in
+the calling thread and touch the table's parts (shard, replicas, cache, buffer) through the
+parts' own locks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..catalog import TableState
+from ..net.future import Future
+from ..net.wire import ROWS, Kind
+from ..placement import route
+from . import backed
+from .context import Context
+from .request import Request
+from .table import serve_local
+
+
+class Stage:
+    """A request stage: `name` (for Path.describe), `next` (None: it sends). At the head of a
+    path it also takes a pull (`read`) or a write (`write`, client.front's signature)."""
+
+    name = "?"
+    next: "Stage | None" = None
+
+    def names(self) -> list[str]:
+        return [self.name] + (self.next.names() if self.next is not None else [])
+
+    def read(self, h, keys, out, fresh, direct, codec) -> Future:
+        return self.request(h, Kind.PULL, keys, None, out, None, True, fresh, direct, False, codec)
+
+    def write(self, h, kind, keys, values, out, copy, rows, codec) -> Future:
+        return self.request(h, kind, keys, values, out, None, copy, False, False, rows, codec)
+
+
+class Replica(Stage):
+    """Replicated keys: read and written in this node's copy, never routed (store.replicas)."""
+
+    name = "replica"
+
+    def __init__(self, state: TableState, nxt: Stage) -> None:
+        self.state, self.replicas, self.next = state, state.shard.replicas, nxt
+
+    def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        n = len(keys)
+        hot = self.replicas.mask(keys) if n else None
+        if n and hot.any():
+            at = np.flatnonzero(hot)
+            pos = at if gpos is None else gpos[at]
+            if kind == Kind.PULL:
+                self.replicas.pull(keys[at], out, pos)
+            elif kind == Kind.PUSH:
+                self.replicas.push(keys[at], values[at])
+            else:
+                self.replicas.set(keys[at], values[at])
+            self.state.local_keys += len(at)
+            if len(at) == n:
+                return Future.completed(out, h._desc(kind))
+            rest = np.flatnonzero(~hot)
+            keys, values, copy = keys[rest], None if values is None else values[rest], False
+            gpos = rest if gpos is None else gpos[rest]
+        return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
+
+
+class Owned(Stage):
+    """Keys this node owns, served from its shard in memory. `probe`: try only when the first key
+    is owned here (one locked pass when all probably are; routing serves stragglers), else always."""
+
+    name = "local"
+
+    def __init__(self, state: TableState, nxt: Stage, *, probe: bool = True) -> None:
+        self.state, self.shard, self.next, self.probe = state, state.shard, nxt, probe
+
+    def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        if not len(keys):
+            return Future.completed(out, h._desc(kind))
+        if not self.probe or self.shard.slot[keys[0]] >= 0:
+            miss = serve_local(h, self.shard, kind, keys, values, out, gpos, rows)
+            self.state.local_keys += len(keys) - len(miss)
+            if not len(miss):
+                return Future.completed(out, h._desc(kind))
+            if len(miss) < len(keys):
+                keys, values, copy = keys[miss], None if values is None else values[miss], False
+                gpos = miss if gpos is None else gpos[miss]
+        return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
+
+
+class HeldRows(Stage):
+    """With backups: pulls of rows held here are read from memory; writes pass (to their range's head)."""
+
+    name = "held rows"
+
+    def __init__(self, state: TableState, nxt: Stage) -> None:
+        self.state, self.shard, self.next = state, state.shard, nxt
+
+    def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        if kind == Kind.PULL and len(keys):
+            miss = self.shard.pull(keys, out, gpos)
+            self.state.local_keys += len(keys) - len(miss)
+            if not len(miss):
+                return Future.completed(out, h._desc(kind))
+            keys = keys[miss]
+            gpos = miss if gpos is None else gpos[miss]
+        return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
+
+
+class Heads(Stage):
+    """With backups: each key to its range's head, kept until answered and sent again after a
+    membership change (client.backed); writes never take the shared-memory path."""
+
+    name = "heads"
+
+    def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        if not len(keys):
+            return Future.completed(out, h._desc(kind))
+        fut = backed.request(h, kind, keys, values, out, gpos, direct)
+        h._track(fut)
+        return fut
+
+
+class Ranges(Stage):
+    """A sparse table: each key to the node of its uint64 range; this node's part from memory."""
+
+    name = "ranges"
+
+    def __init__(self, state: TableState, ctx: Context) -> None:
+        self.state, self.ctx = state, ctx
+
+    def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        if not len(keys):
+            return Future.completed(out, h._desc(kind))
+        ctx, st = self.ctx, self.state
+        ranges = st.ranges
+        req = Request(h, kind, out, fresh)
+        req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=h._desc(kind))
+        if direct:
+            req.reply_to = ctx.endpoint.reply_box()
+        r = ranges.one_range(keys)
+        if r >= 0:
+            parts = [(int(ranges.managers[r]), None, keys, values)]
+        else:
+            parts = route.parts(keys, values, ranges.manager_of(keys), ranges.nodes)
+        for dest, idx, pk, pv in parts:
+            pos = gpos if idx is None else (idx if gpos is None else gpos[idx])
+            if dest == ctx.rank:
+                serve_local(h, st.shard, kind, pk, pv, out, pos, rows)
+                st.local_keys += len(pk)
+                ctx.tracker.on_reply(req.rid, len(pk))
+                continue
+            req.parts.append((pos, None))
+            st.remote_keys += len(pk)
+            ctx.endpoint.request(dest, kind, h.spec.table_id, req.rid, part=len(req.parts) - 1, dim=h.dim,
+                                 copy=copy and idx is None, reply_to=req.reply_to, flags=ROWS if rows else 0,
+                                 codec=codec, keys=pk, values=pv)
+        if req.reply_to and req.parts:
+            fut.pumped_by(ctx.endpoint.pump)
+        h._track(fut)
+        return fut
+
+
+class Buffer(Stage):
+    """BSP/SSP: remote pushes wait in the node's push buffer (summed per key) for the next flush,
+    which sends them down the table's request stages; with a row cache the push also updates the
+    cached copies, as one step against a pull's `sequence()` (consistency.cache)."""
+
+    name = "buffer"
+
+    def __init__(self, state: TableState) -> None:
+        self.state, self.buffer, self.cache = state, state.buffer, state.cache
+
+    def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        if not len(keys):
+            return Future.completed(None, h._desc(kind))
+        if self.cache is None:
+            fut = self.buffer.add(keys, values)
+        else:
+            with self.cache.ordering:  # write + add as one step against a pull's sequence() (see RowCache)
+                self.cache.write(keys, values)
+                fut = self.buffer.add(keys, values)
+        h._track(fut)
+        return fut
