@@ -440,8 +440,8 @@ class Coordinator(Joining):
             self._finished = True
 
     def _survivable(self, rank: int, reason: str, left: bool = False) -> bool:
-        """With backups: go on without `rank` in a new epoch (MEMBERSHIP) if every key range still
-        has a whole copy on a live node; False: the cluster must stop (NODE_FAILED)."""
+        """With backups: go on without `rank` in a new epoch (MEMBERSHIP) if every key range's new
+        head holds a whole copy; False: the cluster must stop (NODE_FAILED)."""
         if not self.config.backups or self._stalled or self._chains is None:
             return False
         live = {r for r, s in self._state.items() if s in ("alive", "bye")}
@@ -451,14 +451,7 @@ class Coordinator(Joining):
         chains = Chains(self.num_nodes, self.config.backups, self._chain_members(live))
         lost = chains.unheaded(self._whole)  # a head must hold a whole copy (a joiner's never heads)
         if not live or lost:  # every whole copy of a range was on dead nodes (the rest still filling)
-            filling = sorted({n for r in lost for n in self._chains.chain(r) if n in live} - set().union(
-                *(self._whole[r] for r in lost)))
-            kept = sorted(set().union(*(self._whole[r] for r in lost)))
-            self.failures[-1] = (rank, f"{reason}; key range(s) {lost} had no whole copy left on a node that can "
-                                       "head them" + (f" (node(s) {filling} had not finished copying them)"
-                                                      if filling else "")
-                                 + (f" (node(s) {kept}, which joined, hold one but never head a range)"
-                                    if kept else ""))
+            self.failures[-1] = (rank, f"{reason}; {self._lost_copies(lost, live)}")
             return False
         self._epoch += 1
         self._chains = chains

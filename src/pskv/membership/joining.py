@@ -109,6 +109,16 @@ class Joining:
         """The live nodes in the chains: all but joiners that did not enter them yet."""
         return set(live) - set(self._outside)
 
+    def _lost_copies(self, lost: list[int], live) -> str:
+        """Why key ranges `lost` cannot go on: who was still filling them, and joiners that hold them whole
+        (the coordinator's `_survivable`)."""
+        kept = sorted(set().union(*(self._whole[r] for r in lost)))  # (only joiners' copies can be left)
+        filling = sorted({n for r in lost for n in self._chains.chain(r) if n in live} - set(kept))
+        notes = ([f"node(s) {filling} had not finished copying them"] if filling else []) + (
+            [f"node(s) {kept} hold one, but a node that joined never heads a range"] if kept else [])
+        return (f"key range(s) {lost} had no whole copy left on a node that can head them"
+                + (f" ({'; '.join(notes)})" if notes else ""))
+
     def _aggregated(self) -> list[str]:
         """Tables that aggregate per node, declared or still being declared: either refuses a join (their
         level-2 arrays are sized by the nodes the cluster started with)."""

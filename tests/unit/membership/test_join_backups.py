@@ -185,6 +185,7 @@ def test_coordinator_enters_a_joiner_once_it_declared_and_counts_it_once_synced(
         wait_until(lambda: fakes[2].failures and joiner.failures, what="NodeFailure on nodes 2 and 3")
         text = str(fakes[2].failures[0])
         assert "key range(s) [0] had no whole copy left on a node that can head them" in text, text
-        assert "node(s) [2] had not finished copying them" in text and "node(s) [3], which joined" in text, text
+        assert "(node(s) [2] had not finished copying them; node(s) [3] hold one, but a node that joined never " \
+            "heads a range)" in text, text
     finally:
         joiner.close()
