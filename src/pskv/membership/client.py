@@ -354,4 +354,11 @@ class CoordinatorClient:
             return [f"coordinator {self.config.coordinator or 'in-process'}: heard {time.monotonic() - self._last_heard:.1f} s "
                     f"ago; {self._decl_seq} table declaration(s), {self._barrier_gen} barrier(s) sent; "
                     f"barrier generations not released: {barriers[-5:]}; arrivals seen: {self._arrivals}; "
-                    f"failure: {self.failure}"]
+                    f"failure: {self.failure}" + self._describe_entry()]
+
+    def _describe_entry(self) -> str:
+        """A joiner with backups: how far it is on its way into the chains (membership.joining). Under _cond."""
+        if self._joined is None or not self.view.backups:
+            return ""
+        return (f"; joined: declared {self._decl_seq} of the {self._joined['tables']} table(s) before it came, "
+                f"entered the chains in epoch {self._entered or '-'}, copies filled in epoch {self._synced or '-'}")
