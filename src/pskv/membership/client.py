@@ -97,7 +97,9 @@ class CoordinatorClient:
 
     def declare(self, spec: dict) -> None:
         """Collective: wait until every node declared its table #seq; TableMismatch if they differ,
-        ConfigError if the cluster cannot hold it (an aggregated table once a node joined)."""
+        ConfigError if the cluster cannot hold it (an aggregated table once a node joined). On a node
+        that joined a cluster with backups, from the last table declared before it came on, it also
+        waits until its copies are filled (`await_entry`)."""
         with self._cond:
             seq = self._decl_seq
             self._decl_seq += 1
