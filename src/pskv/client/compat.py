@@ -3,7 +3,7 @@ call or cluster event, with where it is refused and why; and the matrix docs/com
 
     check_declaration(name, on)      node.table(): ConfigError naming both sides of a refused pair
     call_refusals(name, on)          client.path: the calls this table refuses (TableError), with why
-    python -m pskv.client.compat [--check]    writes (or checks) docs/compatibility.md (client.matrix)
+    python -m pskv.client.matrix [--check]    writes (or checks) docs/compatibility.md from it
 
 `on` is the set of names that apply to a table: its kind ("dense", "sparse", "disk"), its options
 ("Relocate": location caches; "Replicate", "Sampling", "NodeAggregate", "BSP/SSP", "filters") and
@@ -56,55 +56,58 @@ class Refusal:
 
 
 _SPARSE = "sparse tables are asynchronous and keep each key at its range's node"
-_UNIT = "tests/unit/client/test_compat.py"
 _AGG = "an aggregated table keeps its static placement (one technique per table)"
 _ROUNDS = "a BSP/SSP or NodeAggregate table sends its pushes in rounds of its own"
+_TEST = "tests/unit/client/test_compat.py::"
+_DECL = _TEST + "test_each_declaration_refusal_raises_a_config_error_naming_both_sides"
+_CHECK = _TEST + "test_refusals_that_need_a_cluster_are_said_by_the_declaration_check"
+_CALL = _TEST + "test_each_call_refusal_raises_a_table_error_naming_the_option"
+_LEAVE = _TEST + "test_leave_refuses_sparse_tables_and_aggregated_ones_without_backups"
 
 REFUSED: tuple[Refusal, ...] = (
-    Refusal("sparse", "Relocate", "declaration", f"{_SPARSE}: nothing to remember where it moved", "node.table", _UNIT),
-    Refusal("sparse", "localize", "call", f"{_SPARSE}", "client.path", "tests/unit/store/test_sparse_shard.py"),
-    Refusal("sparse", "Replicate", "declaration", f"{_SPARSE}: no slot map for hot-key copies", "node.table", _UNIT),
-    Refusal("sparse", "Sampling", "declaration", f"{_SPARSE}; sampling draws row ids 0..rows-1", "node.table", _UNIT),
-    Refusal("sparse", "prepare_sample", "call", "sampling needs a dense table (rows 0..n-1)", "client.path", _UNIT),
-    Refusal("sparse", "NodeAggregate", "declaration", f"{_SPARSE}: no per-row round arrays", "node.table", _UNIT),
+    Refusal("sparse", "Relocate", "declaration", f"{_SPARSE}: nothing to remember where it moved", "node.table", _DECL),
+    Refusal("sparse", "localize", "call", _SPARSE, "client.path", _CALL),
+    Refusal("sparse", "Replicate", "declaration", f"{_SPARSE}: no slot map for hot-key copies", "node.table", _DECL),
+    Refusal("sparse", "Sampling", "declaration", f"{_SPARSE}; sampling draws row ids 0..rows-1", "node.table", _DECL),
+    Refusal("sparse", "prepare_sample", "call", "sampling needs a dense table (rows 0..n-1)", "client.path", _CALL),
+    Refusal("sparse", "NodeAggregate", "declaration", f"{_SPARSE}: no per-row round arrays", "node.table", _DECL),
     Refusal("sparse", "BSP/SSP", "declaration",
             f"{_SPARSE}; bound the delay with worker.clock() and worker.wait_clock(), as the lr app does",
-            "node.table", _UNIT),
+            "node.table", _DECL),
     Refusal("sparse", "backups", "declaration", f"{_SPARSE}: chains copy dense ranges only; use dense tables there",
-            "node.table", _UNIT),
-    Refusal("sparse", "join", "declaration", f"{_SPARSE}: a joiner takes its share by moving keys",
-            "node.table", _UNIT),
+            "node.table", _CHECK),
+    Refusal("sparse", "join", "declaration", f"{_SPARSE}: a node that joins takes its share by moving keys",
+            "node.table", _CHECK),
     Refusal("sparse", "leave", "leave()", f"{_SPARSE}: nothing hands them over; checkpoint or export them "
-            "(table.pull_range) and start a new cluster", "node.elastic.check_leave", _UNIT),
-    Refusal("sparse", "pull_if_local", "call", "use pull (local keys are read from memory)", "client.path", _UNIT),
-    Refusal("disk", "sparse", "declaration", "disk tables are dense tables for now", "node.table", _UNIT),
+            "(table.pull_range) and start a new cluster", "node.elastic.check_leave", _LEAVE),
+    Refusal("sparse", "pull_if_local", "call", "use pull (local keys are read from memory)", "client.path", _CALL),
+    Refusal("disk", "sparse", "declaration", "disk tables are dense tables for now", "node.table", _DECL),
     Refusal("disk", "backups", "declaration", "disk tables are dense tables without backups for now: chain "
-            "snapshots copy rows in memory", "node.table", _UNIT),
-    Refusal("NodeAggregate", "Replicate", "declaration", _AGG, "node.table",
-            "tests/unit/consistency/test_consistency_local.py"),
-    Refusal("NodeAggregate", "Relocate", "declaration", _AGG, "node.table", _UNIT),
-    Refusal("NodeAggregate", "localize", "call", _AGG, "client.path", _UNIT),
+            "snapshots copy rows in memory", "node.table", _CHECK),
+    Refusal("NodeAggregate", "Replicate", "declaration", _AGG, "node.table", _DECL),
+    Refusal("NodeAggregate", "Relocate", "declaration", _AGG, "node.table", _DECL),
+    Refusal("NodeAggregate", "localize", "call", _AGG, "client.path", _CALL),
     Refusal("NodeAggregate", "join", "join", "its level-2 arrays are sized by the nodes the cluster started with "
-            "(the coordinator refuses the joiner while such a table is declared or being declared, and a "
-            "declaration once a joiner is a member, on every node)", "membership.coordinator",
-            "tests/unit/membership/test_join.py, tests/unit/membership/test_declare_during_change.py"),
+            "(the coordinator refuses a joiner while such a table is declared or being declared, and the "
+            "declaration of one once a joiner is a member, on every node)", "membership.joining",
+            "tests/unit/membership/test_declare_during_change.py::"
+            "test_an_aggregated_table_declared_after_a_join_is_refused_on_every_node"),
     Refusal("NodeAggregate", "leave", "leave()", "without backups nothing moves the aggregation state; start "
-            "the cluster with backups=1", "node.elastic.check_leave", "tests/fault/test_backups.py",
-            only="without backups"),
+            "the cluster with backups=1", "node.elastic.check_leave", _LEAVE, only="without backups"),
     Refusal("filters", "BSP/SSP", "declaration", f"filters= shape the messages of asynchronous tables; {_ROUNDS}",
-            "node.table", "tests/unit/client/test_filters.py"),
+            "node.table", _DECL),
     Refusal("filters", "NodeAggregate", "declaration", f"filters= shape the messages of asynchronous tables; "
-            f"{_ROUNDS}", "node.table", _UNIT),
+            f"{_ROUNDS}", "node.table", _DECL),
     Refusal("filters", "backups", "declaration", "with backups every write travels its range's chain as it is "
-            "(client.backed sends no filters)", "node.table", _UNIT),
+            "(client.backed sends no filters)", "node.table", _CHECK),
     Refusal("Replicate", "push_pull", "call", "a replicated key's push is applied to this node's copy, not at "
-            "an owner that could answer its row", "client.path", _UNIT),
+            "an owner that could answer its row", "client.path", _CALL),
     Refusal("BSP/SSP", "push_pull", "call", "a BSP/SSP push waits in the push buffer until the clock",
-            "client.path", _UNIT),
+            "client.path", _CALL),
     Refusal("NodeAggregate", "push_pull", "call", "an aggregated push is answered by the round's pull",
-            "client.path", _UNIT),
+            "client.path", _CALL),
     Refusal("backups", "push_pull", "call", "with backups a write is answered by its chain's tail (ACK), "
-            "not with rows", "client.path", _UNIT),
+            "not with rows", "client.path", _CHECK),
 )
 
 

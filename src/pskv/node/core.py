@@ -242,7 +242,11 @@ class Node:
         at most about N rows' pages in memory (store.disk; Bösen's out-of-core tables).
 
         `filters=`: wire filters (pskv.filters.KeyCache, Compress, Quantize, or their `parse` form)
-        that this node's pushes and pulls of the table travel with when a call gives none."""
+        that this node's pushes and pulls of the table travel with when a call gives none.
+
+        Options that do not compose (with each other, the table's kind or the cluster) raise
+        ConfigError naming both before anything is declared; docs/compatibility.md lists them
+        (pskv.client.compat). The table's path is composed once, here (pskv.client.path)."""
         self.health.check()
         if storage != "disk" and cache_rows is not None:  # the old flat keyword of BSP/SSP's row cache
             deprecated["cache_rows"], cache_rows = cache_rows, None
