@@ -24,12 +24,12 @@ BOUNDS = [i * ROWS // NODES for i in range(NODES + 1)]
 class Storm:
     """Three nodes with backups=1 push; a fourth joins them. The test moves it on through files."""
 
-    def __init__(self, cluster_factory, tmp_path: Path, updater: str, localize: int) -> None:
+    def __init__(self, cluster_factory, tmp_path: Path, updater: str, localize: int, coordinator=True) -> None:
         self.out = tmp_path / "out"
         self.out.mkdir()
         self.updater = updater
         command = [sys.executable, SCENARIOS, "storm", str(self.out), str(ROWS), updater, str(COLUMNS), str(localize)]
-        self.first = cluster_factory(NODES, command, backups=1, failure_timeout=3.0)
+        self.first = cluster_factory(NODES, command, backups=1, failure_timeout=3.0, coordinator=coordinator)
         self.wait_files([f"running-{r}" for r in range(NODES)])
         self.joiner = cluster_factory(1, command, join=self.first.coordinator_address,
                                       env={"PSKV_SECRET_FILE": self.first.secret_file})
@@ -102,16 +102,21 @@ def test_a_node_joins_a_cluster_with_backups_during_a_push_storm(cluster_factory
     storm.check([0, 1, 2, 3])
 
 
-@pytest.mark.parametrize("victim,updater,localize", [(0, "add", 0), (2, "adagrad", 1)],
-                         ids=["head-of-the-joiners-range", "adagrad-readers"])
-def test_a_head_dies_after_a_join_and_nothing_is_lost(cluster_factory, tmp_path, victim, updater, localize):
+@pytest.mark.parametrize("victim,updater,localize,coordinator", [
+    (0, "add", 0, True), (2, "adagrad", 1, True), (0, "add", 0, "node0"),
+], ids=["head-of-the-joiners-range", "adagrad-readers", "coordinator-node"])
+def test_a_head_dies_after_a_join_and_nothing_is_lost(cluster_factory, tmp_path, victim, updater, localize,
+                                                      coordinator):
     """After the join, SIGKILL of a node that heads a range (node 0: range 0 goes to node 1, node 2 fills
-    in before the joiner; node 2: range 2 goes to node 0): the others finish in epoch 4, exact."""
-    storm = Storm(cluster_factory, tmp_path, updater, localize)
+    in before the joiner; node 2: range 2 goes to node 0): the others finish in epoch 4, exact. When
+    node 0 ran the coordinator, node 1 takes it over and learns from the joiner's REJOIN what it is."""
+    storm = Storm(cluster_factory, tmp_path, updater, localize, coordinator)
     storm.first.kill(victim)
     members = [r for r in range(COLUMNS) if r != victim]
     storm.wait_files([f"seen-3-{r}" for r in members if r < NODES] + ["seen-1-3"])
     storm.finish(members, 4)
+    if coordinator == "node0":
+        assert "node 1 takes it over" in storm.output(1), storm.logs()
     storm.check(members, dead=(victim,))
 
 
