@@ -24,7 +24,8 @@ BOUNDS = [i * ROWS // NODES for i in range(NODES + 1)]
 class Storm:
     """Three nodes with backups=1 push; a fourth joins them. The test moves it on through files."""
 
-    def __init__(self, cluster_factory, tmp_path: Path, updater: str, localize: int, coordinator=True) -> None:
+    def __init__(self, cluster_factory, tmp_path: Path, updater: str, localize: int, coordinator=True,
+                 kill: tuple[int, str] | None = None) -> None:
         self.out = tmp_path / "out"
         self.out.mkdir()
         self.updater = updater
@@ -33,6 +34,12 @@ class Storm:
         self.wait_files([f"running-{r}" for r in range(NODES)])
         self.joiner = cluster_factory(1, command, join=self.first.coordinator_address,
                                       env={"PSKV_SECRET_FILE": self.first.secret_file})
+        if kill is not None:  # (victim, "" or what node 1 logs first): while the joiner comes in
+            victim, after = kill
+            if after:
+                wait_until(lambda: after in self.first.output(1), 90, lambda: f"{after!r}\n{self.logs()}")
+            self.first.kill(victim)
+            return
         self.wait_files(["running-3"])
         self.wait_files([f"seen-2-{r}" for r in range(NODES)])  # pushes after the join and the entry
 
@@ -118,6 +125,18 @@ def test_a_head_dies_after_a_join_and_nothing_is_lost(cluster_factory, tmp_path,
     if coordinator == "node0":
         assert "node 1 takes it over" in storm.output(1), storm.logs()
     storm.check(members, dead=(victim,))
+
+
+@pytest.mark.parametrize("after", ["", "node 3 joined", "node 3 entered the chains"],
+                         ids=["as-it-starts", "once-a-member", "once-in-the-chains"])
+def test_a_head_dies_while_a_node_joins_and_nothing_is_lost(cluster_factory, tmp_path, after):
+    """SIGKILL of node 0 while the joiner comes in (as it starts, once it is a member, once it entered
+    the chains and fills its copy of range 0 behind nodes 0 and 1): whatever the order, range 0 keeps
+    a whole copy at its head, the joiner ends up in the chains, the others finish in epoch 4, exact."""
+    storm = Storm(cluster_factory, tmp_path, "add", 0, kill=(0, after))
+    storm.wait_files(["running-3", "seen-3-1", "seen-3-2"])
+    storm.finish([1, 2, 3], 4)
+    storm.check([1, 2, 3], dead=(0,))
 
 
 @pytest.mark.parametrize("leaver,updater", [(1, "add"), (3, "adagrad")], ids=["a-starting-node", "the-joiner"])
