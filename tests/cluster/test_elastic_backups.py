@@ -89,7 +89,8 @@ class Storm:
         for path in copies:
             r = int(path.stem.split("-")[2])
             bad = np.flatnonzero((np.load(path) != final[BOUNDS[r]:BOUNDS[r + 1]]).any(axis=1))
-            assert not len(bad), f"{path.name} differs from the head's rows in {len(bad)} rows, e.g. {BOUNDS[r] + bad[0]}"
+            where = f"{len(bad)} rows, e.g. {BOUNDS[r] + bad[0]}" if len(bad) else ""
+            assert not len(bad), f"{path.name} differs from the head's rows in {where}"
         for rank in members:
             keys = np.load(self.out / f"reader-{rank}-keys.npy")
             rows = np.load(self.out / f"reader-{rank}-rows.npy")

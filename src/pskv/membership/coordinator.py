@@ -93,7 +93,7 @@ class Coordinator(Joining):
         self._joined: dict[int, tuple[int, int]] = {}  # rank -> (first barrier it takes part in, members then)
         self._barrier_top = -1  # the highest barrier generation any node entered
         self._decl_specs: dict[int, dict] = {}  # seq -> the spec every node declared (checks a joiner's)
-        self._outside: dict[int, int] = {}  # backups: joiner -> the declarations it must make before it enters the chains
+        self._outside: dict[int, int] = {}  # backups: joiner -> declarations it owes before it enters the chains
         self.failures: list[tuple[int, str]] = []  # (rank, reason), for the launcher's report
 
     def start(self) -> "Coordinator":
