@@ -323,9 +323,9 @@ class Chain:
     def on_membership(self, previous: Chains, main: Callable[[int], Shard], unfinished: set[int] = frozenset(),
                       members=None) -> None:
         """A new epoch: promote the ranges we now head, send snapshots down every changed chain,
-        expect one for every changed chain we back up. `unfinished`: tables whose declaration is under
-        way (no write reached them yet, so a fresh copy is whole): a node that builds one after this
-        change sends no snapshot of it, so none is expected (issue 30 F10d). `members`: the live
+        expect one where our predecessor changed (we are new, or it died). `unfinished`: tables being
+        declared (no write reached them yet, so a fresh copy is whole): a node that builds one after
+        this change sends no snapshot of it, so none is expected (issue 30 F10d). `members`: the live
         nodes (default: the chains' own; a node that joined reads keys before it enters them)."""
         chains = self._chains()
         with self._lock:
@@ -353,8 +353,8 @@ class Chain:
                         continue
                     if (table, r) not in self._backup:
                         self._backup[(table, r)] = _fresh(spec, self._ranges(table), r, self.rank)
-                    if table not in unfinished:
-                        self._filling.add((table, r))
+                    if table not in unfinished and _before(previous, r, self.rank) != _before(chains, r, self.rank):
+                        self._filling.add((table, r))  # (same predecessor: same stream of writes, still whole)
             self._rows_waiting = {tr: held for tr, held in self._rows_waiting.items() if tr in self._filling}
             self._maybe_synced()
         for fn in self._listeners:
