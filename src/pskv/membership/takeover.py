@@ -203,6 +203,11 @@ class ResumedCoordinator(Coordinator):
             self._fail(rank, "it did not rejoin the coordinator that took over")
         self._enter_due()  # a joiner that declared its tables meanwhile
 
+    def _join_problem(self) -> str | None:
+        if self._waiting:  # (what it rebuilds must not change under it)
+            return f"node {self.host_rank} is taking the coordinator over; try again in a moment"
+        return super()._join_problem()
+
     def _tick(self, now: float) -> None:
         if self._waiting:
             if now > self._deadline:
