@@ -77,8 +77,10 @@ def _report(cluster, out: Path, args, seconds: float) -> int:
             ok = False
             continue
         growth = (max(warm[-3:]) - warm[0]) / warm[0]
+        trend = [next(b for t, b in rss if t >= f * seconds / 5) for f in range(1, 5)] + [rss[-1][1]]
         print(f"node {r}: RSS {warm[0] / 2**20:.1f} MiB after warm-up, {warm[-1] / 2**20:.1f} MiB at the end, "
-              f"peak {max(b for _, b in rss) / 2**20:.1f} MiB; growth {100 * growth:+.1f}%")
+              f"peak {max(b for _, b in rss) / 2**20:.1f} MiB; growth {100 * growth:+.1f}%; at each fifth of the run: "
+              + ", ".join(f"{b / 2**20:.1f}" for b in trend) + " MiB")
         ok &= growth < args.growth
     print(f"{checkpoints} checkpoints, {args.minutes:g} min, {args.nodes} nodes x {args.threads} threads, backups 1")
     print("soak: ok" if ok else "soak: FAILED")

@@ -51,8 +51,9 @@ class Plan:
     restore_extra_hot: list[int] | None  # the dense table replicated on restore (None: as before)
     steps_after: int
     gids: list[int] = field(default_factory=list)
-    event: str | None = None  # during training: "join" (a node joins and pushes too), "leave" (victim leaves
-    #   after its pushes), "kill" (victim SIGKILLed; backups), "stop" (victim SIGSTOPped past failure_timeout)
+    event: str | None = None  # during training: "join" (a node joins and pushes too; with or without backups),
+    #   "leave" (victim leaves after its pushes), "kill" (victim SIGKILLed; backups), "stop" (victim SIGSTOPped
+    #   past failure_timeout; backups)
     victim: int = -1
 
     @property
@@ -86,7 +87,7 @@ def plan(seed: int) -> Plan:
              rng.choice([1, 2, 3]), restore_hot, extra, 20, [r * threads + t for r in range(nodes)
                                                              for t in range(threads)])
     events = random.Random(seed * 7919 + 1)  # (its own draws: the tables of a seed stay as they were)
-    p.event = events.choice([None, "kill", "stop"] if backups else [None, "join", "leave"])
+    p.event = events.choice([None, "kill", "stop", "join"] if backups else [None, "join", "leave"])
     p.victim = events.randrange(nodes) if p.event else -1
     if p.event in ("join", "leave"):
         p.checkpoints = 0  # (a checkpoint is collective: a joiner would have to know how many are left)
