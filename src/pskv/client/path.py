@@ -76,11 +76,7 @@ class Path:
 
     def describe(self) -> dict[str, str]:
         """Each call's stages, in order: {"pull": "replica > local > route", ...}."""
-        out = {}
-        for call, head in self._heads.items():
-            names = head.names() if hasattr(head, "names") else [head.name]
-            out[call] = " > ".join(names)
-        return out
+        return {call: " > ".join(head.names()) for call, head in self._heads.items()}
 
     def __repr__(self) -> str:
         return f"<Path {self._state.spec.name!r} " + "; ".join(f"{c}: {s}" for c, s in self.describe().items()) + ">"
