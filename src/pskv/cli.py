@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
                           "directory node.checkpoint() wrote into (its newest complete one); any node count")
     run.add_argument("--join", metavar="HOST:PORT",
                      help="add the N nodes to a running cluster (PSKV_JOIN): its coordinator's address; they "
-                          "get the next free ranks and take their share of every table (no backups)")
+                          "get the next free ranks and take their share of every table (with backups: copies at the "
+                          "end of some ranges' chains)")
     run.add_argument("--hostfile", type=Path,
                      help="one host per line; node i runs on host i %% len over ssh "
                           "(default: all nodes on this machine)")
