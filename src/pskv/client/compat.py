@@ -62,7 +62,7 @@ _TEST = "tests/unit/client/test_compat.py::"
 _DECL = _TEST + "test_each_declaration_refusal_raises_a_config_error_naming_both_sides"
 _CHECK = _TEST + "test_refusals_that_need_a_cluster_are_said_by_the_declaration_check"
 _CALL = _TEST + "test_each_call_refusal_raises_a_table_error_naming_the_option"
-_LEAVE = _TEST + "test_leave_refuses_sparse_tables_and_aggregated_ones_without_backups"
+_LEAVE = _TEST + "test_leave_refuses_aggregated_tables_without_backups"
 
 REFUSED: tuple[Refusal, ...] = (
     Refusal("sparse", "Relocate", "declaration", f"{_SPARSE}: nothing to remember where it moved", "node.table", _DECL),
@@ -76,10 +76,6 @@ REFUSED: tuple[Refusal, ...] = (
             "node.table", _DECL),
     Refusal("sparse", "backups", "declaration", f"{_SPARSE}: chains copy dense ranges only; use dense tables there",
             "node.table", _CHECK),
-    Refusal("sparse", "join", "declaration", f"{_SPARSE}: a node that joins takes its share by moving keys",
-            "node.table", _CHECK),
-    Refusal("sparse", "leave", "leave()", f"{_SPARSE}: nothing hands them over; checkpoint or export them "
-            "(table.pull_range) and start a new cluster", "node.elastic.check_leave", _LEAVE),
     Refusal("sparse", "pull_if_local", "call", "use pull (local keys are read from memory)", "client.path", _CALL),
     Refusal("disk", "sparse", "declaration", "disk tables are dense tables for now", "node.table", _DECL),
     Refusal("disk", "backups", "declaration", "disk tables are dense tables without backups for now: chain "

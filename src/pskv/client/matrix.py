@@ -68,6 +68,10 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     ("sparse", "push_pull"): _PUSH_PULL,
     ("sparse", "checkpoint"): _SPARSE_CKPT,
     ("sparse", "restore"): _SPARSE_CKPT,
+    ("sparse", "join"): _T + "test_sparse_elastic.py::test_a_node_joins_a_sparse_table_then_another_leaves",
+    ("sparse", "leave"): (_T + "test_sparse_elastic.py::test_a_node_joins_a_sparse_table_then_another_leaves",
+                          _T + "test_sparse_elastic.py::"
+                               "test_a_node_leaves_a_sparse_table_during_a_push_storm_and_a_checkpoint_restores_onto_two"),
     **{("disk", b): _PAIRS for b in OPTIONS + ("push_pull", "restore")},
     ("disk", "checkpoint"): ("tests/unit/store/test_disk.py::test_a_checkpoint_of_a_disk_table_streams_it", _COMPOSE),
     ("disk", "join"): (_ELASTIC, _COMPOSE),

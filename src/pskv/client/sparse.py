@@ -22,9 +22,15 @@ class SparseTable(Table):
     """A worker's handle on a key_space="uint64" table. Keys: uint64 (or non-negative int) arrays."""
 
     def local_range(self) -> tuple[int, int]:
-        """[lo, hi) of the uint64 key space this node holds (hi up to 2**64): pull_range over it is
-        served from this node's memory, no message."""
-        return self._state.ranges.range_bounds(self._ctx.rank)
+        """[lo, hi) of the uint64 key space this node started with (hi up to 2**64; (0, 0) on a node
+        that joined): pull_range over it is served from this node's memory, no message."""
+        return self._state.ranges.manager_range(self._ctx.rank)
+
+    def local_ranges(self) -> list[tuple[int, int]]:
+        """[lo, hi) of each range of the uint64 key space this node manages now (its own, and those
+        nodes that left handed to it), in key order."""
+        ranges = self._state.ranges
+        return [ranges.range_bounds(r) for r in ranges.managed_by(self._ctx.rank)]
 
     def pull_range(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """(keys, rows): every key in [lo, hi) written so far (uint64, sorted) and its row. Blocks.

@@ -236,7 +236,9 @@ class Node:
 
         `key_space="uint64", rows=None`: a sparse table whose keys are any uint64 ids (hashed
         features), rows created on first write, key ranges split over the nodes (store.sparse);
-        asynchronous only, without the techniques above, backups or elastic membership (ConfigError).
+        Async, BSP or SSP (a push buffer, no row cache: `cache=pskv.Cache(rows=)` is inert there),
+        without the other techniques above or backups (ConfigError). `leave()` hands
+        each range it manages, whole, to another member; a node that joins holds none until then.
 
         `storage="disk", cache_rows=N, path=DIR`: this node's rows live in files under DIR, with
         at most about N rows' pages in memory (store.disk; Bösen's out-of-core tables).

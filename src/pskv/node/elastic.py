@@ -4,7 +4,7 @@
                        again, the user's callbacks; DRAINED once a node that left is drained
     take_share(...)   a node that joined a running cluster takes its share of each table it declares
     check_leave(...)  what a node cannot take with it when it leaves (ConfigError, before anything moves)
-    hand_over(...)    a node leaving without backups gives every row and key range away
+    hand_over(...)    a node leaving without backups gives every row and key range away (sparse too)
 
 They work on the parts they are given; the Node owns those parts and their threads.
 """
@@ -101,7 +101,7 @@ def _adopt_unmanaged(state: TableState, rank: int) -> None:
     """A table whose declaration is under way, at a change of range managers: take each range now managed
     here that no node handed over (its `owner` entries all -1: its former manager, who left, never built
     the table), with fresh rows, as a node building the table in the new epoch does (node.tables)."""
-    if state.spec.sparse:  # (a leave hands over no sparse table: node.elastic.check_leave)
+    if state.spec.sparse:  # (a sparse shard takes any key of the ranges routed to it: nothing to adopt)
         return
     shard = state.shard
     for r in state.ranges.managed_by(rank):
@@ -116,8 +116,9 @@ def take_share(state: TableState, joined: dict, localize: Callable, rank: int, t
     """A node that joined a running cluster takes its share of a table's rows from every key range
     (membership.join.share), by relocation forced past leases (`localize(keys)`: the main thread's
     table handle's); blocks until they are here. With backups it takes none: rows stay on their
-    chains, and the node holds copies at their ends instead (membership.joining)."""
-    if joined.get("backups"):  # rows stay on their chains; the node holds copies instead (membership.joining)
+    chains, and the node holds copies at their ends instead (membership.joining). Of a sparse table it
+    takes none: it holds only the ranges later leaves hand to it (a range moves whole: SparseRanges)."""
+    if joined.get("backups") or state.spec.sparse:
         return
     members, joiners = len(joined["alive"]), joined["joiners"]
     ranges, keys = state.ranges, []
@@ -135,10 +136,6 @@ def take_share(state: TableState, joined: dict, localize: Callable, rank: int, t
 def check_leave(rank: int, catalog: Catalog, backups: int) -> None:
     """ConfigError for tables a leaving node cannot hand over."""
     aggregated = [s.spec.name for s in catalog.tables() if s.aggregator is not None]
-    sparse = [s.spec.name for s in catalog.tables() if s.spec.sparse]
-    if sparse:
-        raise ConfigError(f"node {rank}: leave() cannot hand over sparse table(s) {sparse} yet; "
-                          "checkpoint or export them (table.pull_range) and start a new cluster")
     if not backups and aggregated:
         raise ConfigError(f"node {rank}: leave() without backups cannot move the aggregation state of "
                           f"table(s) {aggregated} (pskv.NodeAggregate); start the cluster with backups=1")

@@ -91,7 +91,8 @@ class KeyRanges:
 class SparseRanges(KeyRanges):
     """The ranges of a sparse table's uint64 key space (store.sparse): range i is
     [i * 2**64 // R, (i + 1) * 2**64 // R) in unsigned order; keys arrive as int64 with the same bits.
-    Its ranges never move (`managers` is the identity)."""
+    A range moves whole, with every key, when its manager leaves (`managers`, server.handoff); a
+    node that joined manages none until a leave hands it one."""
 
     def __init__(self, num_ranges: int, managers=None, nodes: int | None = None) -> None:
         super().__init__(1, num_ranges, managers, nodes)

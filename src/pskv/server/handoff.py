@@ -15,6 +15,10 @@ are, and only then does the coordinator start the membership epoch in which the 
 the new managers. The node keeps forwarding until every member drained what it sent before that
 epoch (membership.coordinator).
 
+A sparse table (store.sparse) hands each range it manages as one HANDOFF of every written key
+(`SparseShard.give`); what still reaches it for them goes on to the range's new manager
+(`SparseShard.away`, server.serve).
+
 Receiving (any member): HANDOFF inserts the rows; the receiver becomes their owner in its own
 manager map where it manages them, except for keys its map gives to a third node (a LOCALIZE
 moved them on meanwhile: the HANDOVER it sent the leaving node comes back to it, forwarded, and
@@ -32,11 +36,14 @@ from ..net.endpoint import Endpoint
 from ..net.wire import Header, Kind, Payload
 from ..placement.ranges import KeyRanges
 from ..store.shard import INCOMING, Shard
+from ..store.sparse import SparseShard
 
 
 def give(shard: Shard, ranges: KeyRanges, me: int, to: list[int]) -> list[tuple]:
     """Leaving node: take `shard`'s rows and managed ranges out (range r goes to node to[r]); returns
     the messages to send, (dest, kind, part, keys, rows, state, keys the ACK counts), in order."""
+    if shard.spec.sparse:
+        return _give_sparse(shard, ranges, me, to)
     if (shard.slot == INCOMING).any():
         raise ProtocolError(f"node {me} leaves while keys of table {shard.spec.name!r} are on their way to it")
     out = []
@@ -61,6 +68,15 @@ def give(shard: Shard, ranges: KeyRanges, me: int, to: list[int]) -> list[tuple]
     return out
 
 
+def _give_sparse(shard: SparseShard, ranges: KeyRanges, me: int, to: list[int]) -> list[tuple]:
+    """A sparse table: each range r `me` manages, every written key with its row and state, in one
+    HANDOFF part=r+1 to to[r] (no OWNERS: a sparse key lives at its range's manager only)."""
+    managed = ranges.managed_by(me)
+    given = shard.give([(*ranges.range_bounds(r), int(to[r])) for r in managed])
+    return [(int(to[r]), Kind.HANDOFF, r + 1, keys, rows, state, max(len(keys), 1))
+            for r, (keys, rows, state) in zip(managed, given)]
+
+
 def send(endpoint: Endpoint, table: int, rid: int, messages: list[tuple]) -> None:
     """Send what `give` took out as parts of request `rid`."""
     for dest, kind, part, keys, rows, state, _count in messages:
@@ -74,6 +90,10 @@ def send(endpoint: Endpoint, table: int, rid: int, messages: list[tuple]) -> Non
 def on_handoff(endpoint: Endpoint, header: Header, p: Payload, shard: Shard) -> None:
     """HANDOFF: take the rows; manage range part - 1 from now if part > 0."""
     keys = np.asarray(p.keys, np.int64)
+    if shard.spec.sparse:  # (the keys of a whole range; the next epoch routes it here)
+        shard.insert(keys, np.asarray(p.values), None if p.state is None else np.asarray(p.state))
+        endpoint.reply(header, Kind.ACK, n_keys=max(len(keys), 1))
+        return
     if (shard.slot[keys] >= 0).any():
         raise ProtocolError(f"HANDOFF of keys {keys[shard.slot[keys] >= 0][:5].tolist()} of table "
                             f"{shard.spec.name!r} that node {endpoint.rank} already owns")

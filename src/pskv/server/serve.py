@@ -143,6 +143,10 @@ class Server:
         if not shard.spec.sparse or len(p.keys) != 2:
             raise ProtocolError(f"{header!r}: RANGE takes (lo, hi - 1) of a key_space='uint64' table")
         lo, last = (int(k) for k in np.asarray(p.keys).view(np.uint64))
+        to = int(shard.away(np.asarray(p.keys[:1], np.int64))[0]) if self.chain is None else -1
+        if to >= 0:  # (this node is leaving and handed the range on: its new manager answers)
+            self.forward(to, header, np.asarray(p.keys, np.int64), None, None)
+            return
         keys, rows = shard.scan(lo, last + 1)
         self._endpoint.reply(header, Kind.RANGE_REPLY, n_keys=len(keys), keys=keys.view(np.int64), values=rows)
 
@@ -166,6 +170,8 @@ class Server:
         values = None if p.values is None else p.values[miss]
         if self.chain is not None:  # with backups: each key's range head holds it
             targets = self.chain.heads(header.table, mkeys)
+        elif shard.spec.sparse:  # keys of a range this node handed on (it is leaving): to its new manager
+            targets = shard.away(mkeys)
         else:
             targets = route.forward_hops(mkeys, shard, self._ranges(header.table), self.rank)
         for target in np.unique(targets):
@@ -217,7 +223,8 @@ class Server:
     def _handoff(self, header: Header, p: Payload, shard: Shard) -> None:
         """A leaving node's rows (server.handoff); what waited for them here goes on (server.relocate)."""
         handoff.on_handoff(self._endpoint, header, p, shard)
-        self.relocation.landed(header, shard)
+        if not shard.spec.sparse:  # (nothing waits for a sparse table's keys)
+            self.relocation.landed(header, shard)
 
     def _replica_sync(self, header: Header, p: Payload, shard: Shard) -> None:
         """Another node's accumulated changes of replicated keys: add them here, acknowledge. With

@@ -4,7 +4,9 @@ a hash map, created on first write; memory grows with the keys actually written.
 A sparse table (`node.table(name, rows=None, key_space="uint64")`) has no fixed row count: a key
 is any uint64 (inside pskv it travels as the int64 with the same bits). Its key space is cut into
 one range per node (placement.ranges.SparseRanges); the node that manages a range holds every
-key in it, for good: sparse tables do not relocate, replicate or aggregate (node.table says so).
+key in it: sparse tables do not relocate, replicate or aggregate (node.table says so). A node that
+leaves (without backups) hands each range it manages, every key with its row and state, to another
+member (`give` there, `insert` here: server.handoff) and forwards what still reaches it (`away`).
 
 A pull of a key never written gives the table's initial value (Zeros or Constant) and creates
 nothing; a push or set creates the row (initial value, fresh updater state) and then applies.
@@ -25,7 +27,7 @@ import numba
 import numpy as np
 
 from .. import kernels
-from ..errors import ConfigError
+from ..errors import ConfigError, ProtocolError
 from .spec import Constant, TableSpec, Zeros
 
 _MIN_CAPACITY = 1 << 10
@@ -99,7 +101,8 @@ class SparseShard:
         self.data = np.empty((_MIN_CAPACITY // 2, spec.dim), spec.dtype)  # (rows capacity, dim)
         self.state = np.empty((len(self.data), self.width), spec.dtype) if self.width else None
         self.size = 0  # rows created
-        self.forwards = self.relocated_in = 0  # (never: a sparse table's keys stay at their manager)
+        self.forwards = self.relocated_in = 0  # forwards: keys of ranges handed on that still came here
+        self.gone: list[tuple[np.uint64, np.uint64, int]] = []  # (lo, hi - 1, m): ranges handed to m (`give`)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -107,7 +110,12 @@ class SparseShard:
 
     # ---- the data path (any thread) -------------------------------------------------------------
     def pull(self, keys: np.ndarray, out: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
-        """out[i] (or out[pos[i]]) = row keys[i]; the initial value for keys never written."""
+        """out[i] (or out[pos[i]]) = row keys[i]; the initial value for keys never written. Returns the
+        indices of keys in ranges handed on (`give`), untouched (so do push, push_pull and set)."""
+        if self.gone and len(miss := self._missed(keys)):
+            hit = _others(miss, len(keys))
+            self.pull(keys[hit], out, hit if pos is None else pos[hit])
+            return miss
         ukeys = keys.view(np.uint64)
         slots = np.empty(len(keys), np.int64)
         with self._lock:
@@ -120,6 +128,10 @@ class SparseShard:
 
     def push(self, keys: np.ndarray, updates: np.ndarray) -> np.ndarray:
         """Apply the updater (rows created first); duplicate keys are summed."""
+        if self.gone and len(miss := self._missed(keys)):
+            hit = _others(miss, len(keys))
+            self.push(keys[hit], updates[hit])
+            return miss
         with self._lock:
             slots = self._rows(keys)  # (first: it may grow data)
             self.spec.updater.apply(self.data, self.state, slots, updates)
@@ -127,6 +139,12 @@ class SparseShard:
 
     def push_pull(self, keys: np.ndarray, updates: np.ndarray, out: np.ndarray) -> np.ndarray:
         """push, then the rows after it, in one step (no other write in between)."""
+        if self.gone and len(miss := self._missed(keys)):
+            hit = _others(miss, len(keys))
+            got = np.empty((len(hit), self.spec.dim), self.spec.dtype)  # (h, dim) the rows after the push
+            self.push_pull(keys[hit], updates[hit], got)
+            out[hit] = got
+            return miss
         with self._lock:
             slots = self._rows(keys)
             self.spec.updater.apply(self.data, self.state, slots, updates)
@@ -135,6 +153,10 @@ class SparseShard:
 
     def set(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Overwrite rows (created first); for duplicate keys the last one wins."""
+        if self.gone and len(miss := self._missed(keys)):
+            hit = _others(miss, len(keys))
+            self.set(keys[hit], values[hit])
+            return miss
         with self._lock:
             slots = self._rows(keys)  # (first: it may grow data)
             kernels.assign_slots(self.data, slots, values)
@@ -170,6 +192,59 @@ class SparseShard:
             self.data[slots] = rows
             if self.state is not None and state is not None:
                 self.state[slots] = state
+
+    # ---- a leave without backups (server.handoff) -------------------------------------------------
+    def give(self, intervals: list[tuple[int, int, int]]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+        """Take out every written key of each [lo, hi) of `intervals` (lo, hi, m), with copies of its row
+        and state: (int64 keys, rows, state) per interval. From now on those keys are not here: the
+        data path returns them as missed and `away` names m (pskv-server alone calls it, once the
+        node's own workers are done: node.leave)."""
+        with self._lock:
+            keys, slots = self._keys[self._used], self._slot[self._used]
+            out, taken = [], np.zeros(len(keys), bool)
+            for lo, hi, m in intervals:
+                inside = (keys >= np.uint64(lo)) & (keys <= np.uint64(hi - 1))
+                order = np.argsort(keys[inside], kind="stable")
+                s = slots[inside][order]
+                out.append((keys[inside][order].view(np.int64), self.data[s],
+                            None if self.state is None else self.state[s]))
+                taken |= inside
+                self.gone.append((np.uint64(lo), np.uint64(hi - 1), int(m)))
+            kept, s = keys[~taken], slots[~taken]
+            rows, state = self.data[s], None if self.state is None else self.state[s]
+            self._keys = np.zeros(_MIN_CAPACITY, np.uint64)  # (the map again, with the kept keys only)
+            self._used = np.zeros(_MIN_CAPACITY, np.bool_)
+            self._slot = np.zeros(_MIN_CAPACITY, np.int64)
+            self.size = 0
+            if len(kept):
+                s = self._rows(kept.view(np.int64))
+                self.data[s] = rows
+                if state is not None:
+                    self.state[s] = state
+        return out
+
+    def insert(self, keys: np.ndarray, rows: np.ndarray, state: np.ndarray | None) -> None:
+        """A leaving node's rows (and updater state) of int64 `keys` (HANDOFF): created here.
+        ProtocolError if one is here already (it would be written twice)."""
+        with self._lock:
+            slots = np.empty(len(keys), np.int64)
+            if len(keys) - _find(self._keys, self._used, self._slot, keys.view(np.uint64), slots):
+                raise ProtocolError(f"table {self.spec.name!r}: node {self.rank} was handed keys "
+                                    f"{keys[slots >= 0][:5].view(np.uint64).tolist()} it holds already")
+            slots = self._rows(keys)
+            self.data[slots] = rows
+            if self.state is not None and state is not None:
+                self.state[slots] = state
+
+    def away(self, keys: np.ndarray) -> np.ndarray:
+        """(n,) int64 the node each key's range was handed to (`give`), -1 for keys held here."""
+        ukeys, to = keys.view(np.uint64), np.full(len(keys), -1, np.int64)
+        for lo, last, m in self.gone:
+            to[(ukeys >= lo) & (ukeys <= last)] = m
+        return to
+
+    def _missed(self, keys: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(self.away(keys) >= 0)
 
     def nbytes(self) -> int:
         """Memory held by the map and the rows."""
@@ -216,6 +291,13 @@ class SparseShard:
 
     def __repr__(self) -> str:
         return f"<SparseShard {self.spec.name!r} node={self.rank} keys={self.size} dim={self.spec.dim}>"
+
+
+def _others(miss: np.ndarray, n: int) -> np.ndarray:
+    """(n - len(miss),) the indices 0..n-1 not in `miss`."""
+    hit = np.ones(n, bool)
+    hit[miss] = False
+    return np.flatnonzero(hit)
 
 
 @numba.njit(nogil=True, cache=True)

@@ -113,13 +113,11 @@ def test_each_call_refusal_raises_a_table_error_naming_the_option(node, tmp_path
     assert (node._main_worker.table("t").pull(keys) == 0).all()
 
 
-@pytest.mark.parametrize("kind", ["sparse", "NodeAggregate"])
-def test_leave_refuses_sparse_tables_and_aggregated_ones_without_backups(tmp_path, kind):
+def test_leave_refuses_aggregated_tables_without_backups(tmp_path):
     """node.leave() refuses what compat lists at leave() (node.elastic.check_leave), before anything moves."""
-    assert [(r.a, r.only) for r in compat.REFUSED if r.where == "leave()"] == [("sparse", ""),
-                                                                              ("NodeAggregate", "without backups")]
+    assert [(r.a, r.only) for r in compat.REFUSED if r.where == "leave()"] == [("NodeAggregate", "without backups")]
     with pskv.init() as node:
-        node.table("t", dim=2, **{"rows": 8, **_declare_kwargs(kind, tmp_path)})
+        node.table("t", dim=2, **{"rows": 8, **_declare_kwargs("NodeAggregate", tmp_path)})
         with pytest.raises(pskv.ConfigError, match=r"node 0: leave\(\) .*\['t'\]"):
             node.leave()
         assert node.members == [0]
