@@ -7,6 +7,7 @@ asserts exact values; the test checks the exit status and the lines printed.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +152,76 @@ def bounded(node: pskv.Node, threads: int, rounds: int = 6) -> None:
 
     node.run(train, threads=threads)
     print(f"bounded ok node={node.rank}", flush=True)
+
+
+def _stamped_keys(table: str, rank: int, thread: int, clock: int) -> np.ndarray:
+    """A worker's keys at a clock: random uint64 ids, range edges, keys every worker shares on both
+    sides of the two nodes' border (2**63), and one duplicate."""
+    rng = np.random.default_rng([len(table), rank, thread, clock])
+    keys = np.concatenate([rng.integers(0, 2**64 - 1, 12, dtype=np.uint64, endpoint=True), rng.choice(EDGE, 2),
+                           rng.integers(0, 6, 3).astype(np.uint64) + np.uint64(2**63 - 3)])
+    keys[-1] = keys[0]
+    return keys
+
+
+def clocked(node: pskv.Node, threads: int, clocks: int = 6) -> None:
+    """Sparse BSP and SSP(1) tables: each worker pushes 1 into column (worker, clock) of random uint64
+    keys at each clock. A pull at clock c holds exactly every update stamped <= c - s - 1 and the
+    worker's own, and no column half or twice applied; a set is never overtaken by the node's
+    later push of its key; the final rows are the exact sums. Cache(rows=) is inert (no row cache);
+    its buffer_rows sizes the push buffer."""
+    workers = node.num_nodes * threads
+    models = {"ssp": pskv.SSP(1), "bsp": pskv.BSP()}
+    node.table("ssp", rows=None, dim=workers * clocks, dtype="float64", key_space="uint64", consistency=models["ssp"],
+               cache=pskv.Cache(rows=64, buffer_rows=8))
+    node.table("bsp", rows=None, dim=workers * clocks, dtype="float64", key_space="uint64", consistency=models["bsp"])
+    assert node.catalog.get("ssp").cache is None and node.catalog.get("ssp").buffer.capacity == 8
+    every = {name: [(w, c, _stamped_keys(name, w // threads, w % threads, c)) for w in range(workers)
+                    for c in range(clocks)] for name in models}
+    universe = {name: np.unique(np.concatenate([k for _, _, k in stamped])) for name, stamped in every.items()}
+    expected = {}  # (len(universe), workers * clocks): how often each (worker, clock) pushed each key
+    for name, stamped in every.items():
+        counts = np.zeros((len(universe[name]), workers * clocks))
+        for w, c, keys in stamped:
+            np.add.at(counts[:, w * clocks + c], np.searchsorted(universe[name], keys), 1)
+        expected[name] = counts
+    other = (node.rank + 1) % node.num_nodes
+
+    def train(w: pskv.Worker) -> None:
+        me = w.rank * threads + w.thread
+        setkey = np.array([other * (2**64 // node.num_nodes) + 10**6 + w.thread], np.uint64)  # another node's
+        for c in range(clocks):
+            for name, model in models.items():
+                table, keys = w.table(name), _stamped_keys(name, w.rank, w.thread, c)
+                one_hot = np.zeros((len(keys), workers * clocks))
+                one_hot[:, me * clocks + c] = 1
+                table.push(keys, one_hot)
+                table.push(setkey, np.full((1, workers * clocks), 5.0))  # buffered before the set
+                table.set(setkey, np.full((1, workers * clocks), 100.0 * c))
+                table.push(setkey, np.eye(1, workers * clocks))  # after it: never overtakes it
+                got, want = table.pull(universe[name]), expected[name]
+                stamped = (np.arange(workers * clocks) % clocks) < c - int(model.staleness)  # stamped <= c - s - 1
+                own = (np.arange(workers * clocks) // clocks == me) & (np.arange(workers * clocks) % clocks <= c)
+                assert np.array_equal(got[:, stamped | own], want[:, stamped | own]), \
+                    f"{name} at clock {c}: missing updates stamped <= {c - int(model.staleness) - 1} or own ones"
+                assert ((got == 0) | (got == want)).all(), f"{name} at clock {c}: an update half or twice applied"
+                row = table.pull(setkey)[0]
+                assert row[0] == 100.0 * c + 1 and (row[1:] == 100.0 * c).all(), f"{name}: set overtaken: {row}"
+            if me == workers - 1:
+                time.sleep(0.05)  # a slow worker: the others' pulls wait for it (no time is asserted)
+            w.clock()
+        w.barrier()
+        for name in models:
+            assert np.array_equal(w.table(name).pull(universe[name]), expected[name]), f"{name}: final sums differ"
+        w.barrier()
+
+    node.run(train, threads=threads)
+    stats = node.stats()["tables"]
+    for name in models:
+        keys, _ = node._main_worker.table(name).pull_range(0, 2**64)
+        assert len(keys) == len(universe[name]) + node.num_nodes * threads, f"{name}: pull_range differs"
+        assert stats[name]["buffered_rows"] > 0 and stats[name]["flushed_rows"] <= stats[name]["buffered_rows"]
+    print(f"clocked ok node={node.rank} flushes={stats['ssp']['flushes']},{stats['bsp']['flushes']}", flush=True)
 
 
 def _checkpoint_rows():

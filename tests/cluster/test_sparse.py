@@ -1,5 +1,5 @@
 """Sparse tables (key_space="uint64") on multi-process clusters: exact sums, push_pull, pull_range,
-bounded delay with worker clocks."""
+bounded delay with worker clocks, BSP/SSP sparse tables."""
 
 from __future__ import annotations
 
@@ -48,3 +48,10 @@ def test_checkpoint_of_a_sparse_table_restores_on_another_cluster_size(cluster_f
                               restore=str(ckpt))
     assert cluster.wait(timeout=150) == 0, cluster.logs_tail()
     assert all("restored" in cluster.output(r) for r in range(2))
+
+
+def test_sparse_bsp_and_ssp_pulls_hold_every_update_stamped_before_the_bound(cluster_factory):
+    """2 nodes x 2 threads, a sparse SSP(1) table and a BSP one: pulls hold exactly the updates
+    their clock bound needs and the worker's own, sets are never overtaken, final sums exact."""
+    cluster = _run(cluster_factory, 2, 2, "clocked")
+    assert all("clocked ok" in cluster.output(r) for r in range(2))

@@ -55,7 +55,7 @@ class Refusal:
     only: str = ""
 
 
-_SPARSE = "sparse tables are asynchronous and keep each key at its range's node"
+_SPARSE = "sparse tables keep each key at its range's node"
 _AGG = "an aggregated table keeps its static placement (one technique per table)"
 _ROUNDS = "a BSP/SSP or NodeAggregate table sends its pushes in rounds of its own"
 _TEST = "tests/unit/client/test_compat.py::"
@@ -71,9 +71,6 @@ REFUSED: tuple[Refusal, ...] = (
     Refusal("sparse", "Sampling", "declaration", f"{_SPARSE}; sampling draws row ids 0..rows-1", "node.table", _DECL),
     Refusal("sparse", "prepare_sample", "call", "sampling needs a dense table (rows 0..n-1)", "client.path", _CALL),
     Refusal("sparse", "NodeAggregate", "declaration", f"{_SPARSE}: no per-row round arrays", "node.table", _DECL),
-    Refusal("sparse", "BSP/SSP", "declaration",
-            f"{_SPARSE}; bound the delay with worker.clock() and worker.wait_clock(), as the lr app does",
-            "node.table", _DECL),
     Refusal("sparse", "backups", "declaration", f"{_SPARSE}: chains copy dense ranges only; use dense tables there",
             "node.table", _CHECK),
     Refusal("sparse", "pull_if_local", "call", "use pull (local keys are read from memory)", "client.path", _CALL),

@@ -41,6 +41,7 @@ _ELASTIC = _T + "test_compose_pairs.py::test_options_compose_with_a_join_and_a_l
 _PUSH_PULL = _T + "test_sparse.py::test_push_pull_sparse_and_dense"
 _FILTERS = _T + "test_sparse.py::test_a_tables_filters_apply_to_every_push_and_pull_that_gives_none"
 _SPARSE_CKPT = _T + "test_sparse.py::test_checkpoint_of_a_sparse_table_restores_on_another_cluster_size"
+_SPARSE_SSP = _T + "test_sparse.py::test_sparse_bsp_and_ssp_pulls_hold_every_update_stamped_before_the_bound"
 _CLOCKS = _T + "test_elastic.py::test_bsp_and_ssp_clocks_count_the_current_members"
 _ROUNDS = _T + "test_aggregation.py::test_round_sums_exact"
 _CACHE = _T + "test_consistency.py::test_row_cache_and_push_coalescing"
@@ -66,6 +67,8 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     ("dense", "leave"): _LEAVES,
     ("sparse", "filters"): _FILTERS,
     ("sparse", "push_pull"): _PUSH_PULL,
+    ("sparse", "BSP/SSP"): _SPARSE_SSP,
+    ("sparse", "Cache"): _SPARSE_SSP,  # (buffer_rows= sizes its push buffer; rows= is inert, NO_EFFECT)
     ("sparse", "checkpoint"): _SPARSE_CKPT,
     ("sparse", "restore"): _SPARSE_CKPT,
     ("sparse", "join"): _T + "test_sparse_elastic.py::test_a_node_joins_a_sparse_table_then_another_leaves",
@@ -122,7 +125,8 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
 _NONE = "no row cache or push buffer for Cache to size"
 # accepted, but one side does nothing there
 NO_EFFECT: dict[tuple[str, str], str] = {
-    ("sparse", "Cache"): f"a sparse table is asynchronous: {_NONE}",
+    ("sparse", "Cache"): "a sparse table keeps no row cache (a RowCache is sized by rows): Cache(rows=) is inert; "
+                         "buffer_rows= sizes a sparse BSP/SSP table's push buffer",
     ("Cache", "NodeAggregate"): f"an aggregated table sends its pushes in rounds: {_NONE}",
     ("Cache", "filters"): f"filters need an asynchronous table, which has {_NONE}",
     ("Cache", "push_pull"): f"push_pull needs an asynchronous table, which has {_NONE}",

@@ -17,7 +17,8 @@ What each table kind and option puts in (client.stages, client.front; `describe(
                     ranges                                sparse (key_space="uint64")
     pull            the request stages; BSP/SSP: row cache > clock bound > ...; NodeAggregate: aggregate
     push            gate > the request stages; BSP/SSP: gate > clock > [replica] > [local] > buffer;
-                    sparse: gate > clock > ranges; NodeAggregate: aggregate (rounds pass no write
+                    sparse: gate > clock > ranges (BSP/SSP: gate > clock > local > buffer, no row
+                    cache: RowCache is sized by rows); NodeAggregate: aggregate (rounds pass no write
                     gate: the checkpoint holds them, `hold`)
     set             gate > [clock] > [ordered (BSP/SSP) | initial (NodeAggregate)] > the request stages
     push_pull       as push without buffer, or refused
@@ -117,7 +118,8 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
         pull = front.Bounded(state, ctx, request)
         buffered = stages.Buffer(state)
         if not backups:  # (with backups every write goes through its range's head)
-            buffered = stages.Owned(state, buffered, probe=False)
+            buffered = (stages.MyRange(state, ctx, buffered) if sparse
+                        else stages.Owned(state, buffered, probe=False))
         if state.shard.replicas is not None:
             buffered = stages.Replica(state, buffered)
         push = front.Gate(ctx, front.Clock(buffered))

@@ -22,6 +22,7 @@ A request stage serves what it can of a request and hands the rest to the stage 
              (client.table.Route: a dense table's send, the data path's last step)
     Heads    with backups: every write to its range's head, kept and sent again (client.backed)
     Ranges   a sparse table: each key to the node of its uint64 range
+    MyRange  a sparse BSP/SSP table's pushes: keys of this node's range applied here, the rest buffered
     Buffer   BSP/SSP pushes: into the row cache and the push buffer, sent at the next flush
 
 `client.frontstages` holds the stages before these (the write gate, clocks, BSP/SSP pulls,
@@ -184,6 +185,34 @@ class Ranges(Stage):
             fut.pumped_by(ctx.endpoint.pump)
         h._track(fut)
         return fut
+
+
+class MyRange(Stage):
+    """A sparse BSP/SSP table's writes: keys of this node's uint64 range applied here at once (as
+    `Owned` does for a dense table's pushes); the rest passes (to the push buffer)."""
+
+    name = "local"
+
+    def __init__(self, state: TableState, ctx: Context, nxt: Stage) -> None:
+        self.state, self.ctx, self.next = state, ctx, nxt
+
+    def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        if not len(keys):
+            return Future.completed(out, h._desc(kind))
+        st = self.state
+        mine = st.ranges.manager_of(keys) == self.ctx.rank  # (n,) bool
+        at = np.flatnonzero(mine)
+        if len(at):
+            pos = at if gpos is None else gpos[at]
+            miss = serve_local(h, st.shard, kind, keys[at], None if values is None else values[at], out, pos, rows)
+            mine[at[miss]] = False  # (keys of a range the shard handed on: they go on, as remote ones)
+            st.local_keys += len(at) - len(miss)
+            if mine.all():
+                return Future.completed(out, h._desc(kind))
+            rest = np.flatnonzero(~mine)
+            keys, values, copy = keys[rest], None if values is None else values[rest], False
+            gpos = rest if gpos is None else gpos[rest]
+        return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
 
 
 class Buffer(Stage):

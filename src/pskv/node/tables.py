@@ -68,6 +68,8 @@ class TableBuilder:
         if spec.sparse:  # keys stay at their range's node: no technique parts (client.compat refused them)
             shard = self.store.add_sparse(spec, self.rank, ranges.manager_range(self.rank))
             state = TableState(spec, ranges, shard, options, consistency, np.empty(0, np.int64))
+            if consistency.synchronous:  # a push buffer, no row cache: a RowCache is sized by rows (2**64 here)
+                state.buffer = self._push_buffer(state)
             compose(state, self.ctx, backups=bool(self.config.backups))
             return state, config
         shard = self.store.add(spec, *ranges.manager_range(self.rank), self.rank, fill, disk=disk)
@@ -96,9 +98,7 @@ class TableBuilder:
             if capacity:
                 state.cache = RowCache(spec.rows, spec.dim, spec.dtype, capacity,
                                        additive=isinstance(spec.updater, updaters.Add))
-            # a flush is a plain push of arrays nobody else holds, down the table's request stages
-            state.buffer = PushBuffer(spec.dim, spec.dtype, options.cache.buffer_rows,
-                                      lambda keys, values: state.path.send_buffered(keys, values))
+            state.buffer = self._push_buffer(state)
         if options.replicate is not None:
             keys = hot_keys(spec, options.replicate)
             # the nodes that started the cluster sync with each other from the start; a node that
@@ -109,6 +109,14 @@ class TableBuilder:
                                    options.replicate.threshold]
         compose(state, self.ctx, backups=bool(self.config.backups))  # its stages, once (client.path)
         return state, config
+
+    @staticmethod
+    def _push_buffer(state: TableState) -> PushBuffer:
+        """A BSP/SSP table's push buffer: a flush is a plain push of arrays nobody else holds, down
+        the table's request stages (`Path.send_buffered`)."""
+        spec = state.spec
+        return PushBuffer(spec.dim, spec.dtype, state.options.cache.buffer_rows,
+                          lambda keys, values: state.path.send_buffered(keys, values))
 
     def current_ranges(self, state: TableState) -> None:
         """Give a table just added to the catalog the key ranges of the view as it is now.

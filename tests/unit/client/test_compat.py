@@ -94,6 +94,17 @@ def test_declared_reads_the_deprecated_keywords_too():
     assert on == {"dense", "Replicate", "NodeAggregate", "BSP/SSP", "Relocate", "backups", "join"}
 
 
+def test_a_sparse_table_takes_bsp_and_ssp_with_a_push_buffer_and_no_row_cache(node):
+    """Sparse x BSP/SSP is no longer refused: the table gets a push buffer (sized by Cache's
+    buffer_rows) and no row cache (Cache's rows are inert); only push_pull stays refused."""
+    assert compat.refusals("sparse", "BSP/SSP") == []
+    node.table("t", rows=None, dim=2, key_space="uint64", consistency=pskv.BSP(), cache=pskv.Cache(rows=8, buffer_rows=3))
+    state = node.catalog.get("t")
+    assert state.cache is None and state.buffer.capacity == 3
+    assert [c for c, s in state.stages().items() if s == "refused"] == ["push_pull", "localize", "pull_if_local",
+                                                                        "prepare_sample"]
+
+
 _CALLS = [r for r in compat.REFUSED if r.where == "call" and r.a != "backups"]
 
 

@@ -43,8 +43,12 @@ PLAIN = {"request": "local > route", "pull": "local > route", "push": "gate > lo
      {"request": "ranges", "pull": "ranges", "push": "gate > clock > ranges", "set": "gate > clock > ranges",
       "push_pull": "gate > clock > ranges", "localize": "refused", "pull_if_local": "refused",
       "prepare_sample": "refused"}),
+    ({"key_space": "uint64", "rows": None, "consistency": pskv.SSP(1), "cache": pskv.Cache(rows=4)},  # (no row cache)
+     {"request": "ranges", "pull": "clock bound > ranges", "push": "gate > clock > local > buffer",
+      "set": "gate > clock > ordered > ranges", "push_pull": "refused", "localize": "refused",
+      "pull_if_local": "refused", "prepare_sample": "refused"}),
 ], ids=["dense", "location-caches", "replicate", "ssp-replicate", "bsp-no-cache", "aggregate", "aggregate-bsp",
-        "sparse"])
+        "sparse", "sparse-ssp"])
 def test_each_table_gets_the_stages_of_its_options(node, kwargs, stages):
     """The stage list of each call is fixed when the table is declared, from its options alone."""
     node.table("t", **{"rows": 8, "dim": 2, **kwargs})

@@ -202,6 +202,27 @@ def test_push_buffer_sums_duplicates_and_shares_one_future():
     assert f3.done() and len(sent) == 2 and (buf.rows_in, buf.rows_out, buf.flushes) == (9, 8, 2)
 
 
+def test_push_buffer_takes_uint64_ids_as_int64_and_sums_their_duplicates():
+    """A sparse table's keys reach the buffer as the int64 with their uint64 bits (negative above
+    2**63): any of them is one key, duplicates summed, and the flush carries the same bits."""
+    sent = []
+
+    def send(keys, values):
+        sent.append((keys.copy(), values.copy()))
+        return Future.completed(None)
+
+    ids = np.array([2**64 - 1, 0, 2**63, 2**63 - 1, 2**64 - 1, 12345678901234567890, 2**63], np.uint64)
+    buf = PushBuffer(1, np.float64, capacity=100, send=send)
+    buf.add(ids[:4].view(np.int64), np.arange(1, 5, dtype=np.float64)[:, None])
+    buf.add(ids[4:].view(np.int64), np.full((3, 1), 10.0))
+    buf.flush()
+    keys, values = sent[0]
+    assert keys.dtype == np.int64
+    got = dict(zip(keys.view(np.uint64).tolist(), values[:, 0].tolist()))
+    assert got == {2**64 - 1: 11.0, 0: 2.0, 2**63: 13.0, 2**63 - 1: 4.0, 12345678901234567890: 10.0}
+    assert (buf.rows_in, buf.rows_out) == (7, 5)
+
+
 def test_push_buffer_flush_failure_fails_the_pushes():
     """If the flush's push fails, every buffered push's Future fails with it."""
     def send(keys, values):
