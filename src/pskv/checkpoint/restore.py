@@ -87,13 +87,12 @@ class Restorer:
     def _load_sparse(self, entry: dict, shard) -> int:
         """A sparse table: the saved keys of this node's range of the uint64 space (any node's file may
         hold some: the cluster may have had another size), with their rows and state."""
-        lo, hi = shard.key_range
         loaded = 0
         for keys, rows, st in fmt.table_parts(self.path, entry):
             keys = np.asarray(keys).view(np.uint64)
-            mine = keys >= np.uint64(lo)
-            if hi < 1 << 64:
-                mine &= keys < np.uint64(hi)
+            mine = np.zeros(len(keys), bool)
+            for lo, hi in shard.intervals:  # its range, and with backups those it heads now (server.sparse_copies)
+                mine |= (keys >= np.uint64(lo)) & (keys < np.uint64(hi)) if hi < 1 << 64 else keys >= np.uint64(lo)
             if mine.any():
                 shard.restore(keys[mine], rows[mine], None if st is None else st[mine])
                 loaded += int(mine.sum())

@@ -71,8 +71,6 @@ REFUSED: tuple[Refusal, ...] = (
     Refusal("sparse", "Sampling", "declaration", f"{_SPARSE}; sampling draws row ids 0..rows-1", "node.table", _DECL),
     Refusal("sparse", "prepare_sample", "call", "sampling needs a dense table (rows 0..n-1)", "client.path", _CALL),
     Refusal("sparse", "NodeAggregate", "declaration", f"{_SPARSE}: no per-row round arrays", "node.table", _DECL),
-    Refusal("sparse", "backups", "declaration", f"{_SPARSE}: chains copy dense ranges only; use dense tables there",
-            "node.table", _CHECK),
     Refusal("sparse", "pull_if_local", "call", "use pull (local keys are read from memory)", "client.path", _CALL),
     Refusal("disk", "sparse", "declaration", "disk tables are dense tables for now", "node.table", _DECL),
     Refusal("disk", "backups", "declaration", "disk tables are dense tables without backups for now: chain "

@@ -69,6 +69,8 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     ("sparse", "push_pull"): _PUSH_PULL,
     ("sparse", "BSP/SSP"): _SPARSE_SSP,
     ("sparse", "Cache"): _SPARSE_SSP,  # (buffer_rows= sizes its push buffer; rows= is inert, NO_EFFECT)
+    ("sparse", "backups"): _BACKUPS.replace("test_backups", "test_sparse_backups")
+    + "test_a_range_head_dies_during_a_sparse_push_storm",
     ("sparse", "checkpoint"): _SPARSE_CKPT,
     ("sparse", "restore"): _SPARSE_CKPT,
     ("sparse", "join"): _T + "test_sparse_elastic.py::test_a_node_joins_a_sparse_table_then_another_leaves",

@@ -15,6 +15,7 @@ What each table kind and option puts in (client.stages, client.front; `describe(
     request stages  [replica] > local > route            dense, disk
                     [replica] > held rows > heads         any table with backups
                     ranges                                sparse (key_space="uint64")
+                    held ranges > heads                   sparse with backups
     pull            the request stages; BSP/SSP: row cache > clock bound > ...; NodeAggregate: aggregate
     push            gate > the request stages; BSP/SSP: gate > clock > [replica] > [local] > buffer;
                     sparse: gate > clock > ranges (BSP/SSP: gate > clock > local > buffer, no row
@@ -104,7 +105,9 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     refused = compat.call_refusals(state.spec.name, features(state, backups=backups))
     agg, buffer = state.aggregator, state.buffer
     # the request stages: serve what is here, send the rest
-    if sparse:
+    if sparse and backups:  # writes to the heads, pulls of ranges served here from memory
+        request = stages.HeldRanges(state, stages.Heads())
+    elif sparse:
         request = stages.Ranges(state, ctx)
     elif backups:
         request = stages.HeldRows(state, stages.Heads())

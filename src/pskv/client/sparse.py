@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..net.requests import Credit
 from ..net.wire import Kind
 from .table import Table
 
@@ -43,21 +44,39 @@ class SparseTable(Table):
         if not pieces:
             return np.empty(0, np.uint64), np.empty((0, self.dim), self.dtype)
 
-        def on_part(sender: int, payload) -> None:
+        def on_part(sender: int, payload) -> Credit | None:
             if payload is not None:
                 header, p = payload
+                if found[header.part] is not None:  # (asked again after a membership change: counted once)
+                    return Credit(0)
                 found[header.part] = (np.array(p.keys).view(np.uint64), np.array(p.values))
+            return None
 
-        rid, fut = self._ctx.tracker.new_request(len(pieces), on_part=on_part, desc=self._desc(Kind.RANGE))
-        for part, (r, a, b) in enumerate(pieces):
-            dest = int(st.ranges.managers[r])
-            if dest == self._ctx.rank:
-                found[part] = st.shard.scan(a, b)
-                self._ctx.tracker.on_reply(rid, 1)
-            else:
+        def send(parts) -> None:
+            chains = self._ctx.chains()  # with backups: each range's head answers (server.sparse_copies)
+            for part in parts:
+                r, a, b = pieces[part]
+                dest = int(st.ranges.managers[r] if chains is None else chains.heads[r])
                 bounds = np.array([a, b - 1], np.uint64).view(np.int64)
                 self._ctx.endpoint.request(dest, Kind.RANGE, self.spec.table_id, rid, part=part, dim=self.dim,
                                            keys=bounds)
+
+        def retry() -> None:  # pskv-server, after a membership change: the parts not answered yet
+            send([part for part, got in enumerate(found) if got is None])
+
+        rid, fut = self._ctx.tracker.new_request(len(pieces), on_part=on_part, desc=self._desc(Kind.RANGE),
+                                                 retry=None if self._ctx.chains() is None else retry)
+        chains, remote = self._ctx.chains(), []
+        for part, (r, a, b) in enumerate(pieces):
+            if (int(st.ranges.managers[r]) == self._ctx.rank if chains is None
+                    else any(s <= a and b <= e for s, e in st.shard.intervals)):  # served from memory
+                found[part] = st.shard.scan(a, b)
+                self._ctx.tracker.on_reply(rid, 1)
+            else:
+                remote.append(part)
+        send(remote)
+        if self._ctx.chains() is not chains:  # a membership change came while we sent (client.backed.request)
+            retry()
         fut.wait()
         return (np.concatenate([k for k, _ in found]),
                 np.concatenate([v for _, v in found]).reshape(-1, self.dim))

@@ -20,6 +20,7 @@ A request stage serves what it can of a request and hands the rest to the stage 
     Owned    keys this node owns, from its shard, under its stripe locks (the Lapse fast path)
     Route    the rest to where each key lives: its manager, or the owner a location cache names
              (client.table.Route: a dense table's send, the data path's last step)
+    HeldRanges  a sparse table with backups: pulls of the ranges served here, from memory
     Heads    with backups: every write to its range's head, kept and sent again (client.backed)
     Ranges   a sparse table: each key to the node of its uint64 range
     MyRange  a sparse BSP/SSP table's pushes: keys of this node's range applied here, the rest buffered
@@ -130,6 +131,44 @@ class HeldRows(Stage):
                 return Future.completed(out, h._desc(kind))
             keys = keys[miss]
             gpos = miss if gpos is None else gpos[miss]
+        return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
+
+
+class HeldRanges(Stage):
+    """A sparse table with backups: pulls of keys whose range this node serves (its own, and those
+    it took over as their chain's head: `SparseShard.intervals`) are read from memory; the rest,
+    and every write, pass (to their range's head)."""
+
+    name = "held ranges"
+
+    def __init__(self, state: TableState, nxt: Stage) -> None:
+        self.state, self.shard, self.next = state, state.shard, nxt
+        self._held: tuple[list, np.ndarray] = ([], np.zeros(0, bool))  # (intervals, (R,) range served here)
+
+    def _served(self) -> np.ndarray:
+        intervals, held = self._held
+        if self.shard.intervals is not intervals:  # (it grows by a new list: server.sparse_copies.promote)
+            intervals = self.shard.intervals
+            ranges = self.state.ranges
+            held = np.array([ranges.range_bounds(r) in intervals for r in range(ranges.num_ranges)], bool)
+            self._held = (intervals, held)
+        return held
+
+    def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        if kind == Kind.PULL and len(keys):
+            held = self._served()
+            r = self.state.ranges.one_range(keys)
+            here = np.full(len(keys), bool(held[r])) if r >= 0 else held[self.state.ranges.range_of(keys)]
+            if here.all():
+                self.shard.pull(keys, out, gpos)
+                self.state.local_keys += len(keys)
+                return Future.completed(out, h._desc(kind))
+            if here.any():
+                at = np.flatnonzero(here)
+                self.shard.pull(keys[at], out, at if gpos is None else gpos[at])
+                self.state.local_keys += len(at)
+                miss = np.flatnonzero(~here)
+                keys, gpos = keys[miss], miss if gpos is None else gpos[miss]
         return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
 
 

@@ -67,6 +67,8 @@ class TableBuilder:
         config = {**spec.config(), "consistency": consistency.spec}
         if spec.sparse:  # keys stay at their range's node: no technique parts (client.compat refused them)
             shard = self.store.add_sparse(spec, self.rank, ranges.manager_range(self.rank))
+            if self.server.chain is not None:  # with backups: its ranges' copies here (server.sparse_copies)
+                self.server.chain.add_table(spec, shard, ranges)
             state = TableState(spec, ranges, shard, options, consistency, np.empty(0, np.int64))
             if consistency.synchronous:  # a push buffer, no row cache: a RowCache is sized by rows (2**64 here)
                 state.buffer = self._push_buffer(state)

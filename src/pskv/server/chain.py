@@ -53,6 +53,7 @@ from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard
 from ..store.spec import TableSpec
+from . import sparse_copies
 from .applied import Applied
 from .batches import Batches
 from .readers import Readers
@@ -102,7 +103,8 @@ class Chain:
                 self._rounds[spec.table_id] = np.zeros(spec.rows, np.int64)
             self._specs[spec.table_id] = spec
             self._key_ranges[spec.table_id] = ranges
-            self.readers.add_table(spec.table_id, spec.rows)
+            if not spec.sparse:  # (a sparse table has no readers: localize refuses it)
+                self.readers.add_table(spec.table_id, spec.rows)
             chains = self._chains()
             for r in range(chains.num_nodes):
                 self._applied[(spec.table_id, r)] = Applied()
@@ -345,7 +347,7 @@ class Chain:
                             self._filling.discard((table, r))  # whole: the coordinator makes only those heads
                         if len(new) > 1:
                             self._snapshot(table, r, main(table), new[1])
-                        else:  # head and tail at once
+                        elif not spec.sparse:  # head and tail at once
                             lo, hi = self._ranges(table).range_bounds(r)
                             keys = np.arange(lo, hi, dtype=np.int64)
                             self._refresh_readers(table, r, keys, *main(table).read(keys),
@@ -361,6 +363,9 @@ class Chain:
             fn()
 
     def _promote(self, table: int, r: int, copy: Shard, main: Shard) -> None:
+        if main.spec.sparse:
+            sparse_copies.promote(r, copy, main)
+            return
         keys = np.arange(copy.start, copy.stop, dtype=np.int64)
         rows, state = copy.read(keys)
         held = main.slot[keys] >= 0  # keys we read: our copy as a member is the one to keep
@@ -373,15 +378,19 @@ class Chain:
         log.info("node %d now serves key range %d of table %r (%d rows)", self.rank, r, main.spec.name, len(keys))
 
     def _snapshot(self, table: int, r: int, main: Shard, dest: int) -> None:
-        lo, hi = self._ranges(table).range_bounds(r)
-        keys = np.arange(lo, hi, dtype=np.int64)
-        rows, state = main.read(keys)
+        if main.spec.sparse:  # its written keys only
+            keys, rows, state = sparse_copies.read(main, self._ranges(table), r)
+        else:
+            lo, hi = self._ranges(table).range_bounds(r)
+            keys = np.arange(lo, hi, dtype=np.int64)
+            rows, state = main.read(keys)
         self._send_snapshot(table, r, dest, keys, rows, state, self._applied[(table, r)].array())
 
     def _send_snapshot(self, table, r, dest, keys, rows, state, applied) -> None:
         h = Header(Kind.SNAPSHOT, table=table, part=r, origin=self.rank)
         counts = self._rounds.get(table)
-        self._send(dest, h, keys=keys, values=rows, state=state, applied=applied, readers=self.readers.of(table, keys),
+        readers = None if self._specs[table].sparse else self.readers.of(table, keys)
+        self._send(dest, h, keys=keys, values=rows, state=state, applied=applied, readers=readers,
                    rounds=None if counts is None else counts[keys])
         self.snapshots_sent += 1
 
@@ -396,7 +405,10 @@ class Chain:
         copy = self._backup.get((table, r))
         if copy is None:
             raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r}")
-        copy.overwrite(keys, p.values, p.state)
+        if copy.spec.sparse:  # exactly the head's written keys
+            copy = self._backup[(table, r)] = sparse_copies.install(copy, keys, p.values, p.state)
+        else:
+            copy.overwrite(keys, p.values, p.state)
         self._applied[(table, r)] = Applied.of(p.applied)
         if p.rounds is not None and table in self._rounds:
             self._rounds[table][keys] = p.rounds
@@ -409,7 +421,7 @@ class Chain:
         nxt = self._chains().successor(r, self.rank)
         if nxt >= 0:
             self._send_snapshot(table, r, nxt, keys, p.values, p.state, p.applied)
-        else:  # the new tail: readers may have missed writes a dead member was passing to them
+        elif not copy.spec.sparse:  # the new tail: readers may have missed writes a dead member was passing to them
             self._refresh_readers(table, r, keys, p.values, p.state, p.applied)
         self._filling.discard((table, r))
         for header, n, positions, waiting in self._rows_waiting.pop((table, r), []):
@@ -528,6 +540,8 @@ class Chain:
 def _fresh(spec: TableSpec, ranges: KeyRanges, r: int, rank: int) -> Shard:
     """Range r's rows as they start (a row's initial value depends only on table and row); one
     lock: only pskv-server writes a copy (its rows reach the main shard by `_promote`)."""
+    if spec.sparse:
+        return sparse_copies.fresh(spec, ranges, r, rank)
     return Shard(spec, *ranges.range_bounds(r), rank, stripes=1)
 
 

@@ -37,8 +37,10 @@ class Readers:
         self._of[table] = np.full(rows, _NONE, np.int64)
 
     def of(self, table: int, keys: np.ndarray) -> np.ndarray:
-        """(n,) int64: the reader of each key, -1 for none."""
-        return self._of[table][keys]
+        """(n,) int64: the reader of each key, -1 for none (every key of a table without readers:
+        a sparse one, server.sparse_copies)."""
+        of = self._of.get(table)
+        return np.full(len(keys), _NONE, np.int64) if of is None else of[keys]
 
     def set(self, table: int, keys: np.ndarray, reader) -> None:
         self._of[table][keys] = reader

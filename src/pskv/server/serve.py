@@ -125,6 +125,8 @@ class Server:
         if header.kind == Kind.PULL:
             out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)  # (n, dim), sent zero-copy
             miss = shard.pull(keys, out)
+            if self.chain is not None and shard.spec.sparse:  # (it never misses: keys headed elsewhere go there)
+                miss = np.flatnonzero(self.chain.heads(header.table, keys) != self.rank)
         elif header.kind == Kind.PUSH and header.flags & ROWS:  # push_pull: the rows after the push
             out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)
             miss = shard.push_pull(keys, p.values, out)
@@ -143,6 +145,11 @@ class Server:
         if not shard.spec.sparse or len(p.keys) != 2:
             raise ProtocolError(f"{header!r}: RANGE takes (lo, hi - 1) of a key_space='uint64' table")
         lo, last = (int(k) for k in np.asarray(p.keys).view(np.uint64))
+        if self.chain is not None:  # with backups: its range's head answers (client.sparse asks the one it knows)
+            head = int(self.chain.heads(header.table, np.asarray(p.keys[:1], np.int64))[0])
+            if head != self.rank:
+                self.forward(head, header, np.asarray(p.keys, np.int64), None, None)
+                return
         to = int(shard.away(np.asarray(p.keys[:1], np.int64))[0]) if self.chain is None else -1
         if to >= 0:  # (this node is leaving and handed the range on: its new manager answers)
             self.forward(to, header, np.asarray(p.keys, np.int64), None, None)

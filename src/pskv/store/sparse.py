@@ -93,6 +93,7 @@ class SparseShard:
         self.spec = spec
         self.rank = rank
         self.key_range = key_range  # [lo, hi) of the uint64 space this node manages (hi up to 2**64)
+        self.intervals = [key_range]  # every [lo, hi) served here (with backups: + ranges promoted here, server.chain)
         self.width = spec.updater.state_width(spec.dim)
         self._initial = 0.0 if isinstance(spec.init, Zeros) else float(spec.init.value)
         self._keys = np.zeros(_MIN_CAPACITY, np.uint64)  # (capacity,) the map, a power of two
@@ -176,11 +177,14 @@ class SparseShard:
             order = np.argsort(keys, kind="stable")
             return keys[order], self.data[slots[order]]
 
-    def snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """(keys, rows, state): every written key (uint64, sorted) with copies of its row and state
-        (a checkpoint; writes are held meanwhile)."""
+    def snapshot(self, lo: int = 0, hi: int = 1 << 64) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(keys, rows, state): every written key (uint64, sorted; lo <= key < hi) with copies of its
+        row and state (a checkpoint, writes held meanwhile; a range's SNAPSHOT down its chain)."""
         with self._lock:
             keys, slots = self._keys[self._used], self._slot[self._used]
+            if lo or hi < 1 << 64:
+                inside = (keys >= np.uint64(lo)) & (keys < np.uint64(hi)) if hi < 1 << 64 else keys >= np.uint64(lo)
+                keys, slots = keys[inside], slots[inside]
             order = np.argsort(keys, kind="stable")
             keys, slots = keys[order], slots[order]
             return keys, self.data[slots], None if self.state is None else self.state[slots]
