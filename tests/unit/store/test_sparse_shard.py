@@ -82,8 +82,9 @@ def test_check_keys_of_a_sparse_table():
 
 
 def test_sparse_table_options_it_cannot_take_raise(node):
-    with pytest.raises(pskv.ConfigError, match="sparse tables are asynchronous"):
-        node.table("a", rows=None, key_space="uint64", consistency=pskv.SSP(1))
+    with pytest.raises(pskv.ConfigError, match="sparse tables keep each key at its range's node"):
+        node.table("a", rows=None, key_space="uint64", replicate=pskv.Replicate(keys=[1]))
+    assert node.table("s", rows=None, key_space="uint64", consistency=pskv.SSP(1)).pull(np.array([1])).sum() == 0
     with pytest.raises(pskv.ConfigError, match="drop"):
         node.table("b", rows=None, key_space="uint64", placement=pskv.Relocate(location_caches=True))
     with pytest.raises(pskv.ShapeError, match="rows=None"):
