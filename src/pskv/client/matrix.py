@@ -174,7 +174,8 @@ def render() -> str:
             parts = [f"no R{refusals.index(r) + 1} ({_short(r)})" for r in refused]
             if works:
                 parts.append("yes " + " ".join(f"T{tests.index(t) + 1}" for t in _tests(works))
-                             + (" (with backups)" if refused else ""))
+                             + ((" (without backups)" if refused[0].only == "with backups" else " (with backups)")
+                                if refused else ""))
             if inert:
                 parts.append(f"inert N{effects.index(inert) + 1}")
             cells.append("·" if a == b else "; ".join(parts) or "?")

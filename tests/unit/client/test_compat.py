@@ -77,8 +77,10 @@ def test_each_declaration_refusal_raises_a_config_error_naming_both_sides(node, 
 def test_refusals_that_need_a_cluster_are_said_by_the_declaration_check(refusal):
     """The pairs with backups or a joined node: node.table() runs this check with the cluster's facts."""
     with pytest.raises(pskv.ConfigError) as info:
-        compat.check_declaration("t", {refusal.a, refusal.b})
+        compat.check_declaration("t", {refusal.a, refusal.b} | ({"backups"} if refusal.only == "with backups" else set()))
     assert compat.LABEL[refusal.a] in str(info.value) and compat.LABEL[refusal.b] in str(info.value)
+    if refusal.only == "with backups":  # (a pair refused only with backups passes without them)
+        compat.check_declaration("t", {refusal.a, refusal.b})
     compat.check_declaration("t", {"dense", refusal.b if refusal.a == "sparse" else "dense"} - {"sparse", "disk"})
     refused = compat.call_refusals("t", {"dense", "backups"})  # (and push_pull, at the call, with backups)
     assert refused == {"push_pull": "push_pull on table 't': not with backups (pskv.init(backups=B)): with backups "
