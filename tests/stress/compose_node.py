@@ -41,10 +41,12 @@ def declare(node: pskv.Node, p, restoring: bool, disk_dir: Path) -> dict:
             kw["replicate"] = pskv.Replicate(keys=p.restore_extra_hot, syncs_per_sec=50)
         if name == "ssp":
             kw.update(consistency=pskv.SSP(1), cache=pskv.Cache(rows=64))
+        if name == "sparse_ssp":
+            kw.update(consistency=pskv.SSP(1))
         if name == "disk":
             kw.update(storage="disk", cache_rows=32, path=disk_dir / f"{'restore' if restoring else 'run'}-{node.rank}")
-        if name == "sparse":
-            tables[name] = node.table(name, None, DIM, key_space="uint64")
+        if name.startswith("sparse"):
+            tables[name] = node.table(name, None, DIM, key_space="uint64", **kw)
         else:
             tables[name] = node.table(name, ROWS, DIM, **kw)
     return tables
@@ -53,6 +55,7 @@ def declare(node: pskv.Node, p, restoring: bool, disk_dir: Path) -> dict:
 def work(node: pskv.Node, p, seq: list, errors: list) -> None:
     """One worker thread: its steps, in order, without waiting for each push."""
     w = node.worker()
+    clocked = "ssp" in p.tables or "sparse_ssp" in p.tables
     try:
         handles = {name: w.table(name) for name in p.tables}
         for i, ops in enumerate(seq):
@@ -64,12 +67,12 @@ def work(node: pskv.Node, p, seq: list, errors: list) -> None:
                 else:
                     got = handles[op[1]].pull(op[2])
                     assert got.shape == (len(op[2]), DIM)
-            if "ssp" in p.tables:
+            if clocked:
                 w.clock()
             if i % 8 == 7:
                 w.wait_all()
         w.wait_all()
-        if "ssp" in p.tables:  # every worker of every node ends its last clock before a worker made later
+        if clocked:  # every worker of every node ends its last clock before a worker made later
             w.wait_clock(w.current_clock)  # (settle) restarts clocks at 0 (a joiner's started at the global clock)
         # (not w.barrier(): the main thread checkpoints meanwhile, and the two would share the
         # coordinator's barrier generations; see node.checkpoint)
@@ -108,7 +111,7 @@ def read(tables: dict) -> dict:
     """Every table's whole state as the oracle holds it (dense: (ROWS, DIM); sparse: {key: row})."""
     out = {}
     for name, t in tables.items():
-        if name == "sparse":
+        if name.startswith("sparse"):
             keys = np.concatenate([np.arange(COUNTERS, dtype=np.uint64), sparse_ids()])
             out[name] = as_sparse(keys, t.pull(keys))
         else:
@@ -119,7 +122,7 @@ def read(tables: dict) -> dict:
 def compare(got: dict, want: dict, what: str) -> None:
     for name, g in got.items():
         w = want[name]
-        if name == "sparse":
+        if name.startswith("sparse"):
             bad = [k for k in g if not np.array_equal(g[k], w.get(k, np.zeros(DIM)))]
             assert not bad, f"{what}: sparse key {bad[0]} is {g[bad[0]]}, expected {w.get(bad[0], np.zeros(DIM))}"
         else:
@@ -181,7 +184,7 @@ def restore(node: pskv.Node, p, out: Path) -> None:
     threads = p.threads
     tables = declare(node, p, True, out)
     saved = pskv.load_checkpoint(out / "ckpt")
-    base = {name: (as_sparse(saved[name].keys, saved[name].values) if name == "sparse"
+    base = {name: (as_sparse(saved[name].keys, saved[name].values) if name.startswith("sparse")
                    else saved[name].values.astype(np.float64)) for name in p.tables}
     settle(node)
     if node.rank == 0:

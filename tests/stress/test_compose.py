@@ -48,13 +48,13 @@ BASE = int(os.environ.get("PSKV_STRESS_SEED", "0"))
 def _check_checkpoint(path: Path, p, seqs: dict) -> dict:
     """The checkpoint at `path` is a consistent cut, and equals the replay of it; returns the cut."""
     saved = pskv.load_checkpoint(path)
-    state = {name: as_sparse(saved[name].keys, saved[name].values) if name == "sparse"
+    state = {name: as_sparse(saved[name].keys, saved[name].values) if name.startswith("sparse")
              else saved[name].values.astype(np.float64) for name in p.tables}
     cut = cut_of(seqs, state)
     for name in p.tables:
         want = replay(seqs, name, {g: cut[g][name] for g in seqs})
         got = state[name]
-        if name == "sparse":
+        if name.startswith("sparse"):
             keys = set(got) | set(want)
             bad = [k for k in keys if not np.array_equal(got.get(k, 0 * next(iter(want.values()))),
                                                          want.get(k, 0 * next(iter(want.values()))))]
