@@ -32,6 +32,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--growth", type=float, default=0.05, help="largest RSS growth after warm-up (0.05: 5%%)")
+    ap.add_argument("--trace", action="store_true", help="print where Python memory grew after warm-up (tracemalloc; slow)")
     args = ap.parse_args()
     seconds = args.minutes * 60
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -39,7 +40,8 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="pskv-soak-") as tmp:
             out = Path(tmp)
             cluster = start_local(args.nodes, [sys.executable, str(NODE), str(out), str(seconds), str(args.every)],
-                                  threads=args.threads, backups=1, log_dir=out / "logs")
+                                  threads=args.threads, backups=1, log_dir=out / "logs",
+                                  env={"PSKV_SOAK_TRACE": "1"} if args.trace else None)
             try:
                 status = cluster.wait(timeout=seconds + 300)
             except TimeoutError:
@@ -82,6 +84,9 @@ def _report(cluster, out: Path, args, seconds: float) -> int:
               f"peak {max(b for _, b in rss) / 2**20:.1f} MiB; growth {100 * growth:+.1f}%; at each fifth of the run: "
               + ", ".join(f"{b / 2**20:.1f}" for b in trend) + " MiB")
         ok &= growth < args.growth
+        for line in text.splitlines():
+            if line.startswith("grew ") or (line.startswith("state ") and args.trace):
+                print(f"  node {r}: {line}")
     print(f"{checkpoints} checkpoints, {args.minutes:g} min, {args.nodes} nodes x {args.threads} threads, backups 1")
     print("soak: ok" if ok else "soak: FAILED")
     return 0 if ok else 1

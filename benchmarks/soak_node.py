@@ -11,9 +11,11 @@ harness compares exactly. Lines: `rss SECONDS BYTES`, `checkpoint STEP SECONDS`,
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -64,15 +66,28 @@ def main() -> None:
         for t in threads:
             t.start()
         next_ckpt = start + every
+        trace = os.environ.get("PSKV_SOAK_TRACE") == "1"  # soak.py --trace: where Python memory grows
+        first = None
+        if trace:
+            tracemalloc.start(8)
         while any(t.is_alive() for t in threads):
+            if trace and first is None and time.monotonic() - start >= seconds / 5:
+                first = tracemalloc.take_snapshot()
             time.sleep(min(5.0, max(0.0, stop - time.monotonic())) or 0.5)
             print(f"rss {time.monotonic() - start:.0f} {node.stats()['rss_bytes']}", flush=True)
+            if trace:
+                print("state " + " | ".join(line.strip() for line in node.debug_state().splitlines()
+                                           if "kept above" in line or "outstanding" in line), flush=True)
             if time.monotonic() >= next_ckpt and time.monotonic() < stop - 2:
                 info = node.checkpoint(out / "ckpt", keep=2)
                 print(f"checkpoint {info.step} {time.monotonic() - start:.0f}", flush=True)
                 next_ckpt += every
         for t in threads:
             t.join()
+        if first is not None:
+            for stat in tracemalloc.take_snapshot().compare_to(first, "traceback")[:6]:
+                print(f"grew {stat.size_diff / 2**10:+.0f} KiB in {stat.count_diff:+d} blocks at "
+                      + " < ".join(f"{f.filename.split('/src/')[-1]}:{f.lineno}" for f in list(stat.traceback)[-5:]), flush=True)
         w = node.worker()
         w.wait_replica_sync()
         w.barrier()

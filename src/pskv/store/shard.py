@@ -33,6 +33,7 @@ from .spec import TableSpec
 
 STRIPES = 16  # a handful of threads rarely collide on 16; taking each lock costs ~0.5 us of Python
 _ALL_STRIPES_FROM = 64  # above this many keys nearly every stripe is touched: take all, skip the mask
+_MASKS_KEPT = 1024  # stripe masks whose lock lists a shard keeps made (the most common come first)
 INCOMING = -2
 
 
@@ -299,7 +300,9 @@ class Shard:
         bits = kernels.touched_stripes(keys, len(self._locks))
         held = self._some.get(bits)
         if held is None:  # (a race here only makes the same list twice)
-            held = self._some[bits] = _Held([lock for s, lock in enumerate(self._locks) if bits >> s & 1])
+            held = _Held([lock for s, lock in enumerate(self._locks) if bits >> s & 1])
+            if len(self._some) < _MASKS_KEPT:  # (2**16 masks kept would be ~15 MB per shard: the soak's RSS crept)
+                self._some[bits] = held
         return held
 
     def __repr__(self) -> str:
