@@ -43,13 +43,14 @@ class Clocks:
             self._base = self._node_ended = self._applied = self.global_clock = clock
 
     # ---- worker threads -----------------------------------------------------------------------
-    def register(self, worker) -> None:
-        """A new worker starts at the global clock while workers of some node still run (it must not
-        take the clock back: their waits for it would stall, see wait_for), else at 0 (a later
-        run: every node's workers closed, so all restart at 0; node.run keeps them together)."""
+    def register(self, worker, restart: bool = False) -> None:
+        """A worker of `node.worker()` starts at the global clock while workers of some node still run
+        (it must not take the clock back: their waits for it would stall, see wait_for), else at 0.
+        `restart`: a worker of `node.run()`, whose runs start at clock 0 on every node (node.run
+        keeps a later run's nodes together), or where this node joined."""
         with self._cond:
             self._ever = True
-            running = self.global_clock < INF
+            running = self.global_clock < INF and not restart
             self._ended[id(worker)] = max(self._base, self.global_clock) if running else self._base
             self._node_ended = min(self._ended.values())
         self._advance()  # a new worker holds the others back again, from where it starts

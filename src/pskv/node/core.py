@@ -350,7 +350,7 @@ class Node:
         then fail fast with it)."""
         self.health.check()
         again = self.clocks.started
-        workers = [self._new_worker(thread) for thread in range(threads or self.config.threads)]
+        workers = [self._new_worker(thread, restart=True) for thread in range(threads or self.config.threads)]
         if again and any(s.consistency.synchronous for s in self.catalog.tables()):
             # a later run: the workers' clocks restart at 0 on every node; no node's workers may
             # race ahead before the others registered theirs (their nodes count as done till then)
@@ -399,10 +399,10 @@ class Node:
             raise BarrierTimeout(f"barrier on node {self.rank}: the requests this node issued before it were not "
                                  f"all answered within {wait:g} s; node.debug_state() lists them", [])
 
-    def _new_worker(self, thread: int) -> Worker:
+    def _new_worker(self, thread: int, restart: bool = False) -> Worker:
         w = Worker(self._ctx, thread)
         self._barrier.join(w)
-        self.clocks.register(w)
+        self.clocks.register(w, restart=restart)  # node.run: its workers' clocks start at 0
         return w
 
     def stats(self) -> dict:
