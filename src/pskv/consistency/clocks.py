@@ -116,8 +116,11 @@ class Clocks:
 
     # ---- pskv-server thread (coordinator) ------------------------------------------------------
     def on_global(self, clock: int) -> None:
+        """The coordinator's global clock: the minimum over the nodes' reports, so never above this
+        node's own applied clock (a GLOBAL_CLOCK sent before our lower report arrived, e.g. INF from
+        when no worker ran anywhere, must not let this node's new workers' pulls through)."""
         with self._cond:
-            self.global_clock = int(clock)
+            self.global_clock = min(int(clock), self._applied) if self._ever else int(clock)
             self._cond.notify_all()
 
     # ---- internals ----------------------------------------------------------------------------
@@ -156,6 +159,8 @@ class Clocks:
             if applied == self._applied:
                 return
             self._applied = applied
+            if self.global_clock > applied:  # a new worker here holds the global clock back from now on
+                self.global_clock = applied
         with self._report_lock:  # each report carries the latest value and a sequence number:
             self._report_seq += 1  # threads send on sockets of their own, so reports may overtake
             self._report(self._applied, self._report_seq)

@@ -389,3 +389,25 @@ def test_a_node_that_joins_when_no_worker_runs_starts_its_workers_at_zero():
     assert clocks.clock_of(w) == 0 and clocks.global_clock == 0
     clocks.tick(w, [])
     assert rec.reports[-1][0] == 1
+
+
+def test_the_global_clock_never_runs_above_this_nodes_own_clock():
+    """Every worker of every node closed: the global clock is INF. A new worker here starts at 0, so the
+    global clock is at most 0 from then on, also when a GLOBAL_CLOCK of INF sent before the coordinator
+    heard of it arrives late (its SSP pulls went through unbounded, and its wait_clock(20) returned at
+    once: a settle worker made after it pinned the other nodes, still at 20, forever)."""
+    clocks, rec = _clocks()
+    w = object()
+    clocks.register(w)
+    clocks.close(w, [])
+    clocks.on_global(INF)
+    fresh = object()
+    clocks.register(fresh)
+    assert clocks.clock_of(fresh) == 0 and clocks.global_clock == 0
+    clocks.on_global(INF)  # (the coordinator sent it before our report of 0 reached it)
+    assert clocks.global_clock == 0
+    with pytest.raises(TimeoutError):
+        clocks.wait_for(1, timeout=0.05)
+    clocks.tick(fresh, [])
+    clocks.on_global(1)
+    assert clocks.global_clock == 1
