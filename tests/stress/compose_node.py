@@ -52,47 +52,47 @@ def declare(node: pskv.Node, p, restoring: bool, disk_dir: Path) -> dict:
     return tables
 
 
-def work(node: pskv.Node, p, seq: list, errors: list) -> None:
-    """One worker thread: its steps, in order, without waiting for each push."""
-    w = node.worker()
+def work(w: pskv.Worker, p, seq: list) -> None:
+    """One worker thread of node.run(): its steps, in order, without waiting for each push."""
     clocked = "ssp" in p.tables or "sparse_ssp" in p.tables
-    try:
-        handles = {name: w.table(name) for name in p.tables}
-        for i, ops in enumerate(seq):
-            for op in ops:
-                if op[0] == "push":
-                    handles[op[1]].push(op[2], op[3])
-                elif op[0] == "loc":
-                    handles[op[1]].localize(op[2])
-                else:
-                    got = handles[op[1]].pull(op[2])
-                    assert got.shape == (len(op[2]), DIM)
-            if clocked:
-                w.clock()
-            if i % 8 == 7:
-                w.wait_all()
-        w.wait_all()
-        if clocked:  # every worker of every node ends its last clock before a worker made later
-            w.wait_clock(w.current_clock)  # (settle) restarts clocks at 0 (a joiner's started at the global clock)
-        # (not w.barrier(): the main thread checkpoints meanwhile, and the two would share the
-        # coordinator's barrier generations; see node.checkpoint)
-    except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-        errors.append(exc)
-    finally:
-        w.close()
+    handles = {name: w.table(name) for name in p.tables}
+    for i, ops in enumerate(seq):
+        for op in ops:
+            if op[0] == "push":
+                handles[op[1]].push(op[2], op[3])
+            elif op[0] == "loc":
+                handles[op[1]].localize(op[2])
+            else:
+                got = handles[op[1]].pull(op[2])
+                assert got.shape == (len(op[2]), DIM)
+        if clocked:
+            w.clock()
+        if i % 8 == 7:
+            w.wait_all()
+    w.wait_all()
+    if clocked:  # every worker of every node ends its last clock before a worker made later (settle)
+        w.wait_clock(w.current_clock)
+    # (not w.barrier(): a thread checkpoints meanwhile, and the two would share the coordinator's
+    # barrier generations; see node.checkpoint)
 
 
 def train(node: pskv.Node, p, seqs: dict, checkpoint=None) -> None:
-    """This node's workers run their steps; the main thread meanwhile runs `checkpoint` (if any)."""
+    """This node's workers run their steps in node.run() (whose later runs start every node's clocks
+    together); a thread of its own meanwhile runs `checkpoint` (if any)."""
     errors: list = []
-    threads = [threading.Thread(target=work, args=(node, p, seqs[gid], errors), name=f"compose-{gid}", daemon=True)
-               for gid in sorted(seqs)]
-    for t in threads:
-        t.start()
-    if checkpoint is not None:
-        checkpoint()
-    for t in threads:
-        t.join()
+
+    def checkpoints() -> None:
+        try:
+            checkpoint()
+        except BaseException as exc:  # noqa: BLE001 - raised below
+            errors.append(exc)
+
+    side = threading.Thread(target=checkpoints, name="compose-checkpoints", daemon=True) if checkpoint else None
+    if side is not None:
+        side.start()
+    node.run(lambda w: work(w, p, seqs[node.rank * p.threads + w.thread]), threads=p.threads)
+    if side is not None:
+        side.join()
     if errors:
         raise errors[0]
 
