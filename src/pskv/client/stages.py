@@ -63,6 +63,12 @@ class Stage:
         return self.request(h, kind, keys, values, out, None, copy, False, False, rows, codec)
 
 
+def left(idx: np.ndarray, keys: np.ndarray, values, gpos):
+    """The keys (and values, and positions in the caller's `out`) a stage did not serve, `idx` of
+    them, for the next stage: new arrays (fancy indexing), so the next stage may keep them."""
+    return keys[idx], None if values is None else values[idx], idx if gpos is None else gpos[idx]
+
+
 class Replica(Stage):
     """Replicated keys: read and written in this node's copy, never routed (store.replicas)."""
 
@@ -86,9 +92,8 @@ class Replica(Stage):
             self.state.local_keys += len(at)
             if len(at) == n:
                 return Future.completed(out, h._desc(kind))
-            rest = np.flatnonzero(~hot)
-            keys, values, copy = keys[rest], None if values is None else values[rest], False
-            gpos = rest if gpos is None else gpos[rest]
+            keys, values, gpos = left(np.flatnonzero(~hot), keys, values, gpos)
+            copy = False
         return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
 
 
@@ -110,8 +115,8 @@ class Owned(Stage):
             if not len(miss):
                 return Future.completed(out, h._desc(kind))
             if len(miss) < len(keys):
-                keys, values, copy = keys[miss], None if values is None else values[miss], False
-                gpos = miss if gpos is None else gpos[miss]
+                keys, values, gpos = left(miss, keys, values, gpos)
+                copy = False
         return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
 
 
@@ -248,9 +253,8 @@ class MyRange(Stage):
             st.local_keys += len(at) - len(miss)
             if mine.all():
                 return Future.completed(out, h._desc(kind))
-            rest = np.flatnonzero(~mine)
-            keys, values, copy = keys[rest], None if values is None else values[rest], False
-            gpos = rest if gpos is None else gpos[rest]
+            keys, values, gpos = left(np.flatnonzero(~mine), keys, values, gpos)
+            copy = False
         return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
 
 
