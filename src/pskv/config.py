@@ -25,6 +25,7 @@ below carries its reason.
 | PSKV_PORT | the coordinator's port under torchrun, SLURM or Kubernetes (environments.py) | derived there |
 | PSKV_COORDINATOR_HOST | Kubernetes: the coordinator's pod, JOB-0.SERVICE (environments.py) | unset |
 | PSKV_METRICS_PORT | P: node r serves Prometheus metrics at http://PSKV_HOST:(P+r)/metrics (pskv.monitor) | 0: none |
+| PSKV_SHARED_MEMORY | 1: the nodes of one host read and write each other's shards in shared memory (store.shm); 0: only messages | 1 |
 | PSKV_TEST_DROP_RATE | test only: fraction of outgoing data messages dropped | 0 |
 """
 
@@ -63,6 +64,7 @@ class NodeConfig:
     join: str | None = None  # a running cluster's coordinator: join it (membership.join); rank and size come from it
     secret_file: str | None = None  # None: no authentication (a lone process, or nodes started by hand; net.auth)
     metrics_port: int = 0  # 0: no exporter (opt-in: it opens a port and a thread); P: node r at P + r
+    shared_memory: bool = True  # co-located nodes share their shards: a copy instead of a message (store.shm)
     test_drop_rate: float = 0.0
 
     @classmethod
