@@ -12,6 +12,7 @@ from ..membership.barrier import LocalBarrier
 from ..placement.chains import Chains
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
+from ..store.peer import Neighbors
 from .replica_sync import ReplicaSync
 
 
@@ -30,3 +31,4 @@ class Context:
     chains: Callable[[], Chains | None] = lambda: None  # with backups: who holds each key range now (the view's)
     members: Callable[[], list[int]] = lambda: []  # the live ranks (the view's)
     gate: Gate = dataclasses.field(default_factory=Gate)  # holds writes while the node takes a checkpoint
+    neighbors: Neighbors = dataclasses.field(default_factory=Neighbors)  # co-located nodes' shards (store.peer)

@@ -300,15 +300,16 @@ class Route:
     def _part(self, h, req, dest, keys, values, gpos, copy, incoming, rows, codec) -> None:
         ctx, st = self.ctx, self.state
         me = ctx.rank
-        if dest == me:
-            miss = serve_local(h, st.shard, req.kind, keys, values, req.out, gpos, rows)
+        shard = st.shard if dest == me else ctx.neighbors.view(st.spec, dest) if dest != incoming else None
+        if shard is not None:  # here, or a co-located node's shard in shared memory (store.peer)
+            miss = serve_local(h, shard, req.kind, keys, values, req.out, gpos, rows)
             served = len(keys) - len(miss)
             st.local_keys += served
             if served:
                 ctx.tracker.on_reply(req.rid, served)
             if not len(miss):
                 return
-            # moved away meanwhile: our own server routes them on
+            # moved away meanwhile: its (our own) server routes them on
             keys, values = keys[miss], None if values is None else values[miss]
             gpos = miss if gpos is None else gpos[miss]
             copy = False

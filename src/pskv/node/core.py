@@ -70,6 +70,8 @@ from ..options import TableOptions, as_consistency
 from ..server import serve
 from ..server.chain import Chain
 from ..server.serve import Server
+from ..store import shm
+from ..store.peer import Neighbors
 from ..store.shard import Store
 from ..store.spec import SPARSE_ROWS, TableSpec, as_init
 from . import diagnostics, elastic
@@ -83,7 +85,7 @@ class Node:
 
     def __init__(self, config: NodeConfig) -> None:
         self._transport = Transport(config.host, send_timeout=config.failure_timeout, drop_rate=config.test_drop_rate,
-                                    keys=auth.keys_for(config))
+                                    keys=auth.keys_for(config), ipc=config.shared_memory)
         self._joined: dict | None = None  # JOINED: this node joined a running cluster (membership.join)
         if config.join:
             try:
@@ -109,6 +111,7 @@ class Node:
                                  epoch=lambda: self.view.epoch,
                                  admit=lambda h: h.sender in self.view.alive or h.sender in self.view.leaving)
         self.store = Store()
+        self.neighbors = Neighbors()  # co-located nodes' shards, once welcomed (store.peer)
         self.catalog = Catalog(self.rank)
         self.consistency = as_consistency(config.consistency)  # the default of this node's tables
         self.clocks = Clocks(lambda clock, seq: self.client.report_clock(clock, seq), self.catalog.flush_buffers,
@@ -147,7 +150,8 @@ class Node:
                                           epoch=lambda: self.view.epoch)
         self._ctx = Context(self.rank, self.config.num_nodes, self.endpoint, self.tracker, self.catalog, self.health.check,
                             self.clocks, self._barrier, self._replica_sync, config.collective_timeout,
-                            lambda: self.view.chains, lambda: sorted(self.view.alive), self._checkpointer.gate)
+                            lambda: self.view.chains, lambda: sorted(self.view.alive), self._checkpointer.gate,
+                            self.neighbors)
         self._tables = TableBuilder(self.rank, self.config, self.view, self.store, self.server, self.endpoint, self._ctx,
                                     joined=self._joined is not None)
         self.health.on_failure(self.tracker.fail_all)
@@ -213,7 +217,20 @@ class Node:
         """pskv-server, at WELCOME: learn the others' addresses, then take what they sent us early."""
         for rank, address in self.view.addresses.items():
             self._transport.set_address(rank, address)
+        self._share_memory()
         self._dispatcher.release_held()
+
+    def _share_memory(self) -> None:
+        """Shards in shared memory with the nodes of this host (store.shm), unless PSKV_SHARED_MEMORY=0
+        or this is a private 1-node cluster (no other process could use it)."""
+        cfg = self.config
+        if not cfg.shared_memory or (cfg.num_nodes == 1 and not cfg.external_coordinator and self._joined is None):
+            return
+        shm.sweep()  # (files of processes that died here)
+        directory = shm.host_dir(self.view.cluster, cfg.host)
+        if directory is not None:
+            self.store.share(shm.Segments(directory, self.rank))
+            self.neighbors.open(directory, self.rank)
 
     # ---- public API -----------------------------------------------------------------------------
     def table(self, name: str, rows: int | None, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
@@ -492,6 +509,7 @@ class Node:
             self._coordinator.close()
         if self.succession is not None:
             self.succession.close()
+        self.store.close()  # (shared memory: its files go; peers fall back to messages)
 
     # ---- liveness ------------------------------------------------------------------------------
     def _expire(self, now: float) -> None:

@@ -16,6 +16,13 @@ for requests from other nodes. `pull/push/set` hold the locks of the stripes the
 so a row is never read while it moves. `extract/insert/mark_incoming` change the slot map and
 take every stripe, in increasing order, as does growing `data`. `owner` is written only by the
 pskv-server thread. Assumes: dict reads are atomic under the GIL.
+
+Shared (issue 31, `shared=` a store.shm.Segments): `slot`, `data` and `state` live in files the
+co-located nodes map (store.peer), and each stripe has a spinlock word in shared memory beside
+its process-local lock (store.spin.Held takes both), so another process's pulls and pushes of
+these rows exclude this process's as its own threads do. `static` and the rows' generation (a
+new pair of files each time `data` grows) are in the meta block, read by the other processes
+under the stripe locks; `retire()` marks the shard gone and removes its files.
 """
 
 from __future__ import annotations
@@ -26,8 +33,10 @@ import numpy as np
 
 from .. import kernels
 from ..errors import ProtocolError
+from . import shm
 from .disk import DiskRows
 from .replicas import Replicas
+from .spin import Held
 from .sparse import SparseShard
 from .spec import TableSpec
 
@@ -41,16 +50,26 @@ class Shard:
     """One table on this node: the rows it owns (any keys), and the manager map of [start, stop)."""
 
     def __init__(self, spec: TableSpec, start: int, stop: int, rank: int, fill: bool = True,
-                 stripes: int = STRIPES, disk: DiskRows | None = None) -> None:
+                 stripes: int = STRIPES, disk: DiskRows | None = None, shared: shm.Segments | None = None) -> None:
         """`fill=False`: leave the rows unset (a checkpoint is about to overwrite them all).
         `stripes=1`: one lock (a copy only pskv-server writes, such as a backup's: server.chain).
-        `disk`: the rows and state live in its files, with a budget of resident pages (store.disk)."""
+        `disk`: the rows and state live in its files, with a budget of resident pages (store.disk).
+        `shared`: the rows live in shared memory the node's co-located peers map (store.shm)."""
         self.spec = spec
         self.disk = disk
         self.start = start
         self.stop = stop
         n = stop - start
-        self.slot = np.full(spec.rows, -1, np.int64)  # (rows,) key -> row of data, -1 absent, -2 incoming
+        self._seg = shared if disk is None and stripes > 1 else None
+        self._meta: np.ndarray | None = None  # shared: the meta block's int64 header words
+        self._gen = 0  # shared: the generation of the files of data and state (one more per _grow)
+        self._check = None  # (store.peer: verifies its mapping under the locks)
+        if self._seg is not None:
+            self._prefix = self._seg.prefix(spec.table_id)
+            self.slot = self._seg.create(f"{self._prefix}.slot", (spec.rows,), np.int64)
+            self.slot[:] = -1
+        else:
+            self.slot = np.full(spec.rows, -1, np.int64)  # (rows,) key -> row of data, -1 absent, -2 incoming
         self.slot[start:stop] = np.arange(n)
         self.owner = np.full(spec.rows, -1, np.int32)  # (rows,) manager map: owner of each managed key, else -1
         self.owner[start:stop] = rank
@@ -65,7 +84,7 @@ class Shard:
             for lo in range(0, len(self.state), 1 << 16):
                 spec.updater.init_state(self.state[lo:lo + (1 << 16)])
                 self._touched(np.arange(lo, min(lo + (1 << 16), len(self.state))))
-        self.static = True  # no key moved in or out yet: slot[k] == k - start (flips under all stripes)
+        self._static = True  # no key moved in or out yet: slot[k] == k - start (flips under all stripes)
         self._free = np.empty(len(self.data), np.int64)  # (capacity,) a stack of free rows of data: _free[:_n_free]
         self._n_free = 0  # (both under all stripes)
         self._used = n  # rows of data ever handed out
@@ -73,10 +92,50 @@ class Shard:
         self.forwards = 0  # keys this node passed on (counted by the server thread)
         self.relocated_in = 0  # keys that moved here
         self._locks = [threading.Lock() for _ in range(stripes)]
-        self._all = _Held(self._locks)
-        self._some: dict[int, _Held] = {}  # stripe bitmask -> its locks (made once each)
+        self._words: np.ndarray | None = None  # shared: the spinlock word of each stripe
+        if self._seg is not None:
+            self._publish(stripes)
+        self._all = Held(self._locks, self._words, (1 << stripes) - 1, self._check)
+        self._some: dict[int, Held] = {}  # stripe bitmask -> its locks (made once each)
         self._waiters: list[tuple[int, np.ndarray]] = []  # localize requests: (request id, keys incoming for it)
         self._waiters_lock = threading.Lock()  # guards _waiters; checked against slot under it
+
+    def _publish(self, stripes: int) -> None:
+        """Shared: the meta block, written last (MAGIC) so a peer maps only complete shards."""
+        block = self._seg.create(f"{self._prefix}.meta", *shm.meta_block(stripes))
+        header, self._words = shm.split_meta(block)
+        header[shm.PID] = self._seg.pid
+        header[shm.STATIC] = 1
+        header[shm.START], header[shm.STOP] = self.start, self.stop
+        header[shm.CAPACITY] = len(self.data)
+        header[shm.ROWS], header[shm.DIM], header[shm.WIDTH] = self.spec.rows, self.spec.dim, self.width
+        header[shm.MAGIC] = shm.MAGIC_VALUE
+        self._meta = header
+
+    @property
+    def static(self) -> bool:
+        return self._static
+
+    @static.setter
+    def static(self, value: bool) -> None:  # (under every stripe)
+        self._static = value
+        if self._meta is not None:
+            self._meta[shm.STATIC] = int(value)
+
+    @property
+    def shared(self) -> bool:
+        """Its rows are in shared memory, open to the node's co-located peers."""
+        return self._meta is not None
+
+    def retire(self) -> None:
+        """Shared: the shard is replaced or its node closes: peers stop using it, its files go."""
+        if self._meta is None:
+            return
+        with self._locked(None):
+            self._meta[shm.RETIRED] = 1
+        for what in ("meta", "slot", f"rows.g{self._gen}", f"state.g{self._gen}"):
+            self._seg.remove(f"{self._prefix}.{what}")
+        self._meta = None
 
     # ---- the data path (any thread) -------------------------------------------------------------
     def pull(self, keys: np.ndarray, out: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
@@ -271,6 +330,7 @@ class Shard:
 
     def _grow(self, need: int) -> None:
         capacity = max(need, 2 * len(self.data))  # doubling: amortised O(1) per relocated row
+        self._gen += 1  # (shared: new files; peers remap when they see the new generation)
         data = self._rows_array("rows", capacity, self.spec.dim)
         if self.disk is None:  # (on disk the file grew in place and keeps the rows)
             data[:self._used] = self.data[:self._used]
@@ -283,8 +343,15 @@ class Shard:
             if self.disk is None:
                 state[:self._used] = self.state[:self._used]
             self.state = state
+        if self._meta is not None:  # (under every stripe: no peer holds a row)
+            self._meta[shm.CAPACITY] = capacity
+            self._meta[shm.GEN] = self._gen
+            for what in ("rows", "state"):
+                self._seg.remove(f"{self._prefix}.{what}.g{self._gen - 1}")
 
     def _rows_array(self, which: str, n: int, width: int) -> np.ndarray:
+        if self._seg is not None:
+            return self._seg.create(f"{self._prefix}.{which}.g{self._gen}", (n, width), self.spec.dtype)
         if self.disk is None:
             return np.empty((n, width), dtype=self.spec.dtype)
         return self.disk.array(which, (n, width), self.spec.dtype)
@@ -293,14 +360,14 @@ class Shard:
         if self.disk is not None:
             self.disk.touched(rows)
 
-    def _locked(self, keys: np.ndarray | None) -> "_Held":
+    def _locked(self, keys: np.ndarray | None) -> Held:
         """The stripe locks of `keys` (all of them for None or many keys), as a context manager."""
         if keys is None or len(keys) >= _ALL_STRIPES_FROM or len(self._locks) == 1:
             return self._all
         bits = kernels.touched_stripes(keys, len(self._locks))
         held = self._some.get(bits)
         if held is None:  # (a race here only makes the same list twice)
-            held = _Held([lock for s, lock in enumerate(self._locks) if bits >> s & 1])
+            held = Held([lock for s, lock in enumerate(self._locks) if bits >> s & 1], self._words, bits, self._check)
             if len(self._some) < _MASKS_KEPT:  # (2**16 masks kept would be ~15 MB per shard: the soak's RSS crept)
                 self._some[bits] = held
         return held
@@ -311,18 +378,34 @@ class Shard:
 
 
 class Store:
-    """All shards of this node, by table id."""
+    """All shards of this node, by table id; with `share()`, in-memory dense shards in shared memory."""
 
     def __init__(self) -> None:
         self.shards: dict[int, Shard] = {}
+        self.segments: shm.Segments | None = None  # shared memory with the host's other nodes (store.shm)
         self._lock = threading.Lock()  # guards adding to shards
+
+    def share(self, segments: shm.Segments) -> None:
+        """Shards made from now on live in `segments` (the node's files on its host)."""
+        self.segments = segments
 
     def add(self, spec: TableSpec, start: int, stop: int, rank: int = 0, fill: bool = True,
             disk: DiskRows | None = None) -> Shard:
-        shard = Shard(spec, start, stop, rank, fill, disk=disk)
+        shard = Shard(spec, start, stop, rank, fill, disk=disk, shared=self.segments)
         with self._lock:
+            old = self.shards.get(spec.table_id)
             self.shards[spec.table_id] = shard
+        if isinstance(old, Shard):
+            old.retire()
         return shard
+
+    def close(self) -> None:
+        """The node closes: every shared shard retires and the node's files go."""
+        for shard in list(self.shards.values()):
+            if isinstance(shard, Shard):
+                shard.retire()
+        if self.segments is not None:
+            self.segments.close()
 
     def add_sparse(self, spec: TableSpec, rank: int, key_range: tuple[int, int]):
         """A sparse table's shard (store.sparse): the rows of its keys written so far."""
@@ -336,20 +419,3 @@ class Store:
 
     def __repr__(self) -> str:
         return f"<Store tables={len(self.shards)}>"
-
-
-class _Held:
-    """Holds a list of locks for a `with` block (a class: cheaper per call than @contextmanager)."""
-
-    __slots__ = ("_locks",)
-
-    def __init__(self, locks: list) -> None:
-        self._locks = locks
-
-    def __enter__(self) -> None:
-        for lock in self._locks:
-            lock.acquire()
-
-    def __exit__(self, *exc) -> None:
-        for lock in self._locks:
-            lock.release()

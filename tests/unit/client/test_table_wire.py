@@ -1,6 +1,7 @@
 """client/table.py on the wire: what a remote pull returns and who owns its memory.
 
-Two nodes in threads of this process; node 0 pulls rows that node 1 owns."""
+Two nodes in threads of this process; node 0 pulls rows that node 1 owns, as messages (shared
+memory off: it would serve them as copies from node 1's shard, store.peer)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ ROWS, DIM = 20_000, 64  # node 1 owns rows 10,000..19,999
 def nodes():
     address = f"127.0.0.1:{free_port()}"
     pair = together(*[lambda r=r: pskv.init(coordinator=address, num_nodes=2, rank=r, heartbeat_interval=0.1,
-                                            rendezvous_timeout=20.0) for r in range(2)])
+                                            rendezvous_timeout=20.0, shared_memory=False) for r in range(2)])
     assert all(isinstance(x, pskv.Node) for x in pair), pair
     together(*[lambda x=x: x.table("t", rows=ROWS, dim=DIM) for x in pair])
     w0 = pair[0].worker()

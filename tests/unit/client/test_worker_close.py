@@ -17,7 +17,7 @@ from pskv.net.wire import Kind
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = dict(heartbeat_interval=0.1, rendezvous_timeout=20.0)
+FAST = dict(heartbeat_interval=0.1, rendezvous_timeout=20.0, shared_memory=False)  # (messages: the hooks see them)
 FAR = np.arange(5, 10)  # node 1's half of a 10-row table
 
 
