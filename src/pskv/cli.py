@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("launch", help="start N nodes that run CMD; non-zero if any node fails",
                          usage="pskv launch -n N [--threads T] [--backups B] [--restore PATH | --join HOST:PORT] "
-                               "[--hostfile FILE | --ray [--address ADDR]] [--coordinator-host H] -- CMD ...")
+                               "[--hostfile FILE | --ray [--address ADDR] | --hosts H [--link RATE]] "
+                               "[--coordinator-host H] [--no-shared-memory] [--insecure] -- CMD ...")
     run.add_argument("-n", "--nodes", type=int, required=True, help="number of node processes")
     run.add_argument("--threads", type=int, default=1,
                      help="worker threads per node (PSKV_THREADS)")
@@ -62,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--insecure", action="store_true",
                      help="no cluster secret: connections unauthenticated and unencrypted, for a trusted private "
                           "network that needs the bandwidth (PSKV_INSECURE=1 does the same, also for `pskv run`)")
+    _add_host_flags(run)
     run.add_argument("--metrics", type=int, metavar="P",
                      help="node r serves Prometheus metrics at http://HOST:(P+r)/metrics (PSKV_METRICS_PORT; "
                           "needs pip install 'pskv[metrics]'); watch them with `pskv top --metrics-port P`")
@@ -78,15 +80,19 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--once", action="store_true", help="print one frame (rates over one interval) and exit")
     top.set_defaults(run=_top)
 
-    app = sub.add_parser("run", add_help=False,
+    app = sub.add_parser("run", add_help=False, allow_abbrev=False,  # --l or --li is the app's, not --link
                          help="run an app (mf, kge, word2vec, mnist, lr, lasso) on N local nodes, or as this node's "
                               "part; `pskv run APP --help`: the app's options",
-                         usage="pskv run APP [--nodes N] [--threads T] [--] [APP ARGS ...]")
+                         usage="pskv run APP [--nodes N] [--threads T] [--hosts H [--link RATE]] [--no-shared-memory] "
+                               "[--insecure] [--] [APP ARGS ...]")
     app.add_argument("app", nargs="?", help="mf, kge, word2vec, mnist, lr or lasso")
     app.add_argument("-h", "--help", action="store_true", help="this help, or with APP the app's options")
     app.add_argument("--nodes", type=int, help="local node processes to start (default 1); "
                                                 "ignored under `pskv launch`")
     app.add_argument("--threads", type=int, help="worker threads per node (default 1)")
+    _add_host_flags(app)
+    app.add_argument("--insecure", action="store_true",
+                     help="no cluster secret: connections unauthenticated and unencrypted (PSKV_INSECURE=1)")
     app.set_defaults(run=_run_app, run_parser=app)
 
     data = sub.add_parser("data", help="list or fetch the apps' data sets (pskv data list)")
@@ -133,6 +139,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_host_flags(parser: argparse.ArgumentParser) -> None:
+    """--hosts, --link and --no-shared-memory, which `pskv launch` and `pskv run` share."""
+    parser.add_argument("--hosts", type=int, metavar="H",
+                        help="run the nodes as H emulated hosts of this machine (needs root, ip and tc): one network "
+                             "namespace per host, joined by veth pairs on a bridge; nodes go to hosts in blocks "
+                             "(nodes 0..k-1 on host 0), and the nodes of one host share its address and memory")
+    parser.add_argument("--link", metavar="RATE",
+                        help="with --hosts: each host's link carries at most RATE each way (tc tbf; e.g. 100mbit, "
+                             "1gbit, 10gbit; default unlimited)")
+    parser.add_argument("--no-shared-memory", action="store_true",
+                        help="nodes of one host talk by messages, not shared memory (PSKV_SHARED_MEMORY=0)")
+
+
+def _launcher_environ(args: argparse.Namespace, *, hosts: bool) -> None:
+    """What --insecure, --no-shared-memory (and for `pskv run`, whose launch() call is the app's,
+    --hosts and --link) ask, as the variables the launcher and the nodes read."""
+    import os
+
+    if args.insecure:
+        os.environ["PSKV_INSECURE"] = "1"  # (read where the launcher makes the secret)
+    if args.no_shared_memory:
+        os.environ["PSKV_SHARED_MEMORY"] = "0"  # (the nodes inherit it)
+    if hosts and args.hosts is not None:
+        os.environ["PSKV_HOSTS"] = str(args.hosts)  # (read by launch.launch)
+    if hosts and args.link is not None:
+        os.environ["PSKV_LINK"] = args.link
+
+
 def _evaluate(args: argparse.Namespace, rest: list[str]) -> int:
     from .apps.mnist import evaluate_main
 
@@ -143,10 +177,7 @@ def _launch(args: argparse.Namespace, rest: list[str]) -> int:
     from .launch import launch
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if args.insecure:
-        import os
-
-        os.environ["PSKV_INSECURE"] = "1"  # (read where the launcher makes the secret)
+    _launcher_environ(args, hosts=False)
     if args.ray:
         return _launch_ray(args, command)
     if args.address is not None:
@@ -155,7 +186,7 @@ def _launch(args: argparse.Namespace, rest: list[str]) -> int:
         raise ConfigError("--address names a Ray cluster; it needs --ray")
     return launch(args.nodes, command, threads=args.threads, hostfile=args.hostfile,
                   coordinator_host=args.coordinator_host, backups=args.backups, restore=args.restore,
-                  join=args.join, metrics=args.metrics)
+                  join=args.join, metrics=args.metrics, emulated_hosts=args.hosts, link=args.link)
 
 
 def _launch_ray(args: argparse.Namespace, command: list[str]) -> int:
@@ -163,7 +194,7 @@ def _launch_ray(args: argparse.Namespace, command: list[str]) -> int:
     from .launch_ray import launch_ray
 
     for flag, value in (("--hostfile", args.hostfile), ("--join", args.join),
-                        ("--coordinator-host", args.coordinator_host)):
+                        ("--coordinator-host", args.coordinator_host), ("--hosts", args.hosts), ("--link", args.link)):
         if value is not None:
             raise ConfigError(f"{flag} does not apply with --ray: Ray places the nodes and node 0 runs the coordinator")
     settings = {"backups": args.backups, "restore": args.restore,
@@ -198,6 +229,7 @@ def _run_app(args: argparse.Namespace, rest: list[str]) -> int:
         except SystemExit as exc:
             return int(exc.code or 0)
         return 0
+    _launcher_environ(args, hosts=True)
     return run(args.app, rest[1:] if rest[:1] == ["--"] else rest, nodes=args.nodes, threads=args.threads)
 
 

@@ -10,6 +10,9 @@ them). With a hostfile, node i runs on hosts[i % len(hosts)] through
 The coordinator binds `coordinator_host`: by default 127.0.0.1, or, when a hostfile names a
 host that is not loopback, the address of this machine's hostname
 (socket.gethostbyname(socket.gethostname())); pass coordinator_host= when that is wrong.
+With emulated_hosts=H (`pskv launch --hosts H`, launch.hosts), node i runs through `ip netns exec`
+in host i * H // N's network namespace, with PSKV_HOST that host's address; the coordinator binds
+the address of their bridge.
 
 When any node exits non-zero, the coordinator tells the others (they raise pskv.NodeFailure),
 they get min(5 s, failure_timeout) to exit on their own, then SIGTERM, then SIGKILL.
@@ -42,6 +45,7 @@ from typing import Any, Callable
 
 from ..config import ConfigError, NodeConfig
 from ..net.auth import new_secret
+from . import hosts as emulation
 from .cluster import BAR_TAG, LOOPBACK, POLL_INTERVAL, Cluster, terminal
 
 __all__ = ["BAR_TAG", "Cluster", "launch", "node_env", "read_hostfile", "start_local"]
@@ -99,7 +103,8 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
                 failure_timeout: float | None = None, echo: bool = False,
                 coordinator: bool | str | CoordinatorFactory = True,
                 coordinator_host: str | None = None, backups: int | None = None,
-                restore: str | None = None, join: str | None = None, metrics: int | None = None) -> Cluster:
+                restore: str | None = None, join: str | None = None, metrics: int | None = None,
+                emulated_hosts: int | None = None, link: str | None = None) -> Cluster:
     """Start a coordinator and `nodes` processes running `command`; return at once.
 
     `env`: extra variables for the processes, on top of os.environ (with a hostfile they apply to
@@ -109,12 +114,18 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     "node0" lets node 0's process run it (at a free port of its host), or a factory called like Coordinator.
     `join`: "host:port" of a running cluster's coordinator: start no coordinator; the nodes join that
     cluster (each gets the next free rank from it). `metrics`: node r serves Prometheus metrics at
-    port metrics + r (PSKV_METRICS_PORT). Raises ConfigError for bad arguments or hostfile."""
+    port metrics + r (PSKV_METRICS_PORT). `emulated_hosts`: run the nodes as that many hosts of this
+    machine, network namespaces whose links `link` limits (e.g. "1gbit"; launch.hosts; needs root).
+    Raises ConfigError for bad arguments or hostfile."""
     if not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"nodes is {nodes!r}; launch at least 1 node")
     if not command:
         raise ConfigError("the command to launch is empty; give it after `--`")
     hosts = read_hostfile(hostfile) if hostfile is not None else None
+    if emulated_hosts is not None or link is not None:  # before anything starts: root, ip, tc
+        emulation.check(emulated_hosts, nodes, link, conflicts={
+            "--hostfile": hostfile, "--join": join, "--coordinator-host": coordinator_host,
+            "a coordinator in node 0": coordinator == "node0" or None})
     parent_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     if echo and terminal():  # the apps' "auto" progress draws a bar, which we relay (Cluster._bar)
         parent_env.update(PSKV_TERMINAL="1", COLUMNS=str(shutil.get_terminal_size().columns))
@@ -137,6 +148,10 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     cluster._remote = hosts is not None
     cluster._prefixed = nodes > 1 or join is not None  # one node's lines need no `[node 0] ` (nor a joiner's: rank > 0)
     try:
+        if emulated_hosts is not None:
+            cluster.hosts = emulated = emulation.Hosts(emulated_hosts, nodes, link)  # shutdown() removes them
+            emulated.start()
+            coordinator_host = emulated.coordinator_host
         in_node = coordinator == "node0"
         if in_node:  # node 0's process runs it, as under a launcher that runs none (e.g. slurm)
             host = coordinator_host or (hosts[0] if hosts else "127.0.0.1")
@@ -150,6 +165,8 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
         cluster.coordinator_address = join or address or ""
         for rank in range(nodes):
             host = hosts[rank % len(hosts)] if hosts else "127.0.0.1"
+            if cluster.hosts is not None:
+                host = cluster.hosts.node_host(rank)
             if join is not None:  # rank and size come from the running cluster
                 config = dataclasses.replace(base, host=host)
             else:
@@ -157,6 +174,8 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
                                              host=host, external_coordinator=address is not None and not in_node)
             child_env = {**parent_env, **node_env(config)}
             argv = _ssh_argv(host, command, child_env) if hosts else list(command)
+            if cluster.hosts is not None:
+                argv = cluster.hosts.argv(rank, argv, path=child_env.get("PATH"))
             cluster._start_node(rank, host, argv, child_env)
         cluster._watcher.start()
     except BaseException:
@@ -167,16 +186,23 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
 
 def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path | None = None,
            coordinator_host: str | None = None, backups: int | None = None, restore: str | None = None,
-           join: str | None = None, metrics: int | None = None) -> int:
+           join: str | None = None, metrics: int | None = None, emulated_hosts: int | None = None,
+           link: str | None = None) -> int:
     """Run `command` on `nodes` nodes to completion, echoing their output; return the exit
-    status (0 if every node exited 0). Ctrl-C or SIGTERM stops every node; then 128 + signal."""
+    status (0 if every node exited 0). Ctrl-C or SIGTERM stops every node; then 128 + signal.
+    `emulated_hosts`, `link`: see start_local; unset, they come from PSKV_HOSTS and PSKV_LINK
+    (what `pskv run --hosts H --link RATE` sets)."""
+    if emulated_hosts is None and link is None:
+        emulated_hosts, link = emulation.from_environ(os.environ)
     with _interrupt_on_sigterm():
         try:
             with start_local(nodes, command, threads=threads, hostfile=hostfile, echo=True,
                              coordinator_host=coordinator_host, backups=backups, restore=restore,
-                             join=join, metrics=metrics) as cluster, \
+                             join=join, metrics=metrics, emulated_hosts=emulated_hosts, link=link) as cluster, \
                     _dump_on_sigusr1(cluster):
-                if cluster._coordinator is not None and not cluster._backups:
+                if cluster.hosts is not None:
+                    print(f"[launcher] {cluster.hosts.describe()}", file=sys.stderr, flush=True)
+                if cluster._coordinator is not None and not cluster._backups and cluster.hosts is None:
                     secret = f"PSKV_SECRET_FILE={shlex.quote(cluster.secret_file)} " if cluster.secret_file else ""
                     print(f"[launcher] coordinator at {cluster.coordinator_address}; add nodes while it runs with "
                           f"`{secret}pskv launch -n K --join {cluster.coordinator_address} -- CMD`", file=sys.stderr,

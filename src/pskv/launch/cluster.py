@@ -97,6 +97,7 @@ class Cluster:
         self._shutdown_lock = threading.Lock()  # held for all of shutdown(); guards _closed
         self._closed = False
         self._remote = False  # nodes run through ssh (a hostfile)
+        self.hosts: Any = None  # launch.hosts.Hosts when the nodes run as emulated hosts; removed at shutdown
         self._watcher = threading.Thread(target=self._watch, name="pskv-launch-watch", daemon=True)
 
     def __repr__(self) -> str:
@@ -162,7 +163,7 @@ class Cluster:
         not its group: children keep their default action). Returns how many were asked."""
         asked = 0
         for node in self._nodes:
-            if node.host not in LOOPBACK or self._remote:
+            if self._remote:
                 continue  # an ssh client would die of it; dump remote nodes with `kill -USR1` there
             with node.reap_lock:
                 if node.proc.returncode is None:
@@ -308,8 +309,12 @@ class Cluster:
                 if node.log is not None:
                     node.log.close()
                     node.log = None
-        if self._coordinator is not None:
-            self._coordinator.close()
+        try:
+            if self._coordinator is not None:
+                self._coordinator.close()
+        finally:
+            if self.hosts is not None:  # after the coordinator, which binds the bridge's address
+                self.hosts.close()
 
     def _status(self) -> int:
         if self._backups and self._failure is not None:
