@@ -88,3 +88,83 @@ def test_mf_refuses_sampling_and_unknown_technique_names_before_any_node(capsys)
     assert info.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == ("pskv run mf: error: argument --sampling: 'bogus' is not "
                                                         "naive, preloc, pool or onlylocal")
+
+
+# ---- prefetch (issue 31): the order of a worker's calls, in this process -------------------------------
+class _Done:
+    def __init__(self, result=None) -> None:
+        self.result = result
+
+    def wait(self, timeout=None):
+        return self.result
+
+
+class _Items:
+    """A table of the `add` updater whose rows change at once (a node's own rows); logs each call."""
+
+    def __init__(self, rows: int, dim: int) -> None:
+        self.data = np.random.default_rng(5).normal(0, 0.1, (rows, dim)).astype(np.float32)
+        self.calls: list[str] = []
+
+    def pull(self, keys):
+        self.calls.append("pull")
+        return self.data[keys]
+
+    def pull_async(self, keys):
+        self.calls.append("pull_async")
+        return _Done(self.data[keys])
+
+    def push(self, keys, updates, copy=True):
+        self.calls.append("push")
+        np.add.at(self.data, keys, updates)
+        return _Done()
+
+
+def _part_and_run(*flags: str):
+    """One worker's _train over 5 batches of zipf ratings (sgd updater) on an _Items table: (calls, U, rows, sse)."""
+    from pskv.apps import common, mf
+    from pskv.data import ratings
+
+    args = mf._parser().parse_args(["--rank", "4", "--batch", "200", "--item-updater", "sgd", "--lambda", "0.05",
+                                    *flags])
+    r = ratings.zipf_ratings(50, 40, 1000, seed=3)
+    part = mf.Part(mf.Problem("zipf", r, r.take(np.arange(0)), (-np.inf, np.inf)), 0, 1, args)
+    part.clock = common.Clock(type("Worker", (), {"clock": lambda self: None})(), args)  # bsp/ssp: clock() is a no-op
+    items = _Items(40, 5)
+    progress = type("P", (), {"update": lambda self, n: None})()
+    sse = mf._train(part, items, np.random.default_rng(1).permutation(1000), args, 0.0, 0.05, progress)
+    return items.calls, part.U, items.data, sse
+
+
+def test_mf_prefetch_pulls_the_next_batch_before_pushing_this_one_and_learns_the_same():
+    """With prefetch a worker pulls batch i+1's rows before it pushes batch i (none past the last); with
+    the add updater the rows it shares with batch i get batch i's change, so users, items and error
+    are exactly those of the old order (pull, train, push)."""
+    calls, U, rows, sse = _part_and_run()
+    assert calls == ["pull", "pull_async", "push", "pull_async", "push", "pull_async", "push", "pull_async", "push",
+                     "push"]
+    old_calls, old_U, old_rows, old_sse = _part_and_run("--no-prefetch")
+    assert old_calls == ["pull", "push"] * 5
+    assert sse == old_sse and np.array_equal(U, old_U) and np.array_equal(rows, old_rows)
+
+
+@pytest.mark.parametrize("flags", [("--consistency", "bsp"), ("--consistency", "ssp:1")])
+def test_mf_prefetch_stays_within_a_clock_under_bsp_and_ssp(flags):
+    """Under BSP/SSP a batch's rows are pulled after the clock of the batch before: the old order."""
+    calls, *_ = _part_and_run(*flags)
+    assert calls == ["pull", "push"] * 5
+
+
+def test_mf_dsgd_prefetch_gives_the_rmse_of_the_old_order():
+    """--schedule dsgd on 2 nodes (no item shared by two workers within a sub-epoch): with prefetch,
+    whose rows get the worker's own last change, the RMSEs are those of --no-prefetch to 1e-9."""
+    got = {}
+    for flag in ("--prefetch", "--no-prefetch"):
+        proc = _run("--nodes", "2", "--threads", "1", "--", "--max-ratings", "20000", "--epochs", "2", "--rank",
+                    "8", "--schedule", "dsgd", "--progress", "json", flag)
+        got[flag] = [json.loads(line.split("@@pskv ", 1)[1]) for line in proc.stdout.splitlines()
+                     if '"kind": "epoch"' in line]
+    assert len(got["--prefetch"]) == 2, got
+    for new, old in zip(got["--prefetch"], got["--no-prefetch"]):
+        assert new["train_rmse"] == pytest.approx(old["train_rmse"], rel=1e-9)
+        assert new["test_rmse"] == pytest.approx(old["test_rmse"], rel=1e-9)

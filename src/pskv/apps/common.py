@@ -109,6 +109,20 @@ class Clock:
             self.tick()
 
 
+def add_prefetch(group) -> None:
+    """The --prefetch/--no-prefetch flag of the apps that pull the next batch's rows ahead (prefetches)."""
+    group.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=True,
+                       help="pull the next batch's rows while this one trains (one batch stale at most; "
+                            "async consistency without --localize only, else the rows come when the batch starts)")
+
+
+def prefetches(args: argparse.Namespace) -> bool:
+    """Whether a worker pulls the next batch's rows before training on this one. Not under BSP/SSP (the
+    pull of the next batch would read before this batch's clock), nor with --localize (the next
+    batch's keys are on their way here then, and its pulls become local once they land)."""
+    return args.prefetch and args.consistency == "async" and not args.localize
+
+
 def relocation_note(app: str, p: np.ndarray, draws: int) -> str | None:
     """A warning when relocating a batch's keys will thrash. `p`: the probability that one draw hits
     each row relocation may move (replicated rows left out, so `p` may sum to less than 1); `draws`:

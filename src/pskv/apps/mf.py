@@ -81,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--out", type=Path, metavar="DIR", help="write the factors here: user_factors.npy/.tsv (the "
                                                            "rows, the users' ids), item_factors.npy/.tsv, biases, "
                                                            "meta.json (pskv.apps.mf.load_factors reads it)")
+    common.add_prefetch(g)
     g.add_argument("--storage", choices=["memory", "disk"], default="memory",
                    help="disk: the item table's rows in files under --storage-path, at most --cache-rows in memory")
     g.add_argument("--storage-path", type=Path, metavar="DIR", help="directory of the item rows (--storage disk)")
@@ -226,15 +227,28 @@ def train_epoch(w: pskv.Worker, part: Part, items: pskv.Table, args, mu: float, 
 
 def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr: float,
            progress: common.Progress) -> float:
-    """SGD over the ratings `order` (positions in part.train) in batches of --batch."""
+    """SGD over the ratings `order` (positions in part.train) in batches of --batch. With prefetch
+    (common.prefetches) the next batch's rows are pulled before this one trains, so that their round
+    trip passes during the kernel; its rows then miss this batch's push, which the `add` updater's
+    rows get back exactly (_catch_up), the Adagrad ones a batch later (one batch stale, Hogwild-like)."""
     sse = 0.0
     ahead = args.localize and args.schedule == "free"  # relocate the next batch's items while on this one
+    prefetch = common.prefetches(args)
+    coming = None  # (keys, slots, Future of the rows): the next batch's, pulled ahead
     for lo in range(0, len(order), args.batch):
         b = order[lo:lo + args.batch]
         if ahead and lo + args.batch < len(order):
             items.localize(np.unique(part.train.items[order[lo + args.batch:lo + 2 * args.batch]]))
-        keys, slots = np.unique(part.train.items[b], return_inverse=True)
-        V = items.pull(keys)  # (n_distinct, rank + biases) float32, a copy
+        if coming is None:
+            keys, slots = np.unique(part.train.items[b], return_inverse=True)
+            V = items.pull(keys)  # (n_distinct, rank + biases) float32, a copy
+        else:
+            keys, slots, rows = coming
+            V = _catch_up(rows.wait(), keys, last, args)
+        coming = None
+        if prefetch and lo + args.batch < len(order):  # one batch ahead at most, never across _train's end
+            following = np.unique(part.train.items[order[lo + args.batch:lo + 2 * args.batch]], return_inverse=True)
+            coming = (*following, items.pull_async(following[0]))
         batch = (part.train_users[b], slots.astype(np.int64), part.train.values[b], V, mu, lr, args.lam,
                  args.lambda_bias, args.biases)
         if args.item_updater == "sgd":
@@ -245,9 +259,21 @@ def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr
             update = np.zeros_like(V)
             sse += gradient_batch(part.U, part.bu, *batch, update)
         items.push(keys, update, copy=False)  # a fresh array: nobody writes it afterwards
+        last = (keys, update)
         part.clock.tick()  # --consistency bsp/ssp: one clock per batch (Petuum's per-batch clock)
         progress.update(len(b))
     return sse
+
+
+def _catch_up(V: np.ndarray, keys: np.ndarray, last: tuple[np.ndarray, np.ndarray], args) -> np.ndarray:
+    """Prefetched rows V of `keys` were read before the push of `last` (its keys, its change): with the
+    `add` updater, add that change to the rows both batches share, which gives the values a pull after
+    the push would have read (the same float32 sums; others' concurrent pushes aside, as ever)."""
+    if args.item_updater == "sgd":
+        prev_keys, change = last
+        _, mine, theirs = np.intersect1d(keys, prev_keys, assume_unique=True, return_indices=True)
+        V[mine] += change[theirs]
+    return V
 
 
 @dataclasses.dataclass
