@@ -181,3 +181,65 @@ def _lapse_toy_or_skip() -> None:
         lapse_toy_dir()
     except DataError:
         pytest.skip("Lapse's toy data is not beside this checkout (set PSKV_LAPSE_TOY to its folder)")
+
+
+# ---- prefetch (issue 31): one worker's Step on tables in this process ------------------------------
+class _Done:
+    def __init__(self, result=None) -> None:
+        self.result = result
+
+    def wait(self, timeout=None):
+        return self.result
+
+
+class _AddTable:
+    """A table of the `add` updater whose rows change at once (a node's own rows); logs each call."""
+
+    def __init__(self, name: str, rows: int, dim: int, calls: list, seed: int) -> None:
+        self.name, self.dim, self.calls = name, dim, calls
+        self.data = np.random.default_rng(seed).normal(0, 0.1, (rows, dim)).astype(np.float32)
+
+    def pull(self, keys, *, out):
+        self.calls.append(f"pull {self.name}")
+        out[:] = self.data[keys]
+        return out
+
+    def pull_async(self, keys, *, out):
+        self.calls.append(f"pull_async {self.name}")
+        out[:] = self.data[keys]
+        return _Done(out)
+
+    def push(self, keys, updates, *, copy=True):
+        self.calls.append(f"push {self.name}")
+        np.add.at(self.data, keys, updates)
+        return _Done()
+
+
+def _steps(prefetch: bool) -> tuple[list[str], np.ndarray, np.ndarray, float]:
+    """One pass of a worker over a small corpus of frequent words, as word2vec's train_on runs it."""
+    from pskv.apps.negatives import Negatives
+    from pskv.data.text import Unigram
+
+    calls: list[str] = []
+    syn0, syn1 = _AddTable("syn0", 8, 6, calls, 1), _AddTable("syn1", 8, 6, calls, 2)
+    negatives = Negatives(syn1, draw=Unigram(np.arange(8, 0, -1)).draw, rng=np.random.default_rng(3))
+    step = skipgram.Step(syn0, syn1, negatives, 8, 2, prefetch=prefetch)
+    corpus = Corpus(np.random.default_rng(4).integers(0, 8, 120).astype(np.int32), np.arange(0, 121, 10))
+    loss = 0.0
+    for words, centres, contexts in skipgram.ahead(skipgram.batches(corpus, np.ones(8), 2, 30,
+                                                                    np.random.default_rng(5)),
+                                                   step.prepare if step.prepares else None):
+        loss += step(centres, contexts, 0.05, 0.04)
+    step.close()
+    return calls, syn0.data, syn1.data, loss
+
+
+def test_word2vec_prefetch_pulls_the_next_batch_first_and_trains_exactly_as_before():
+    """With prefetch the rows of batch i+1 are asked for before batch i pushes; the deltas of batch i
+    are added to the rows both share, so every row and the loss equal those of the old order."""
+    calls, syn0, syn1, loss = _steps(True)
+    pulls, push = ["pull_async syn0", "pull_async syn1"], ["push syn0", "push syn1"]
+    assert calls == pulls + (pulls + push) * 3 + push
+    old_calls, old0, old1, old_loss = _steps(False)
+    assert old_calls == (["pull_async syn0", "pull syn1"] + push) * 4
+    assert loss == old_loss and np.array_equal(syn0, old0) and np.array_equal(syn1, old1)

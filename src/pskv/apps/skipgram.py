@@ -175,24 +175,46 @@ class _Buffers:
         self.pushes = []
 
 
+class _Fetched:
+    """A batch whose rows were asked for: its keys, local rows and buffers, the pulls in flight, and
+    the pushes of this worker sent after those pulls (their rows miss them: Step catches them up)."""
+
+    def __init__(self, buffers: _Buffers, keys0, ctx_local, keys1, neg_local, ctr_local) -> None:
+        self.buffers, self.keys0, self.ctx_local = buffers, keys0, ctx_local
+        self.keys1, self.neg_local, self.ctr_local = keys1, neg_local, ctr_local
+        self.rows0 = buffers.get("rows0", len(keys0))  # (u0, dim) local copies of syn0
+        self.rows1 = buffers.get("rows1", len(keys1))  # (u1, dim) local copies of syn1neg
+        self.pulls: list = []
+        self.missed: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (keys0, d0, keys1, d1)
+
+
 class Step:
     """One worker's minibatch step: pull the rows a batch needs once, run word2vec.c's SGD on the
-    local copies in the kernel, push new - old. Owned by one worker thread."""
+    local copies in the kernel, push new - old. With `prefetch`, prepare() pulls a coming batch's
+    rows while the one before trains (their round trip passes during the kernel), and the step adds
+    the deltas this worker pushed since then to the rows it shares with them (the `add` updater:
+    exactly what a pull after those pushes reads, others' concurrent pushes aside, as ever). Owned
+    by one worker thread."""
 
     def __init__(self, syn0, syn1, negatives: Negatives, rows: int, neg: int, *,
-                 localize_from: int | None = None) -> None:
+                 localize_from: int | None = None, prefetch: bool = False) -> None:
         self.syn0, self.syn1, self.negatives, self.neg = syn0, syn1, negatives, neg
         self.localize_from = localize_from  # localize a coming batch's words with ids >= this (None: never)
-        self.prepares = localize_from is not None or negatives.scheme in ("preloc", "pool")
+        self.prefetch = prefetch and negatives.scheme is None  # pskv's sampling pulls when a batch draws
+        self.prepares = self.prefetch or localize_from is not None or negatives.scheme in ("preloc", "pool")
         self.rows = Rows(rows)
         self.neu1e = np.zeros(syn0.dim, np.float32)  # (dim,) kernel scratch
-        self._buffers = [_Buffers(syn0.dim), _Buffers(syn0.dim)]  # alternate: one set's pushes may be in flight
+        self._where = np.full(rows, -1, np.int64)  # key -> its row among a pushed batch's keys during a catch-up
+        # alternate: one set's pushes may be in flight; with prefetch a third holds the coming batch
+        self._buffers = [_Buffers(syn0.dim) for _ in range(3 if self.prefetch else 2)]
         self._turn = 0
+        self._coming: list[_Fetched] = []  # prefetched batches, in order (at most one ahead of the step)
 
     def prepare(self, batch: tuple) -> None:
         """Get a coming batch ready while the one before trains: localize its words (Lapse's
-        localize_pos; the replicated hottest excepted) and prepare its negatives' sample."""
-        _, centres, _ = batch
+        localize_pos; the replicated hottest excepted) and prepare its negatives' sample, or with
+        prefetch pull its rows."""
+        _, centres, contexts = batch
         if self.localize_from is not None and len(centres):
             words = np.unique(centres)  # every word of the batch that has a pair is a centre
             words = words[words >= self.localize_from]
@@ -200,34 +222,65 @@ class Step:
             self.syn1.localize(words)
         if len(centres):
             self.negatives.ahead(len(centres) * self.neg)
+            if self.prefetch:  # the step skips a batch without pairs, so only those with pairs are fetched
+                self._coming.append(self._fetch(centres, contexts))
 
     def __call__(self, centres: np.ndarray, contexts: np.ndarray, alpha0: float, alpha1: float) -> float:
         """Train on the (P,) pairs; returns their summed loss."""
-        n, buffers = len(centres), self._buffers[self._turn]
-        self._turn ^= 1
-        buffers.wait()
-        keys0, (ctx_local,), _, _ = self.rows(contexts)  # syn0 rows: the context words
-        rows0 = buffers.get("rows0", len(keys0))  # (u0, dim) local copies
-        pull0 = self.syn0.pull_async(keys0, out=rows0)
-        neg_keys, neg_rows = self.negatives.draw(n * self.neg)
-        keys1, (neg_local, ctr_local), (n_neg, _), first = self.rows(neg_keys, centres)  # negatives, centres
-        rows1 = buffers.get("rows1", len(keys1))  # (u1, dim) local copies of syn1neg
-        if neg_rows is None:
-            self.syn1.pull(keys1, out=rows1)
-        else:  # the sampling API brought the negatives' rows: pull only the other centres
-            np.take(neg_rows, first[:n_neg], axis=0, out=rows1[:n_neg])
-            self.syn1.pull(keys1[n_neg:], out=rows1[n_neg:])
-        pull0.wait()
-        old0, old1 = buffers.get("old0", len(keys0)), buffers.get("old1", len(keys1))
+        batch = self._coming.pop(0) if self._coming else self._fetch(centres, contexts)
+        pskv.wait(*batch.pulls)
+        rows0, rows1, buffers = batch.rows0, batch.rows1, batch.buffers
+        for keys0, d0, keys1, d1 in batch.missed:
+            self._catch_up(rows0, batch.keys0, keys0, d0)
+            self._catch_up(rows1, batch.keys1, keys1, d1)
+        old0, old1 = buffers.get("old0", len(batch.keys0)), buffers.get("old1", len(batch.keys1))
         np.copyto(old0, rows0)
         np.copyto(old1, rows1)
-        loss = sgns(ctx_local, ctr_local, neg_local.reshape(n, self.neg), rows0, rows1, alpha0, alpha1, self.neu1e)
+        loss = sgns(batch.ctx_local, batch.ctr_local, batch.neg_local.reshape(len(centres), self.neg), rows0, rows1,
+                    alpha0, alpha1, self.neu1e)
         rows0 -= old0  # now the deltas
         rows1 -= old1
-        buffers.pushes = [self.syn0.push(keys0, rows0, copy=False), self.syn1.push(keys1, rows1, copy=False)]
+        buffers.pushes = [self.syn0.push(batch.keys0, rows0, copy=False),
+                          self.syn1.push(batch.keys1, rows1, copy=False)]
+        for coming in self._coming:  # pulled before this push: they need its deltas
+            coming.missed.append((batch.keys0, rows0, batch.keys1, rows1))
         return loss
 
+    def _fetch(self, centres: np.ndarray, contexts: np.ndarray) -> _Fetched:
+        """Draw a batch's negatives, number its distinct keys and ask for their rows (pull_async with
+        prefetch; else the syn1neg rows arrive before this returns, in this thread's own reply box)."""
+        buffers = self._buffers[self._turn]
+        self._turn = (self._turn + 1) % len(self._buffers)
+        buffers.wait()  # the pushes of the batch that used these buffers last
+        keys0, (ctx_local,), _, _ = self.rows(contexts)  # syn0 rows: the context words
+        neg_keys, neg_rows = self.negatives.draw(len(centres) * self.neg)
+        keys1, (neg_local, ctr_local), (n_neg, _), first = self.rows(neg_keys, centres)  # negatives, centres
+        batch = _Fetched(buffers, keys0, ctx_local, keys1, neg_local, ctr_local)
+        batch.pulls.append(self.syn0.pull_async(keys0, out=batch.rows0))
+        if neg_rows is None:
+            self._pull1(batch, keys1, batch.rows1)
+        else:  # the sampling API brought the negatives' rows: pull only the other centres
+            np.take(neg_rows, first[:n_neg], axis=0, out=batch.rows1[:n_neg])
+            self._pull1(batch, keys1[n_neg:], batch.rows1[n_neg:])
+        return batch
+
+    def _pull1(self, batch: _Fetched, keys: np.ndarray, out: np.ndarray) -> None:
+        if self.prefetch:
+            batch.pulls.append(self.syn1.pull_async(keys, out=out))
+        else:
+            self.syn1.pull(keys, out=out)
+
+    def _catch_up(self, rows: np.ndarray, keys: np.ndarray, pushed: np.ndarray, deltas: np.ndarray) -> None:
+        """rows (of `keys`) += the deltas pushed for the same keys (in O(n): the keys are not sorted)."""
+        self._where[pushed] = np.arange(len(pushed))
+        at = self._where[keys]  # (u,) each key's row among the pushed, or -1
+        self._where[pushed] = -1
+        hit = np.flatnonzero(at >= 0)
+        rows[hit] += deltas[at[hit]]
+
     def close(self) -> None:
+        """At the end of a pass: wait for this worker's pushes (read-my-writes from here on)."""
+        assert not self._coming, "a prefetched batch was left untrained"  # ahead() prepares only batches it yields
         for buffers in self._buffers:
             buffers.wait()
         self.negatives.close()

@@ -11,7 +11,9 @@ less on small corpora: WordSim 0.33 vs 0.35 on head500) and output vectors
 thread of each node trains on a contiguous share of the sentences, in minibatches of whole
 sentences (`--batch-words`): subsample frequent words, pick each centre word's reduced window, draw
 `--neg` negatives per (centre, context) pair, pull every row the batch needs once, run word2vec.c's
-SGD over the batch in a numba nogil kernel on those local copies, and push new - old.
+SGD over the batch in a numba nogil kernel on those local copies, and push new - old. The next
+batch's rows are pulled while this one trains (`--no-prefetch`: when it starts), and the deltas of
+this batch added to the rows both share, so they read as if pulled after this batch's push.
 
 Why updater "add" with the step in the worker rather than SGD on the server: word2vec's step size
 alpha decays linearly with progress, which the worker knows; a word that occurs twice in a batch
@@ -78,6 +80,7 @@ def _parser():
     g.add_argument("--data-words", type=int, default=None, metavar="N",
                    help="train on about N corpus words per epoch in all (Lapse's --data_words)")
     g.add_argument("--reuse", type=int, default=1, help="--sampling pool: times each drawn negative is used")
+    common.add_prefetch(g)
     g.add_argument("--out", type=Path, metavar="FILE", help="write the input vectors in word2vec's text format "
                                                             "(pskv.apps.word2vec.load_vectors reads it)")
     g.add_argument("--wordsim", type=Path, metavar="FILE", help="word pairs with a human score (word1<TAB>word2<TAB>"
@@ -192,7 +195,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     negatives = Negatives(syn1, scheme=args.sampling, draw=run.unigram.draw,
                           rng=np.random.default_rng([args.seed, me, 1]))
     step = Step(syn0, syn1, negatives, len(run.vocab), args.neg,
-                localize_from=args.replicate if args.localize else None)
+                localize_from=args.replicate if args.localize else None, prefetch=common.prefetches(args))
     progress = common.Progress(w, total=run.epoch_words * (args.epochs - s.start_epoch), scale=s.workers, unit="words",
                                mode=args.progress, watchdog=s.report.watchdog)
     total, done = max(1, shard.num_words * args.epochs), shard.num_words * s.start_epoch  # (the learning rate's)
