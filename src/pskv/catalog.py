@@ -82,7 +82,7 @@ class TableState:
         return [repr(x) for x in (self.buffer, self.cache, self.aggregator, self.shard.replicas) if x is not None]
 
     def stages(self) -> dict[str, str]:
-        """Each call's stages on this node ({"pull": "replica > local > route", ...}; client.path)."""
+        """Each call's stages on this node ({"pull": "replica > local > shared > route", ...}; client.path)."""
         return self.path.describe() if self.path is not None else {}
 
 

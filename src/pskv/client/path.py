@@ -12,7 +12,7 @@
 
 What each table kind and option puts in (client.stages, client.front; `describe()` lists them):
 
-    request stages  [replica] > local > route            dense, disk
+    request stages  [replica] > local > shared > route   dense, disk (shared: co-located nodes' shards)
                     [replica] > held rows > heads         any table with backups
                     ranges                                sparse (key_space="uint64")
                     held ranges > heads                   sparse with backups
@@ -77,7 +77,7 @@ class Path:
             self._state.aggregator.release()
 
     def describe(self) -> dict[str, str]:
-        """Each call's stages, in order: {"pull": "replica > local > route", ...}."""
+        """Each call's stages, in order: {"pull": "replica > local > shared > route", ...}."""
         return {call: " > ".join(head.names()) for call, head in self._heads.items()}
 
     def __repr__(self) -> str:
@@ -112,7 +112,7 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     elif backups:
         request = stages.HeldRows(state, stages.Heads())
     else:
-        request = stages.Owned(state, Route(state, ctx))
+        request = stages.Owned(state, stages.Shared(state, ctx, Route(state, ctx)))
     if state.shard.replicas is not None:
         request = stages.Replica(state, request)
     if agg is not None:

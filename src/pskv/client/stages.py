@@ -18,6 +18,7 @@ A request stage serves what it can of a request and hands the rest to the stage 
 
     Replica  replicated keys from this node's copy (Replicate)
     Owned    keys this node owns, from its shard, under its stripe locks (the Lapse fast path)
+    Shared   keys of a co-located node, from its shard in shared memory (store.peer; issue 31)
     Route    the rest to where each key lives: its manager, or the owner a location cache names
              (client.table.Route: a dense table's send, the data path's last step)
     HeldRanges  a sparse table with backups: pulls of the ranges served here, from memory
@@ -117,6 +118,49 @@ class Owned(Stage):
             if len(miss) < len(keys):
                 keys, values, gpos = left(miss, keys, values, gpos)
                 copy = False
+        return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
+
+
+class Shared(Stage):
+    """Keys whose next hop is a co-located node, served from that node's shard in shared memory
+    (store.peer) without a message; what a view misses (moved on, on its way) goes on to `Route`."""
+
+    name = "shared"
+
+    def __init__(self, state: TableState, ctx: Context, nxt: Stage) -> None:
+        self.state, self.ctx, self.next = state, ctx, nxt
+
+    def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        neighbors, st = self.ctx.neighbors, self.state
+        if neighbors.dir is None or not len(keys):
+            return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
+        ranges, me = st.ranges, self.ctx.rank
+        dest = ranges.one_manager(keys) if st.shard.static and not st.loc_cache.size else -1
+        if dest >= 0:  # (the common case: one manager, no per-key routing)
+            view = neighbors.view(st.spec, dest) if dest != me else None
+            if view is None:
+                return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
+            miss = serve_local(h, view, kind, keys, values, out, gpos, rows)
+        else:
+            hops = route.next_hops(keys, st.shard, ranges, me, st.loc_cache)
+            served = np.zeros(len(keys), bool)
+            for d, idx, pk, pv in route.parts(keys, values, hops, ranges.nodes + 1):
+                view = neighbors.view(st.spec, d) if d != me and d < ranges.nodes else None
+                if view is None:
+                    continue
+                at = np.arange(len(keys)) if idx is None else idx
+                pos = at if gpos is None else gpos[at]
+                pmiss = serve_local(h, view, kind, pk, pv, out, pos, rows)
+                served[at] = True
+                if len(pmiss):
+                    served[at[pmiss]] = False
+            miss = np.flatnonzero(~served)
+        st.local_keys += len(keys) - len(miss)
+        if not len(miss):
+            return Future.completed(out, h._desc(kind))
+        if len(miss) < len(keys):
+            keys, values, gpos = left(miss, keys, values, gpos)
+            copy = False
         return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
 
 

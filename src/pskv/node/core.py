@@ -112,6 +112,8 @@ class Node:
                                  admit=lambda h: h.sender in self.view.alive or h.sender in self.view.leaving)
         self.store = Store()
         self.neighbors = Neighbors()  # co-located nodes' shards, once welcomed (store.peer)
+        self._sharing = threading.Lock()  # guards _shared (set up at WELCOME, or at the first table if sooner)
+        self._shared = False
         self.catalog = Catalog(self.rank)
         self.consistency = as_consistency(config.consistency)  # the default of this node's tables
         self.clocks = Clocks(lambda clock, seq: self.client.report_clock(clock, seq), self.catalog.flush_buffers,
@@ -226,11 +228,15 @@ class Node:
         cfg = self.config
         if not cfg.shared_memory or (cfg.num_nodes == 1 and not cfg.external_coordinator and self._joined is None):
             return
-        shm.sweep()  # (files of processes that died here)
-        directory = shm.host_dir(self.view.cluster, cfg.host)
-        if directory is not None:
-            self.store.share(shm.Segments(directory, self.rank))
-            self.neighbors.open(directory, self.rank)
+        with self._sharing:  # (pskv-server at WELCOME, or the first table() if it comes sooner: once)
+            if self._shared:
+                return
+            self._shared = True
+            shm.sweep()  # (files of processes that died here)
+            directory = shm.host_dir(self.view.cluster, cfg.host)
+            if directory is not None:
+                self.store.share(shm.Segments(directory, self.rank))
+                self.neighbors.open(directory, self.rank)
 
     # ---- public API -----------------------------------------------------------------------------
     def table(self, name: str, rows: int | None, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
@@ -287,6 +293,7 @@ class Node:
                          table_id=self.catalog.next_id(name), key_space=key_space)
         saved, mismatch = self._restorer.match(spec.config()) if self._restorer is not None else (None, None)
         disk = self._tables.disk(spec, storage, cache_rows, path)
+        self._share_memory()  # (WELCOME's pskv-server may not have got to it yet)
         state, config = self._tables.build(spec, options, consistency, fill=saved is None, disk=disk)
         state.codec = codec
         _hooks.reach("node.built", node=self.rank, table=name)

@@ -24,6 +24,7 @@ import mmap
 import os
 import re
 import threading
+import time
 
 import numpy as np
 
@@ -75,7 +76,8 @@ def _alive(pid: int) -> bool:
 
 def sweep() -> int:
     """Remove the files of this user's processes that died (killed: they could not clean up), and
-    cluster directories left empty; returns how many files went."""
+    cluster directories left empty for a minute (a younger one may be about to get its files);
+    returns how many files went."""
     top, gone = root(), 0
     for d in glob.glob(os.path.join(top, "*")):
         for f in os.listdir(d) if os.path.isdir(d) else ():
@@ -87,7 +89,8 @@ def sweep() -> int:
                 except FileNotFoundError:
                     pass
         try:
-            os.rmdir(d)  # (only when empty)
+            if time.time() - os.stat(d).st_mtime > 60:
+                os.rmdir(d)  # (only when empty)
         except OSError:
             pass
     return gone

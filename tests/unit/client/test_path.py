@@ -15,8 +15,8 @@ from pskv.client.path import compose
 
 pytestmark = pytest.mark.timeout(60)
 
-PLAIN = {"request": "local > route", "pull": "local > route", "push": "gate > local > route",
-         "set": "gate > local > route", "push_pull": "gate > local > route", "localize": "skip > gate > move",
+PLAIN = {"request": "local > shared > route", "pull": "local > shared > route", "push": "gate > local > shared > route",
+         "set": "gate > local > shared > route", "push_pull": "gate > local > shared > route", "localize": "skip > gate > move",
          "pull_if_local": "peek", "prepare_sample": "sample"}
 
 
@@ -27,17 +27,17 @@ PLAIN = {"request": "local > route", "pull": "local > route", "push": "gate > lo
     ({"replicate": pskv.Replicate(keys=[1])},
      {**{call: s.replace("local", "replica > local") for call, s in PLAIN.items()}, "push_pull": "refused"}),
     ({"consistency": pskv.SSP(1), "replicate": pskv.Replicate(keys=[1])},
-     {**PLAIN, "request": "replica > local > route", "pull": "row cache > clock bound > replica > local > route",
-      "push": "gate > clock > replica > local > buffer", "set": "gate > clock > ordered > replica > local > route",
+     {**PLAIN, "request": "replica > local > shared > route", "pull": "row cache > clock bound > replica > local > shared > route",
+      "push": "gate > clock > replica > local > buffer", "set": "gate > clock > ordered > replica > local > shared > route",
       "push_pull": "refused"}),
     ({"consistency": pskv.BSP(), "cache": pskv.Cache(rows=0)},
-     {**PLAIN, "pull": "clock bound > local > route", "push": "gate > clock > local > buffer",
-      "set": "gate > clock > ordered > local > route", "push_pull": "refused"}),
+     {**PLAIN, "pull": "clock bound > local > shared > route", "push": "gate > clock > local > buffer",
+      "set": "gate > clock > ordered > local > shared > route", "push_pull": "refused"}),
     ({"aggregate": pskv.NodeAggregate()},
-     {**PLAIN, "pull": "aggregate", "push": "aggregate", "set": "gate > initial > local > route",
+     {**PLAIN, "pull": "aggregate", "push": "aggregate", "set": "gate > initial > local > shared > route",
       "push_pull": "refused", "localize": "refused"}),
     ({"aggregate": pskv.NodeAggregate(), "consistency": pskv.BSP()},
-     {**PLAIN, "pull": "aggregate", "push": "aggregate", "set": "gate > clock > initial > local > route",
+     {**PLAIN, "pull": "aggregate", "push": "aggregate", "set": "gate > clock > initial > local > shared > route",
       "push_pull": "refused", "localize": "refused"}),
     ({"key_space": "uint64", "rows": None},
      {"request": "ranges", "pull": "ranges", "push": "gate > clock > ranges", "set": "gate > clock > ranges",
@@ -64,7 +64,7 @@ def test_with_backups_writes_go_to_the_heads_and_localize_subscribes(node):
                                "pull": "replica > held rows > heads", "push": "gate > replica > held rows > heads",
                                "set": "gate > replica > held rows > heads", "push_pull": "refused",
                                "localize": "skip > gate > subscribe"}
-    assert node.catalog.get("t").stages()["push"] == "gate > replica > local > route"  # (its own path unchanged)
+    assert node.catalog.get("t").stages()["push"] == "gate > replica > local > shared > route"  # (its own path unchanged)
 
 
 def test_every_write_and_move_waits_at_the_closed_gate():
