@@ -89,3 +89,59 @@ def _lapse_toy_or_skip() -> None:
         lapse_toy_dir()
     except DataError:
         pytest.skip("Lapse's toy data is not beside this checkout (set PSKV_LAPSE_TOY to its folder)")
+
+
+# ---- prefetch (issue 31): one worker's epoch on tables in this process -------------------------------
+class _Done:
+    def __init__(self, result=None) -> None:
+        self.result = result
+
+    def wait(self, timeout=None):
+        return self.result
+
+
+class _Table:
+    """Rows that change at once (a node's own rows), updated by plain addition; logs each call."""
+
+    def __init__(self, name: str, rows: int, calls: list) -> None:
+        self.name, self.calls = name, calls
+        self.data = np.random.default_rng(rows).normal(0, 0.1, (rows, 8)).astype(np.float32)
+
+    def pull_async(self, keys):
+        self.calls.append(f"pull {self.name}")
+        return _Done(self.data[keys])
+
+    def push(self, keys, updates, *, copy=True):
+        self.calls.append(f"push {self.name}")
+        np.add.at(self.data, keys, -0.1 * updates)
+        return _Done()
+
+
+def _epoch_calls(*flags: str) -> tuple[list[str], float]:
+    """One worker's epoch of 3 batches of 10 triples (negatives drawn by the app): (the calls, the loss)."""
+    from pskv.apps import common, kge
+    from pskv.apps.negatives import Negatives
+
+    args = kge._parser().parse_args(["--batch", "10", "--neg", "4", "--dim", "8", *flags])
+    calls: list[str] = []
+    ent, rel = _Table("ent", 50, calls), _Table("rel", 5, calls)
+    negatives = Negatives(ent, draw=lambda rng, k: rng.integers(0, 50, k), rng=np.random.default_rng(2))
+    rng = np.random.default_rng(3)
+    tri = np.column_stack([rng.integers(0, 50, 30), rng.integers(0, 5, 30), rng.integers(0, 50, 30)])
+    clock = common.Clock(type("Worker", (), {"clock": lambda self: None})(), args)
+    progress = type("P", (), {"update": lambda self, n: None})()
+    loss = kge._epoch(args, tri, ent, rel, negatives, np.random.default_rng(4), progress, clock, more=False)
+    return calls, loss
+
+
+def test_kge_prefetch_pulls_the_next_batch_before_pushing_this_one():
+    """By default a worker asks for batch i+1's rows (its positives' and negatives' entities in one pull,
+    its relations) before it pushes batch i's gradients, and asks for none past the epoch's last batch;
+    --no-prefetch and BSP keep the old order. Either way the epoch learns (loss finite and positive)."""
+    pulls, pushes = ["pull rel", "pull ent"], ["push ent", "push rel"]
+    calls, loss = _epoch_calls()
+    assert calls == pulls * 2 + pushes + pulls + pushes * 2
+    assert 0 < loss < np.inf
+    for flags in (["--no-prefetch"], ["--consistency", "bsp"]):
+        calls, loss = _epoch_calls(*flags)
+        assert calls == (pulls + pushes) * 3 and 0 < loss < np.inf

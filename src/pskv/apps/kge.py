@@ -7,10 +7,12 @@
 Entities and relations are two pskv tables (`entities`, `relations`) with the server-side
 updater pskv.Adagrad. Each worker thread of each node trains on its share of the training
 triples (a contiguous slice of a seeded shuffle; Lapse's toy data keeps its file order): per batch
-it draws `--neg` negative entities per positive for each side (tail and head corruption) through
-pskv's sampling API (uniform over entities, scheme `--sampling`, naive by default; each handle is
-prepared one batch ahead so that preloc and pool localize meanwhile), pulls the rows, runs a numba
-kernel for scores, loss and gradients, and pushes the gradients. `--localize` moves the next
+it draws `--neg` negative entities per positive for each side (tail and head corruption), uniform
+over entities: by default the app draws them (the naive scheme) and pulls the batch's distinct
+entities in one pull, the next batch's while this one trains (`--no-prefetch`: when it starts);
+`--sampling` takes them from pskv's sampling API (each handle prepared one batch ahead so that
+preloc and pool localize meanwhile). It runs a numba kernel for scores, loss and gradients, and
+pushes the gradients. `--localize` moves the next
 batch's entities and relations to the worker's node ahead of use (Lapse), `--replicate N` keeps the
 N hottest rows of both tables on every node (NuPS): the relations first (each triple uses one, and
 there are few), then the most frequent entities. Evaluation (filtered MRR, Hits@1/3/10, the other
@@ -74,6 +76,7 @@ def _parser():
     g.add_argument("--eval-triples", type=int, default=5000, metavar="N",
                    help="evaluate on at most N triples of a split (a seeded sample of larger ones)")
     g.add_argument("--reuse", type=int, default=1, help="--sampling pool: each drawn negative is used this often")
+    common.add_prefetch(g)
     g.add_argument("--train-file", default="train.del", help="lapse-toy only: e.g. train.partitioned.2x2.del")
     return p
 
@@ -150,7 +153,8 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     bounds = np.linspace(0, len(run.train), s.workers + 1).astype(np.int64)
     mine = run.train[bounds[me]:bounds[me + 1]]  # (n, 3) int64
     ent, rel = w.table("entities"), w.table("relations")
-    negatives = Negatives(ent, scheme=args.sampling or "naive")
+    uniform = lambda draw_rng, k: draw_rng.integers(0, kg.num_entities, k)  # noqa: E731 - the naive scheme's draw
+    negatives = Negatives(ent, scheme=args.sampling, draw=uniform, rng=np.random.default_rng([args.seed, me, 2]))
     if len(mine):
         negatives.ahead(min(args.batch, len(mine)) * 2 * args.neg)  # the first batch's
     progress = common.Progress(w, total=len(run.train) * (args.epochs - s.start_epoch), scale=s.workers, unit="triples",
@@ -213,30 +217,66 @@ def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress
            more: bool) -> float:
     """One pass of a worker over its triples `mine`, in batches; returns the summed loss. `clock`
     ticks once per batch (Worker.clock under --consistency bsp/ssp). Each batch prepares the next
-    one's negatives (with `more`, the last prepares those of the next epoch's first batch)."""
+    one's negatives (with `more`, the last prepares those of the next epoch's first batch); with
+    prefetch (`Rows.prefetch`) it pulls the next batch's rows before it trains on its own."""
     n, cplx, ce, reg = args.neg, args.model == "complex", args.loss == "ce", _REGS[args.reg]
     order = rng.permutation(len(mine))
     batches = [mine[order[lo:lo + args.batch]] for lo in range(0, len(order), args.batch)]  # (b, 3) int64 each
     if args.localize and batches:
         _localize(ent, rel, batches[0])
-    loss = 0.0
+    loss, coming = 0.0, None
     for i, tri in enumerate(batches):
         if args.localize and i + 1 < len(batches):
             _localize(ent, rel, batches[i + 1])  # Lapse's pre-localization: the next batch moves here meanwhile
         if i + 1 < len(batches) or more:  # every epoch's batches have the same sizes
             negatives.ahead(len(batches[(i + 1) % len(batches)]) * 2 * n)
-        b = len(tri)
-        pos_ids = np.concatenate([tri[:, 0], tri[:, 2]])  # (2b,) heads then tails
-        pos_f, rel_f = ent.pull_async(pos_ids), rel.pull_async(tri[:, 1])
-        neg_ids, neg = negatives.draw(b * 2 * n)  # (b*2n,) int64, (b*2n, dim) float32
-        pos, r = pos_f.wait(), rel_f.wait()  # (2b, dim), (b, dim) float32
+        rows = coming or Rows(ent, rel, tri, negatives, n)
+        coming = Rows(ent, rel, batches[i + 1], negatives, n) if Rows.prefetch(args, negatives) and i + 1 < len(
+            batches) else None  # one batch ahead at most: none pending when the epoch ends
+        pos, r, neg = rows.wait()  # (2b, dim), (b, dim), (b*2n, dim) float32
         g_pos, g_rel, g_neg = np.empty_like(pos), np.empty_like(r), np.empty_like(neg)
-        loss += batch_grads(pos, r, neg, pos_ids, neg_ids, n, cplx, ce, reg, args.reg_weight, g_pos, g_rel, g_neg)
-        ent.push(np.concatenate([pos_ids, neg_ids]), np.concatenate([g_pos, g_neg]), copy=False)  # fresh arrays
-        rel.push(tri[:, 1], g_rel, copy=False)
-        progress.update(b)
+        loss += batch_grads(pos, r, neg, rows.pos_ids, rows.neg_ids, n, cplx, ce, reg, args.reg_weight, g_pos,
+                            g_rel, g_neg)
+        ent.push(np.concatenate([rows.pos_ids, rows.neg_ids]), np.concatenate([g_pos, g_neg]), copy=False)
+        rel.push(tri[:, 1], g_rel, copy=False)  # fresh arrays: nobody writes them afterwards
+        progress.update(len(tri))
         clock.tick()
     return loss
+
+
+class Rows:
+    """The rows of one batch (b triples), asked for when made: the positives' and, when the app draws
+    the negatives (no --sampling), the negatives' entities in one pull of the distinct keys, the
+    relations in another; from pskv's sampling API, the negatives' rows come when wait() draws them."""
+
+    def __init__(self, ent, rel, tri: np.ndarray, negatives: Negatives, n: int) -> None:
+        b = len(tri)
+        self.pos_ids = np.concatenate([tri[:, 0], tri[:, 2]])  # (2b,) heads then tails
+        self._rel = rel.pull_async(tri[:, 1])
+        self._negatives, self._draws = negatives, b * 2 * n
+        self.neg_ids, self._ent, self._inverse = None, None, None
+        if negatives.scheme is None:  # the app draws: one pull of every entity the batch needs
+            self.neg_ids = negatives.draw(self._draws)[0]  # (b*2n,) int64
+            keys, self._inverse = np.unique(np.concatenate([self.pos_ids, self.neg_ids]), return_inverse=True)
+            self._ent = ent.pull_async(keys)
+        else:
+            self._ent = ent.pull_async(self.pos_ids)
+
+    @staticmethod
+    def prefetch(args, negatives: Negatives) -> bool:
+        """Whether the next batch's rows are pulled before this one trains: common.prefetches, with the
+        negatives drawn by the app (pskv's sampling schemes draw when the batch comes: preloc and pool
+        have localized its keys by then)."""
+        return common.prefetches(args) and negatives.scheme is None
+
+    def wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positives (2b, dim), relations (b, dim), negatives (b*2n, dim)), float32 arrays of their own."""
+        if self._inverse is None:  # pskv's sampling API: its draw pulls the negatives' rows
+            self.neg_ids, neg = self._negatives.draw(self._draws)
+            return self._ent.wait(), self._rel.wait(), neg
+        rows = self._ent.wait()[self._inverse]  # (2b + b*2n, dim)
+        cut = len(self.pos_ids)
+        return rows[:cut], self._rel.wait(), rows[cut:]
 
 
 def _localize(ent, rel, tri: np.ndarray) -> None:
