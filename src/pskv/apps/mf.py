@@ -38,7 +38,7 @@ from ..data import DataError, fetch, lapse_toy_dir, ratings
 from ..data.trained import Factors, load_factors, write_json, write_labelled  # noqa: F401 - the app's loader
 from ..errors import ConfigError
 from . import common, mf_ccd
-from .mf_model import gradient_batch, sgd_batch, squared_error
+from .mf_model import catch_up, gradient_batch, sgd_batch, squared_error
 
 _ITEMS = "mf-items"
 _USERS_OUT = "mf-users-out"
@@ -230,11 +230,12 @@ def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr
     """SGD over the ratings `order` (positions in part.train) in batches of --batch. With prefetch
     (common.prefetches) the next batch's rows are pulled before this one trains, so that their round
     trip passes during the kernel; its rows then miss this batch's push, which the `add` updater's
-    rows get back exactly (_catch_up), the Adagrad ones a batch later (one batch stale, Hogwild-like)."""
+    rows get back exactly (mf_model.catch_up), the Adagrad ones a batch later (one batch stale, Hogwild-like)."""
     sse = 0.0
     ahead = args.localize and args.schedule == "free"  # relocate the next batch's items while on this one
     prefetch = common.prefetches(args)
     coming = None  # (keys, slots, Future of the rows): the next batch's, pulled ahead
+    last = None  # (keys, change) pushed by the batch before
     for lo in range(0, len(order), args.batch):
         b = order[lo:lo + args.batch]
         if ahead and lo + args.batch < len(order):
@@ -244,7 +245,9 @@ def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr
             V = items.pull(keys)  # (n_distinct, rank + biases) float32, a copy
         else:
             keys, slots, rows = coming
-            V = _catch_up(rows.wait(), keys, last, args)
+            V = rows.wait()
+            if args.item_updater == "sgd":  # the add updater: this worker's last change, exactly
+                catch_up(V, keys, *last)
         coming = None
         if prefetch and lo + args.batch < len(order):  # one batch ahead at most, never across _train's end
             following = np.unique(part.train.items[order[lo + args.batch:lo + 2 * args.batch]], return_inverse=True)
@@ -263,17 +266,6 @@ def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr
         part.clock.tick()  # --consistency bsp/ssp: one clock per batch (Petuum's per-batch clock)
         progress.update(len(b))
     return sse
-
-
-def _catch_up(V: np.ndarray, keys: np.ndarray, last: tuple[np.ndarray, np.ndarray], args) -> np.ndarray:
-    """Prefetched rows V of `keys` were read before the push of `last` (its keys, its change): with the
-    `add` updater, add that change to the rows both batches share, which gives the values a pull after
-    the push would have read (the same float32 sums; others' concurrent pushes aside, as ever)."""
-    if args.item_updater == "sgd":
-        prev_keys, change = last
-        _, mine, theirs = np.intersect1d(keys, prev_keys, assume_unique=True, return_indices=True)
-        V[mine] += change[theirs]
-    return V
 
 
 @dataclasses.dataclass

@@ -1,10 +1,12 @@
 """The matrix factorization model of the mf app: SGD over a batch of ratings, the summed item
-gradients of a batch, and squared error (numba, nogil: the worker threads of a node run them in
-parallel). No cluster: the app (pskv.apps.mf) pulls item rows, calls these, and pushes back."""
+gradients of a batch, squared error (numba, nogil: the worker threads of a node run them in
+parallel), and the catch-up of prefetched rows. No cluster: the app (pskv.apps.mf) pulls item rows,
+calls these, and pushes back."""
 
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 
 @numba.njit(nogil=True, cache=True)
@@ -72,3 +74,11 @@ def squared_error(U, bu, users, slots, values, V, mu, biases, lo, hi):
         e = values[j] - min(max(pred, lo), hi)
         sse += e * e
     return sse
+
+
+def catch_up(V: np.ndarray, keys: np.ndarray, pushed: np.ndarray, change: np.ndarray) -> None:
+    """Rows V of `keys` (sorted, distinct) were read before this worker pushed `change` for `pushed`
+    (sorted, distinct) with the `add` updater: add it to the rows of the keys in both. V then holds
+    what a pull after that push reads (the same float32 sums; others' concurrent pushes aside)."""
+    _, mine, theirs = np.intersect1d(keys, pushed, assume_unique=True, return_indices=True)
+    V[mine] += change[theirs]
