@@ -8,6 +8,11 @@ says whether it comes from this cluster (`ACCEPT`), must wait until this node is
 on each turn of the loop (heartbeats, request expiry); the loop turns at least every 50 ms, and
 after at most _BURST messages that were waiting (they are taken without a poll each).
 
+A burst is taken whole, then dispatched in arrival order. A handler registered as a `Batched`
+gets each run of consecutive messages of its kinds in one call (`many`, a list of (header,
+frames)), so it can do the per-message work of a run in a few steps (server.serve: one shard
+operation for a run of plain pulls, issue 31); a run keeps its order.
+
 What is dropped (garbage, another cluster's messages, a handler's exception) is counted in
 `dropped` and in the transport's `drops`, which logs at most one line per peer per minute. If the
 transport finds that the coordinator refused this node's handshakes (another secret, net.auth),
@@ -48,6 +53,20 @@ class Verdict(enum.Enum):
     FENCED = 4  # from a node that is no member any more (it died or was fenced off): dropped, counted, not logged
 
 
+class Batched:
+    """A handler with a second entry for runs: `one(header, frames)` for a message, `many(items)` for a
+    run of consecutive messages of its kinds, items a list of (header, frames) in arrival order."""
+
+    __slots__ = ("one", "many")
+
+    def __init__(self, one: Callable[[Header, list], None], many: Callable[[list], None]) -> None:
+        self.one = one
+        self.many = many
+
+    def __call__(self, header: Header, frames: list) -> None:
+        self.one(header, frames)
+
+
 class Dispatcher:
     def __init__(self, transport: Transport, rank: int, admit: Callable[[Header], Verdict], *,
                  on_refused: Callable[[ClusterError], object] | None = None) -> None:
@@ -58,6 +77,7 @@ class Dispatcher:
         self._drops = getattr(transport, "drops", None) or Drops(log, "")  # (a stand-in transport has none)
         self._drops.what = f"node {rank}"
         self._handlers: dict[Kind, Callable[[Header, list], None]] = {}
+        self._many: dict[Kind, Callable[[list], None]] = {}  # kinds whose handler takes runs (Batched)
         self._duties: list[Callable[[float], None]] = []
         self._burst_end: list[Callable[[], None]] = []  # fn() before each flush (e.g. batched CHAINs and ACKs)
         self._soon: queue.SimpleQueue = queue.SimpleQueue()  # fn() from other threads, to run in pskv-server
@@ -71,6 +91,8 @@ class Dispatcher:
             if kind in self._handlers:
                 raise ProtocolError(f"two handlers for {kind.name}")
             self._handlers[kind] = handler
+            if isinstance(handler, Batched):
+                self._many[kind] = handler.many
 
     def every(self, duty: Callable[[float], None]) -> None:
         self._duties.append(duty)
@@ -95,14 +117,12 @@ class Dispatcher:
         while not stop.is_set():
             try:
                 frames = self._receive()
-                burst = 0
+                burst = []
                 while frames is not None:  # what else waits: one poll per burst, not per message
-                    try:
-                        self.dispatch(frames)
-                    except Exception as exc:  # garbage must never kill the server thread
-                        self._error(exc, frames)
-                    burst += 1
-                    frames = self._transport.recv_nowait() if burst < _BURST else None
+                    burst.append(frames)
+                    frames = self._transport.recv_nowait() if len(burst) < _BURST else None
+                if burst:
+                    self.dispatch_burst(burst)
                 self._flush()
                 while not self._soon.empty():
                     self._soon.get_nowait()()
@@ -134,27 +154,63 @@ class Dispatcher:
         self._drops.add(peer_of(frames or [], sender), f"error while dispatching it: {exc!r}", exc_info=exc)
 
     def dispatch(self, frames: list) -> None:
+        header = self._admitted(frames)
+        if header is not None:
+            self._handlers[header.kind](header, frames)
+
+    def dispatch_burst(self, burst: list[list]) -> None:
+        """Dispatch messages in arrival order; runs of consecutive messages for one `Batched` handler
+        go to its `many` in one call. An exception is counted against the message (or run) it came from."""
+        run: list = []
+        many = None
+        for frames in burst:
+            try:
+                header = self._admitted(frames)
+                if header is None:
+                    continue
+                take = self._many.get(header.kind)
+                if run and take is not many:
+                    self._run(many, run)
+                    run = []
+                if take is not None:
+                    many = take
+                    run.append((header, frames))
+                else:
+                    self._handlers[header.kind](header, frames)
+            except Exception as exc:  # garbage must never kill the server thread
+                self._error(exc, frames)
+        if run:
+            self._run(many, run)
+
+    def _run(self, many: Callable[[list], None], run: list) -> None:
+        try:
+            many(run) if len(run) > 1 else self._handlers[run[0][0].kind](*run[0])
+        except Exception as exc:  # garbage must never kill the server thread
+            self._error(exc, run[0][1])
+
+    def _admitted(self, frames: list) -> Header | None:
+        """The message's header if it goes to its handler now; else None (held, dropped or fenced)."""
         try:
             header = unpack_header(frame_bytes(frames[0]))
         except ProtocolError as exc:
             self._drop(peer_of(frames), str(exc))
-            return
+            return None
         verdict = self._admit(header)
         if verdict is Verdict.HOLD:
             if len(self._held) < _MAX_HELD:
                 self._held.append(frames)
             else:
                 self._overflow(header, frames)
-            return
+            return None
         handler = self._handlers.get(header.kind)
         if verdict is Verdict.FENCED:
             self.fenced += 1
-            return
+            return None
         if verdict is not Verdict.ACCEPT or handler is None:
             self._drop(peer_of(frames, header.sender),
                        f"{header!r}: not from this cluster" if handler else f"{header!r}: no handler for its kind")
-            return
-        handler(header, frames)
+            return None
+        return header
 
     def release_held(self) -> None:
         """pskv-server, once welcomed: dispatch the messages held until now, in arrival order."""

@@ -276,6 +276,37 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     return Payload(keys, positions, values, state)
 
 
+def plain(header: Header) -> bool:
+    """A PULL, PUSH or SET as a Table sends it without a codec: int64 keys, float values, no flag but
+    POSITIONS (forward hops in bits 8.. are fine). What the server serves a run of in one step."""
+    return header.kind in REQUESTS and header.key_dtype == KEY_CODE and header.dtype in _PLAIN_VALUES and \
+        not header.flags & _NOT_PLAIN
+
+
+_PLAIN_VALUES = frozenset({0, 1, 2})  # none, float32, float64
+_NOT_PLAIN = 0xFF & ~POSITIONS  # ROWS (push_pull) and every other flag bit of the low byte
+
+
+def plain_buffers(header: Header, frames: list, row_bytes: int) -> tuple:
+    """(keys, positions or None, values or None) of a `plain` request as memoryviews of its frames
+    (no copy, no array made), each length checked against the header (`row_bytes`: one row of the
+    table's values). Raises ProtocolError as `unpack` would."""
+    want = 3 if header.kind != Kind.PULL else 2
+    has_pos = header.flags & POSITIONS
+    if len(frames) != want + bool(has_pos):
+        raise ProtocolError(f"{header!r} has {len(frames)} frames, expected {want + bool(has_pos)}")
+    n = header.n_keys
+    bufs = [f.buffer if hasattr(f, "buffer") else memoryview(f) for f in frames[1:]]
+    keys = bufs[0]
+    positions = bufs[1] if has_pos else None
+    values = bufs[-1] if want == 3 else None
+    if keys.nbytes != 8 * n or has_pos and positions.nbytes != 8 * n or values is not None and \
+            values.nbytes != n * row_bytes:
+        raise ProtocolError(f"{header!r}: frames of {[b.nbytes for b in bufs]} bytes do not fit {n} keys "
+                            f"of {row_bytes} bytes a row")
+    return keys, positions, values
+
+
 def split(header: Header, p: Payload):
     """The writes of a BATCH message, one (Header, Payload) each, as if each had come alone (views,
     no copy): a write gets its positions only if its flags have POSITIONS (the others cover their

@@ -135,3 +135,28 @@ def test_held_messages_past_the_bound_fail_the_node_and_are_counted(monkeypatch)
     assert message.startswith("node 4 held 3 messages that came ahead of its membership view")
     assert "waiting for the WELCOME, MEMBERSHIP or MOVED that would admit them" in message
     assert "from node 1, epoch 7) and stops" in message and "<Push req=3.0 " in message
+
+
+def test_a_burst_gives_runs_of_consecutive_messages_to_a_batched_handler():
+    """Consecutive messages of a Batched handler's kinds arrive as one run each, in order; another
+    handler's message, or a lone one, splits them (a lone one goes to `one`); garbage in between is
+    dropped without ending the run; a failing run is counted and the loop goes on."""
+    from pskv.net.dispatch import Batched
+    seen = []
+    d = Dispatcher(_Inbox([]), 0, lambda h: Verdict.ACCEPT)
+    d.register([Kind.PULL, Kind.PUSH], Batched(lambda h, f: seen.append(("one", h.kind, h.sender)),
+                                               lambda run: seen.append(("many", [(h.kind, h.sender) for h, f in run]))))
+    d.register([Kind.ACK], lambda h, f: seen.append(("ack", h.kind, h.sender)))
+    d.dispatch_burst([_msg(Kind.PULL, 1), _msg(Kind.PUSH, 2), [b"garbage"], _msg(Kind.PULL, 3), _msg(Kind.ACK, 1),
+                      _msg(Kind.PUSH, 1), _msg(Kind.ACK, 2), _msg(Kind.PULL, 2), _msg(Kind.PULL, 1)])
+    assert seen == [("many", [(Kind.PULL, 1), (Kind.PUSH, 2), (Kind.PULL, 3)]), ("ack", Kind.ACK, 1),
+                    ("one", Kind.PUSH, 1), ("ack", Kind.ACK, 2), ("many", [(Kind.PULL, 2), (Kind.PULL, 1)])]
+    assert d.dropped == 1
+
+    def broken(run):
+        raise RuntimeError("bug")
+    d2 = Dispatcher(_Inbox([]), 0, lambda h: Verdict.ACCEPT)
+    d2.register([Kind.PULL], Batched(lambda h, f: None, broken))
+    d2.register([Kind.ACK], lambda h, f: seen.append(("after", h.sender)))
+    d2.dispatch_burst([_msg(Kind.PULL), _msg(Kind.PULL), _msg(Kind.ACK, 4)])
+    assert d2.dropped == 1 and seen[-1] == ("after", 4)
