@@ -154,7 +154,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     mine = run.train[bounds[me]:bounds[me + 1]]  # (n, 3) int64
     ent, rel = w.table("entities"), w.table("relations")
     uniform = lambda draw_rng, k: draw_rng.integers(0, kg.num_entities, k)  # noqa: E731 - the naive scheme's draw
-    negatives = Negatives(ent, scheme=args.sampling, draw=uniform, rng=np.random.default_rng([args.seed, me, 2]))
+    negatives = Negatives(ent, scheme=args.sampling, draw=uniform, rng=np.random.default_rng([args.seed, me, 2, 0]))
     if len(mine):
         negatives.ahead(min(args.batch, len(mine)) * 2 * args.neg)  # the first batch's
     progress = common.Progress(w, total=len(run.train) * (args.epochs - s.start_epoch), scale=s.workers, unit="triples",
@@ -170,6 +170,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     for epoch in range(s.start_epoch + 1, args.epochs + 1):
         t0 = time.monotonic()
         rng = np.random.default_rng([args.seed, me, epoch])  # the epoch's order: a resumed run is the same run
+        negatives.rng = np.random.default_rng([args.seed, me, 2, epoch])  # and its negatives (drawn by the app)
         pieces = shares.pieces()
         done = [mine] + [of(piece) for piece in pieces]
         loss = sum(_epoch(args, tri, ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs)
