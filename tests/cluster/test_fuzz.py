@@ -368,7 +368,7 @@ def test_fuzz_foreign_coordinator_message_ignored(kind, payload):
 def test_fuzz_pull_reply_of_wrong_shape_fails_request(n_keys, dim):
     """A PULL_REPLY whose shape differs from the request's (3 keys, dim 2) fails the pull with a PskvError."""
     address = f"127.0.0.1:{free_port()}"
-    nodes = _in_threads(*[lambda r=r: pskv.init(coordinator=address, num_nodes=2, rank=r,
+    nodes = _in_threads(*[lambda r=r: pskv.init(coordinator=address, num_nodes=2, rank=r, shared_memory=False,
                                                 # node 1 drops its own replies, so ours is the only one
                                                 test_drop_rate=1.0 if r == 1 else 0.0) for r in range(2)])
     try:

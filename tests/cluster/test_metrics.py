@@ -59,7 +59,8 @@ def _start(cluster_factory, tmp_path):
     script.write_text(SCRIPT)
     for attempt in range(3):
         port = _port_pair()
-        cluster = cluster_factory(2, [sys.executable, str(script), str(tmp_path / "go")], metrics=port)
+        cluster = cluster_factory(2, [sys.executable, str(script), str(tmp_path / "go")], metrics=port,
+                                  env={"PSKV_SHARED_MEMORY": "0"})  # (remote keys and requests: messages, not shared memory)
 
         def state():
             if all("metrics-node ready" in cluster.output(r) for r in range(2)):

@@ -32,7 +32,7 @@ def test_push_pull_sparse_and_dense(cluster_factory):
 
 
 def test_a_tables_filters_apply_to_every_push_and_pull_that_gives_none(cluster_factory):
-    cluster = _run(cluster_factory, 2, 1, "table_filters")
+    cluster = _run(cluster_factory, 2, 1, "table_filters", env={"PSKV_SHARED_MEMORY": "0"})  # (bytes on the wire: no shared memory)
     assert all(cluster.output(r).count("table_filters ") == 2 for r in range(2))
 
 

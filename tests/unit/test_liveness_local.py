@@ -28,7 +28,7 @@ from pskv.net.wire import Kind
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = dict(heartbeat_interval=0.1, rendezvous_timeout=20.0)
+FAST = dict(heartbeat_interval=0.1, rendezvous_timeout=20.0, shared_memory=False)  # (requests travel as messages)
 
 
 @pytest.fixture
