@@ -25,7 +25,7 @@ below carries its reason.
 | PSKV_PORT | the coordinator's port under torchrun, SLURM or Kubernetes (environments.py) | derived there |
 | PSKV_COORDINATOR_HOST | Kubernetes: the coordinator's pod, JOB-0.SERVICE (environments.py) | unset |
 | PSKV_METRICS_PORT | P: node r serves Prometheus metrics at http://PSKV_HOST:(P+r)/metrics (pskv.monitor) | 0: none |
-| PSKV_SHARED_MEMORY | 1: the nodes of one host read and write each other's shards in shared memory (store.shm); 0: only messages | 1 |
+| PSKV_SHARED_MEMORY | 1: the nodes of one host read and write each other's shards in shared memory (store.shm), and their messages travel over private `ipc://` files (net.auth.private_dir) without CURVE; 0: only messages, over TCP | 1 |
 | PSKV_TEST_DROP_RATE | test only: fraction of outgoing data messages dropped | 0 |
 """
 

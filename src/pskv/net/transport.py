@@ -17,8 +17,11 @@ thread). Small messages travel packed, one frame each; the pskv-server thread ho
 messages back during a burst and sends them packed together (see net.outbox). Messages from one
 thread to one destination arrive in order. The inbox is also bound in-process, and a node's
 messages to itself (with backups, a write to a range it heads) go there, not through TCP. With the
-cluster's keys (net.auth) every socket speaks CURVE: the ones that bind are servers, the ones that
-connect clients, and the transport's `Guard` admits the cluster's key only. What is dropped here
+cluster's keys (net.auth) every TCP socket speaks CURVE: the ones that bind are servers, the ones that
+connect clients, and the transport's `Guard` admits the cluster's key only. With `ipc` (a node's
+PSKV_SHARED_MEMORY) the inbox and reply boxes also listen on files in this user's private directory
+(net.auth.private_dir), without CURVE, and messages to a peer that binds the same host and has such a
+file go there (`url_of`); the coordinator is always reached over TCP. What is dropped here
 (malformed packed frames, failed handshakes) is counted in `drops`. `close()` runs after all sending threads have stopped;
 it closes every socket with LINGER 0 (sockets to the coordinator linger briefly so a final BYE is
 delivered).
@@ -28,6 +31,7 @@ Assumes: dict operations are atomic under the GIL.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import random
 import threading
@@ -36,7 +40,7 @@ import zmq
 
 from ..config import zmq_url
 from ..errors import ProtocolError, TransportError
-from .auth import ClusterKeys, Guard, Handshakes
+from .auth import ClusterKeys, Guard, Handshakes, bind_private, forget, ipc_file, private_dir
 from .drops import Drops, peer_of
 from .outbox import Outbox, is_packed, split
 from .wire import COORDINATOR
@@ -47,6 +51,12 @@ HOLD_BYTES = 4096  # a message this small may be held back to leave packed with 
 _HOLD_MESSAGES = 64  # a packed frame carries at most this many held messages ...
 _HOLD_TOTAL = 256 << 10  # ... and bytes
 _TERM_WAIT = 5.0  # seconds close() waits for the ZeroMQ context to terminate
+
+
+def _unlink(path) -> None:
+    """Remove an ipc file we bound (libzmq leaves it behind)."""
+    with contextlib.suppress(OSError):
+        path and path.unlink()
 
 
 class _Unpacker:
@@ -76,9 +86,9 @@ class ReplyBox:
     Threads and ownership: only the thread that made it receives on it (`thread`); peers' server
     threads send to it. Closed by Transport.close()."""
 
-    __slots__ = ("port", "thread", "_sock", "_poller", "_in")
+    __slots__ = ("port", "thread", "_sock", "_poller", "_in", "_ipc")
 
-    def __init__(self, ctx: zmq.Context, host: str, keys: ClusterKeys | None, drops: Drops) -> None:
+    def __init__(self, ctx: zmq.Context, host: str, keys: ClusterKeys | None, drops: Drops, ipc) -> None:
         self._sock = ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.RCVHWM, 0)
@@ -87,6 +97,9 @@ class ReplyBox:
         if ":" in host:
             self._sock.setsockopt(zmq.IPV6, 1)
         self.port = self._sock.bind_to_random_port(zmq_url(host, 0).rsplit(":", 1)[0])
+        self._ipc = ipc and ipc_file(ipc, self.port)  # ipc: the private directory, or None
+        if self._ipc:
+            bind_private(self._sock, keys, self._ipc)
         self.thread = threading.get_ident()
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
@@ -105,17 +118,21 @@ class ReplyBox:
         return self._in.dropped
 
     def close(self) -> None:
+        _unlink(self._ipc)
         self._sock.close(linger=0)
 
 
 class Transport:
     def __init__(self, host: str = "127.0.0.1", *, port: int = 0, send_timeout: float = 10.0,
                  drop_rate: float = 0.0, linger: float = 0.0, context: zmq.Context | None = None,
-                 keys: ClusterKeys | None = None) -> None:
+                 keys: ClusterKeys | None = None, ipc: bool = False) -> None:
         self._ctx = context or zmq.Context()
         self.keys = keys  # the cluster's CURVE keys (net.auth); None: unauthenticated
         self._own_ctx = context is None
         self._addresses: dict[int, str] = {}  # rank (or COORDINATOR) -> zmq url
+        self._hosts: dict[int, tuple[str, int]] = {}  # rank -> (host, port) as announced
+        self._ipc_dir = private_dir(host) if ipc else None  # this user's directory of ipc files for `host`
+        self._ipc = None  # the inbox's ipc file
         self._local = threading.local()  # .outboxes: dict[rank or (rank, port), Outbox]; .box; .hold_all
         self._all: list[Outbox] = []  # every outbox made, for close(); appended under _lock
         self._boxes: list[ReplyBox] = []  # every reply box made, for close(); appended under _lock
@@ -151,9 +168,15 @@ class Transport:
                 self.port = self._inbox.bind_to_random_port(zmq_url(host, 0).rsplit(":", 1)[0])
             self._inproc = f"inproc://pskv-inbox-{id(self)}"  # this node's messages to itself skip TCP
             self._inbox.bind(self._inproc)
+            self._ipc = self._ipc_dir and ipc_file(self._ipc_dir, self.port)
+            if self._ipc:  # last: it turns CURVE off for the endpoints bound after it
+                bind_private(self._inbox, keys, self._ipc)
+            elif not ipc:  # a file a crashed process left for our port would draw our peers' messages
+                forget(host, self.port)
         except zmq.ZMQError as exc:
             self._close_auth()
             if self._inbox is not None:
+                _unlink(self._ipc)
                 self._inbox.close(linger=0)
             self._terminate()
             raise TransportError(f"cannot bind the inbox on {host}:{port or '*'} ({exc}); "
@@ -171,6 +194,23 @@ class Transport:
         """Where `rank` (or COORDINATOR) listens, as host:port."""
         host, _, port = address.rpartition(":")
         self._addresses[rank] = zmq_url(host.strip("[]"), int(port))
+        self._hosts[rank] = (host.strip("[]"), int(port))
+
+    def url_of(self, rank: int, port: int = 0) -> str:
+        """Where a message to `rank`'s inbox (or with `port`, to that port of its host) goes: our own
+        inbox in-process; ipc:// when ipc is on, the peer binds our host and its file exists (it made
+        the file before it announced its address); else tcp://. Raises TransportError for an unknown rank."""
+        url = self._addresses.get(rank)
+        if url is None:
+            raise TransportError(f"no address known for node {rank}; the cluster has not been joined yet")
+        host, inbox = self._hosts.get(rank, ("", 0))
+        if not port and host == self.host and inbox == self.port:
+            return self._inproc
+        if self._ipc_dir is not None and rank != COORDINATOR and host == self.host:
+            path = ipc_file(self._ipc_dir, port or inbox)
+            if path is not None and path.exists():
+                return f"ipc://{path}"
+        return f"{url.rsplit(':', 1)[0]}:{port}" if port else url
 
     def reply_box(self) -> ReplyBox | None:
         """The calling thread's reply box, made on first use; None once _MAX_BOXES exist (or closed)."""
@@ -180,7 +220,7 @@ class Transport:
                 if self._closed or len(self._boxes) >= _MAX_BOXES:
                     return None
                 try:
-                    box = ReplyBox(self._ctx, self.host, self.keys, self.drops)
+                    box = ReplyBox(self._ctx, self.host, self.keys, self.drops, self._ipc_dir)
                 except zmq.ZMQError as exc:
                     log.warning("no reply box for this thread (%s); its replies go through the inbox", exc)
                     return None
@@ -297,16 +337,10 @@ class Transport:
         where = (rank, port) if port else rank
         box = outboxes.get(where)
         if box is not None:
-            if rank != COORDINATOR or box.url == self._addresses.get(rank):  # only the coordinator moves (takeover)
+            if rank != COORDINATOR or box.url == self.url_of(rank):  # only the coordinator moves (takeover)
                 return box
             box.flush()
-        url = self._addresses.get(rank)
-        if url is None:
-            raise TransportError(f"no address known for node {rank}; the cluster has not been joined yet")
-        if port:
-            url = f"{url.rsplit(':', 1)[0]}:{port}"
-        elif url == zmq_url(self.host, self.port):
-            url = self._inproc
+        url = self.url_of(rank, port)
         with self._lock:
             if self._closed:
                 raise TransportError("transport is closed")
@@ -316,7 +350,7 @@ class Transport:
             sock.setsockopt(zmq.SNDHWM, 100_000)
             if "[" in url:
                 sock.setsockopt(zmq.IPV6, 1)
-            if self.keys is not None:
+            if self.keys is not None and url.startswith("tcp:"):
                 self.keys.client(sock)
             if rank == COORDINATOR:  # its refusal (another secret, or none) must reach the user as an error
                 self._handshakes.watch(sock, self._addresses[rank].removeprefix("tcp://"))
@@ -338,6 +372,7 @@ class Transport:
             outbox.sock.close(linger=0 if refused else None)
         for box in boxes:
             box.close()
+        _unlink(self._ipc)  # before the socket closes: we still hold its TCP port, so the file is ours
         self._inbox.close(linger=0)
         self._close_auth()
         self._terminate()
