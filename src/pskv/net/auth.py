@@ -264,14 +264,25 @@ def ipc_file(directory: Path, port: int) -> Path | None:
     return path if len(str(path)) <= _IPC_PATH_MAX else None
 
 
-def bind_private(sock: zmq.Socket, keys: ClusterKeys | None, path: Path) -> None:
-    """Bind `sock` (a CURVE server for TCP when `keys`) also on `path`, without CURVE, the file 0600.
-    The directory (0700) and the file mode are the protection; CURVE stays on the TCP endpoint, whose
-    options libzmq fixed when it bound."""
+def bind_private(sock: zmq.Socket, keys: ClusterKeys | None, path: Path) -> Path | None:
+    """Bind `sock` (a CURVE server for TCP when `keys`) also on `path`, without CURVE, the file 0600;
+    returns `path`, or None (a warning) if it cannot: the socket then listens on TCP only. The directory
+    (0700) and the file mode are the protection; CURVE stays on the TCP endpoint, whose options libzmq
+    fixed when it bound."""
     if keys is not None:
         sock.setsockopt(zmq.CURVE_SERVER, 0)
-    sock.bind(f"ipc://{path}")
-    os.chmod(path, 0o600)
+    for attempt in range(2):
+        try:
+            if attempt:  # the directory went (another process's sweep took it empty): make it again, once
+                for directory in (path.parent.parent, path.parent):
+                    _own_dir(directory)
+            sock.bind(f"ipc://{path}")
+            os.chmod(path, 0o600)
+            return path
+        except (zmq.ZMQError, OSError, ConfigError) as exc:
+            error = exc
+    log.warning("cannot listen on %s (%s); this socket is reached over TCP only", path, error)
+    return None
 
 
 def forget(host: str, port: int) -> None:

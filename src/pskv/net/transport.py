@@ -99,7 +99,7 @@ class ReplyBox:
         self.port = self._sock.bind_to_random_port(zmq_url(host, 0).rsplit(":", 1)[0])
         self._ipc = ipc and ipc_file(ipc, self.port)  # ipc: the private directory, or None
         if self._ipc:
-            bind_private(self._sock, keys, self._ipc)
+            self._ipc = bind_private(self._sock, keys, self._ipc)
         self.thread = threading.get_ident()
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
@@ -170,7 +170,7 @@ class Transport:
             self._inbox.bind(self._inproc)
             self._ipc = self._ipc_dir and ipc_file(self._ipc_dir, self.port)
             if self._ipc:  # last: it turns CURVE off for the endpoints bound after it
-                bind_private(self._inbox, keys, self._ipc)
+                self._ipc = bind_private(self._inbox, keys, self._ipc)
             elif not ipc:  # a file a crashed process left for our port would draw our peers' messages
                 forget(host, self.port)
         except zmq.ZMQError as exc:

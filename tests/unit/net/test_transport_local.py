@@ -231,3 +231,25 @@ def test_transport_local_refuses_an_unsafe_directory(root, transports, unsafe, c
     assert _receive(a, 1) == [b"over tcp"]
     if unsafe == "symlink":
         assert list((root / "elsewhere").iterdir()) == []
+
+
+def test_transport_local_bind_remakes_a_swept_directory_once_or_goes_tcp(root, caplog):
+    """The host directory removed between private_dir and the bind (another process's sweep took it empty):
+    bind_private makes it again (0700) and binds; if the base became unsafe meanwhile, it binds nothing, says
+    so, and returns None (the socket is reached over TCP)."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    try:
+        host = auth.private_dir("127.0.0.1")
+        shutil.rmtree(host)
+        path = auth.bind_private(sock, None, host / "1.ipc")
+        assert path == host / "1.ipc" and _mode(host) == 0o700 and _mode(path) == 0o600
+        shutil.rmtree(root / f"pskv-{os.getuid()}")
+        (root / "elsewhere").mkdir(mode=0o700)
+        (root / f"pskv-{os.getuid()}").symlink_to(root / "elsewhere")
+        with caplog.at_level(logging.WARNING):
+            assert auth.bind_private(sock, None, host / "2.ipc") is None
+        assert "this socket is reached over TCP only" in caplog.text and list((root / "elsewhere").iterdir()) == []
+    finally:
+        sock.close(linger=0)
+        ctx.term()
