@@ -404,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
         rows: list[Row] = []
         for app in apps:
             epochs = (1, 2) if args.quick and not args.epochs else args.epochs or app.epochs
+            if not args.quick:  # untimed: numba compiles what its cache lacks, the page cache gets the data
+                try:
+                    run_measured(app_argv(app, setups("on", False)[0], 1, True), child_env(()), cwd, "warm-up")
+                except BenchError as exc:
+                    _say(f"bench_efficiency: {exc}")
             for setup in setups(args.shared_memory, hosts, insecure):
                 _say(f"  {app.name}: {setup.label}, epochs {epochs[0]} and {epochs[1]}")
                 rows.append(measure_row(app, setup, epochs, args, cwd))
