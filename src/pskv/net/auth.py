@@ -39,6 +39,7 @@ monitors (`_lock` guards the hand-over list `_new`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -255,7 +256,16 @@ def private_dir(host: str) -> Path | None:
             log.warning("no ipc between the nodes of this host (%s); they talk over TCP", exc)
         return None
     _sweep(where)
+    _sweep_namespaces(base, where)
     return where
+
+
+def leave(directory: Path) -> None:
+    """Remove this host's directory if no file is left in it (the last node of the host closed)."""
+    try:
+        directory.rmdir()
+    except OSError:
+        pass
 
 
 def ipc_file(directory: Path, port: int) -> Path | None:
@@ -339,6 +349,26 @@ def _sweep(directory: Path) -> None:
             log.info("removed %s, left by a process that ended without closing", path)
         except OSError:
             continue
+
+
+def _sweep_namespaces(base: Path, mine: Path) -> None:
+    """Remove the directories of network namespaces that no process of this user is in any more (emulated
+    hosts of an ended launch: nobody of theirs will start again to sweep them), their files first."""
+    others = [d for d in base.glob("*-net*") if d != mine and d.name.rpartition("-net")[2].isdigit()]
+    if not others:
+        return
+    alive = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):  # (ended meanwhile, or another user's)
+            alive.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+    for directory in others:
+        if int(directory.name.rpartition("-net")[2]) in alive:
+            continue
+        for path in directory.glob("*.ipc"):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        with contextlib.suppress(OSError):
+            directory.rmdir()
 
 
 def _age(path: Path, now: float) -> float:

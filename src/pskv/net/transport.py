@@ -40,7 +40,7 @@ import zmq
 
 from ..config import zmq_url
 from ..errors import ProtocolError, TransportError
-from .auth import ClusterKeys, Guard, Handshakes, bind_private, forget, ipc_file, private_dir
+from .auth import ClusterKeys, Guard, Handshakes, bind_private, forget, ipc_file, leave, private_dir
 from .drops import Drops, peer_of
 from .outbox import Outbox, is_packed, split
 from .wire import COORDINATOR
@@ -374,6 +374,8 @@ class Transport:
             box.close()
         _unlink(self._ipc)  # before the socket closes: we still hold its TCP port, so the file is ours
         self._inbox.close(linger=0)
+        if self._ipc_dir is not None:
+            leave(self._ipc_dir)
         self._close_auth()
         self._terminate()
 

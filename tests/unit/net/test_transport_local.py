@@ -77,7 +77,7 @@ def _mode(path: Path) -> int:
 
 def test_transport_local_files_are_private_and_removed_on_close(root, keys, transports):
     """/ROOT/pskv-UID and its host directory are 0700 and ours; the inbox's and a reply box's files are 0600
-    sockets named by their TCP ports; close() removes both."""
+    sockets named by their TCP ports; close() removes both, and the host directory left empty."""
     a = transports("127.0.0.1", keys)
     box = a.reply_box()
     base, host = root / f"pskv-{os.getuid()}", root / f"pskv-{os.getuid()}" / HOST_DIR
@@ -87,7 +87,7 @@ def test_transport_local_files_are_private_and_removed_on_close(root, keys, tran
     assert all(stat.S_ISSOCK(f.lstat().st_mode) and _mode(f) == 0o600 for f in files)
     assert {p.lstat().st_uid for p in [base, host, *files]} == {os.getuid()}
     a.close()
-    assert list(host.iterdir()) == []
+    assert not host.exists() and base.exists()
 
 
 def test_transport_local_same_host_uses_ipc_and_other_hosts_tcp_with_curve(root, keys, transports):
@@ -207,6 +207,20 @@ def test_transport_local_sweeps_files_of_crashed_processes(root, transports):
         assert not auth._listens(fresh) and auth._listens(live)  # the probe used where /proc has no list
     finally:
         listener.close()
+
+
+def test_transport_local_sweeps_directories_of_ended_namespaces(root, transports):
+    """A host directory of a network namespace no process is in (an ended launch's emulated host) goes with
+    its files; one of a live namespace (ours, another address) stays."""
+    base = root / f"pskv-{os.getuid()}"
+    base.mkdir(mode=0o700)
+    gone, kept = base / "10.217.0.2-net1", base / f"127.0.0.9-net{os.stat('/proc/self/ns/net').st_ino}"
+    for directory in (gone, kept):
+        directory.mkdir(mode=0o700)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.bind(str(directory / "1.ipc"))
+    transports("127.0.0.1")
+    assert not gone.exists() and (kept / "1.ipc").exists()
 
 
 @pytest.mark.parametrize("unsafe", ["loose mode", "symlink", "a file"])
