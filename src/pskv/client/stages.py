@@ -123,7 +123,8 @@ class Owned(Stage):
 
 class Shared(Stage):
     """Keys whose next hop is a co-located node, served from that node's shard in shared memory
-    (store.peer) without a message; what a view misses (moved on, on its way) goes on to `Route`."""
+    (store.peer) without a message, and keys owned here that `Owned` did not probe; what a shard
+    misses (moved on, on its way) goes on to `Route`."""
 
     name = "shared"
 
@@ -137,7 +138,7 @@ class Shared(Stage):
         ranges, me = st.ranges, self.ctx.rank
         dest = ranges.one_manager(keys) if st.shard.static and not st.loc_cache.size else -1
         if dest >= 0:  # (the common case: one manager, no per-key routing)
-            view = neighbors.view(st.spec, dest) if dest != me else None
+            view = neighbors.view(st.spec, dest) if dest != me else st.shard
             if view is None:
                 return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
             miss = serve_local(h, view, kind, keys, values, out, gpos, rows)
@@ -145,7 +146,8 @@ class Shared(Stage):
             hops = route.next_hops(keys, st.shard, ranges, me, st.loc_cache)
             served = np.zeros(len(keys), bool)
             for d, idx, pk, pv in route.parts(keys, values, hops, ranges.nodes + 1):
-                view = neighbors.view(st.spec, d) if d != me and d < ranges.nodes else None
+                # (keys owned here that `Owned` left: the first key was not, and it probes only that one)
+                view = st.shard if d == me else neighbors.view(st.spec, d) if d < ranges.nodes else None
                 if view is None:
                     continue
                 at = np.arange(len(keys)) if idx is None else idx

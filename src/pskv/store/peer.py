@@ -26,7 +26,7 @@ import numpy as np
 from . import shm
 from .shard import Shard
 from .spec import TableSpec
-from .spin import Held
+from .spin import STRIDE, Held
 
 _LOOK_AGAIN = 1.0  # seconds before looking again for a shard that was not there
 _ALIVE_EVERY = 0.2  # seconds between checks that the owner's process lives
@@ -51,8 +51,9 @@ class PeerShard(Shard):
         self.slot = shm.map_file(self._path("slot"), (spec.rows,), np.int64)
         self._map(int(self._meta[shm.GEN]))
         self._check = self._verify
-        self._locks = [threading.Lock() for _ in range(len(self._words))]
-        self._all = Held(self._locks, self._words, (1 << len(self._words)) - 1, self._check)
+        stripes = len(self._words) // STRIDE
+        self._locks = [threading.Lock() for _ in range(stripes)]
+        self._all = Held(self._locks, self._words, (1 << stripes) - 1, self._check)
         self._some = {}
         self._seg = None
 
@@ -85,9 +86,32 @@ class PeerShard(Shard):
     def static(self) -> bool:
         return bool(self._meta[shm.STATIC])
 
+    def _follow(self) -> bool:
+        """store.rowlock, without the locks: map the files of the current generation (again, if the
+        owner grew meanwhile: the kernel sees it); False when the shard is gone."""
+        try:
+            self._verify()
+        except _Gone:
+            self.gone = True
+            return False
+        except FileNotFoundError:  # (it grew twice meanwhile: the kernel finds the newer generation)
+            pass
+        return True
+
     def pull(self, keys, out, pos=None):
+        if not self._follow():
+            return np.arange(len(keys))
         try:
             return super().pull(keys, out, pos)
+        except _Gone:
+            self.gone = True
+            return np.arange(len(keys))
+
+    def push(self, keys, updates):
+        if not self._follow():
+            return np.arange(len(keys))
+        try:
+            return super().push(keys, updates)
         except _Gone:
             self.gone = True
             return np.arange(len(keys))

@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import kernels
 from ..errors import ProtocolError
-from . import shm
+from . import rowlock, shm
 from .disk import DiskRows
 from .replicas import Replicas
 from .spin import Held
@@ -127,6 +127,11 @@ class Shard:
         """Its rows are in shared memory, open to the node's co-located peers."""
         return self._meta is not None
 
+    def _follow(self) -> bool:
+        """store.rowlock: the files changed under a row kernel; this shard's own `_grow` has already
+        set its arrays (a peer view maps the new files: store.peer)."""
+        return True
+
     def retire(self) -> None:
         """Shared: the shard is replaced or its node closes: peers stop using it, its files go."""
         if self._meta is None:
@@ -140,6 +145,8 @@ class Shard:
     # ---- the data path (any thread) -------------------------------------------------------------
     def pull(self, keys: np.ndarray, out: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
         """out[i] (or out[pos[i]]) = row keys[i] for owned keys; returns the indices i not owned."""
+        if self._words is not None:  # shared: row by row (store.rowlock)
+            return rowlock.rows_pull(self, keys, out, pos)
         home = self._home(keys)
         if self.disk is not None:
             self._touched(keys - self.start)  # (positions of the rows where they started: a page estimate)
@@ -157,6 +164,10 @@ class Shard:
 
     def push(self, keys: np.ndarray, updates: np.ndarray) -> np.ndarray:
         """Apply the updater to owned rows; duplicate keys are summed. Returns indices not owned."""
+        if self._words is not None:  # shared: row by row for the rules store.rowlock has
+            miss = rowlock.rows_push(self, keys, updates)
+            if miss is not None:
+                return miss
         return self.push_pull(keys, updates, None)
 
     def push_pull(self, keys: np.ndarray, updates: np.ndarray, out: np.ndarray | None) -> np.ndarray:
@@ -330,8 +341,8 @@ class Shard:
 
     def _grow(self, need: int) -> None:
         capacity = max(need, 2 * len(self.data))  # doubling: amortised O(1) per relocated row
-        self._gen += 1  # (shared: new files; peers remap when they see the new generation)
-        data = self._rows_array("rows", capacity, self.spec.dim)
+        gen = self._gen + 1  # (shared: new files; peers and row kernels follow the new generation)
+        data = self._rows_array("rows", capacity, self.spec.dim, gen)
         if self.disk is None:  # (on disk the file grew in place and keeps the rows)
             data[:self._used] = self.data[:self._used]
         self.data = data
@@ -339,19 +350,20 @@ class Shard:
         free[:self._n_free] = self._free[:self._n_free]
         self._free = free
         if self.state is not None:
-            state = self._rows_array("state", capacity, self.width)
+            state = self._rows_array("state", capacity, self.width, gen)
             if self.disk is None:
                 state[:self._used] = self.state[:self._used]
             self.state = state
+        self._gen = gen  # (after the arrays: store.rowlock reads the generation first)
         if self._meta is not None:  # (under every stripe: no peer holds a row)
             self._meta[shm.CAPACITY] = capacity
-            self._meta[shm.GEN] = self._gen
+            self._meta[shm.GEN] = gen
             for what in ("rows", "state"):
-                self._seg.remove(f"{self._prefix}.{what}.g{self._gen - 1}")
+                self._seg.remove(f"{self._prefix}.{what}.g{gen - 1}")
 
-    def _rows_array(self, which: str, n: int, width: int) -> np.ndarray:
+    def _rows_array(self, which: str, n: int, width: int, gen: int = 0) -> np.ndarray:
         if self._seg is not None:
-            return self._seg.create(f"{self._prefix}.{which}.g{self._gen}", (n, width), self.spec.dtype)
+            return self._seg.create(f"{self._prefix}.{which}.g{gen}", (n, width), self.spec.dtype)
         if self.disk is None:
             return np.empty((n, width), dtype=self.spec.dtype)
         return self.disk.array(which, (n, width), self.spec.dtype)

@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 
+from .spin import STRIDE
+
 log = logging.getLogger(__name__)
 
 MAGIC, PID, GEN, STATIC, RETIRED, START, STOP, CAPACITY, ROWS, DIM, WIDTH = range(11)  # the meta block's int64 words
@@ -115,8 +117,9 @@ def map_file(path: str, shape: tuple | None, dtype, create: bool = False) -> np.
 
 
 def meta_block(stripes: int) -> tuple[tuple, type]:
-    """The shape and dtype of a meta file: int32 words, the int64 header first, then the spinlocks."""
-    return (2 * META_WORDS + stripes,), np.int32
+    """The shape and dtype of a meta file: int32 words, the int64 header first, then the spinlocks
+    (one cache line each: store.spin.STRIDE)."""
+    return (2 * META_WORDS + stripes * STRIDE,), np.int32
 
 
 def split_meta(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

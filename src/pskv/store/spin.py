@@ -6,8 +6,9 @@ compare-and-swap and released with a release-ordered store, in numba kernels (no
 llvmlite's `cmpxchg` and atomic store, so a holder's writes to the rows are visible to the next
 holder in any process. A `with` over `Held` takes the process-local locks first and then the
 shared words, each set in increasing stripe order, so no two holders wait for each other in a
-cycle; a waiter that spins too long yields its core (`os.sched_yield`, which releases the GIL),
-and after a second it frees words whose holder process is dead (killed while it held them: its
+cycle; a waiter that spins too long yields its core (`os.sched_yield`, which releases the GIL) a
+few times, then naps between rounds (a holder that long is off its core: spinning would only
+burn the waiter's, the CPU a second process should not cost), and after a second it frees words whose holder process is dead (killed while it held them: its
 rows may be half-written, as a message half-applied would be; a dead process's requests are
 lost either way).
 
@@ -25,7 +26,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+STRIDE = 16  # int32 words per stripe: one 64-byte cache line each, so two processes taking
+# different stripes do not pass one line back and forth
 _SPINS = 2000  # CAS tries per stripe before the kernel returns to yield (a row op holds a lock ~1-50 us)
+_YIELDS = 4  # rounds of spinning that yield the core in between; then each round naps first
+_NAP = 50e-6  # seconds (Linux wakes a sleeper ~50-100 us later): a preempted holder needs ms
 _DEAD_AFTER = 1.0  # seconds of waiting before checking whether the holder still lives
 
 
@@ -65,7 +70,7 @@ def _acquire_from(words, mask, first, me, spins):
         if not (mask >> s) & 1:
             continue
         n = 0
-        while _cas(words, s, np.int32(0), me) != 0:
+        while _cas(words, s * STRIDE, np.int32(0), me) != 0:
             n += 1
             if n >= spins:
                 return s
@@ -76,7 +81,7 @@ def _acquire_from(words, mask, first, me, spins):
 def _release(words, mask):
     for s in range(64):
         if (mask >> s) & 1:
-            _store_release(words, s, np.int32(0))
+            _store_release(words, s * STRIDE, np.int32(0))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -98,17 +103,22 @@ def acquire(words: np.ndarray, mask: int, me: int) -> None:
     """Take the shared words of `mask`'s stripes (see the module docstring); returns when all are held."""
     s = _acquire_from(words, mask, 0, me, _SPINS)
     waited_since = None
+    rounds = 0
     while s < 64:
-        os.sched_yield()
+        rounds += 1
+        if rounds <= _YIELDS:
+            os.sched_yield()
+        else:  # the holder is off its core (preempted): sleep, do not burn ours
+            time.sleep(_NAP)
         s = _acquire_from(words, mask, s, me, _SPINS)
         if s < 64:
             now = time.monotonic()
             if waited_since is None:
                 waited_since = now
             elif now - waited_since > _DEAD_AFTER:
-                holder = int(words[s])
+                holder = int(words[s * STRIDE])
                 if holder and holder != me and not _alive(holder):
-                    _swap(words, s, np.int32(holder), np.int32(0))  # its holder died holding it
+                    _swap(words, s * STRIDE, np.int32(holder), np.int32(0))  # its holder died holding it
                 waited_since = now
 
 

@@ -190,3 +190,53 @@ def test_someone_elses_directory_is_refused(tmp_path, monkeypatch):
     os.mkdir(tmp_path / "pskv", 0o755)  # open to others: not ours to trust
     os.chmod(tmp_path / "pskv", 0o755)
     assert shm.host_dir(1, "h") is None
+
+
+def test_a_row_kernel_waits_for_a_held_stripe_and_applies_each_row_once(segments):
+    """A push that meets a held stripe stops there, waits (naps) and resumes: every row once."""
+    import threading
+
+    shard = Shard(_spec(), 0, ROWS, rank=1, shared=segments)
+    spin.acquire(shard._words, 1 << 3, np.int32(os.getpid()))  # stripe 3: keys 3, 19, 35, ...
+    keys = np.arange(ROWS, dtype=np.int64)
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (shard.push(keys, np.ones((ROWS, DIM), np.float32)), done.set()))
+    t.start()
+    time.sleep(0.1)
+    assert not done.is_set()  # stopped at key 3
+    out = np.empty((ROWS, DIM), np.float32)
+    spin.release(shard._words, 1 << 3)
+    t.join(10)
+    assert done.is_set()
+    shard.pull(keys, out)
+    assert (out == 1.0).all()
+
+
+def test_pushes_through_a_view_stay_exact_while_the_owner_grows(segments):
+    """The owner takes keys in (its files grow, generation after generation) while a view pushes
+    row by row: every push lands exactly once, in the current files."""
+    import threading
+
+    shard = Shard(_spec(), 0, 100, rank=1, shared=segments)
+    n = Neighbors()
+    n.open(segments.dir, rank=0)
+    view = n.view(_spec(), 1)
+    keys = np.arange(100, dtype=np.int64)
+    stop = threading.Event()
+
+    def grow():
+        lo = 100
+        while not stop.is_set() and lo < ROWS:
+            shard.insert(np.arange(lo, lo + 100, dtype=np.int64), np.zeros((100, DIM), np.float32), None)
+            lo += 100
+
+    t = threading.Thread(target=grow)
+    t.start()
+    for _ in range(300):
+        assert not len(view.push(keys, np.ones((100, DIM), np.float32)))
+    stop.set()
+    t.join(10)
+    assert shard._gen >= 1
+    out = np.empty((100, DIM), np.float32)
+    shard.pull(keys, out)
+    assert (out == 300.0).all()
