@@ -67,6 +67,13 @@ def test_kge_with_relocation_pool_sampling_and_replication_still_learns(cluster_
     assert trained["mrr"] > 1.4 * _random_baseline("nations")["mrr"], trained
 
 
+def test_kge_with_prefetch_still_learns(cluster_factory):
+    """2 nodes x 1 thread on Nations with --prefetch (each batch's rows pulled while the one before
+    trains): the rows a batch reads are one batch stale at most, and it learns as the plain runs do."""
+    trained = _run_kge(cluster_factory, 2, 1, "--data", "nations", "--prefetch")
+    assert trained["mrr"] > 1.6 * _random_baseline("nations")["mrr"], trained
+
+
 def test_kge_stalled_worker_stops_the_run_with_stacks_instead_of_hanging(tmp_path):
     """A node whose workers finish no batch within --stall-timeout exits 3 with every thread's stack, and
     `pskv run` stops the other node and fails (here the timeout, 1 ms, is shorter than any batch)."""
@@ -135,13 +142,13 @@ def _epoch_calls(*flags: str) -> tuple[list[str], float]:
 
 
 def test_kge_prefetch_pulls_the_next_batch_before_pushing_this_one():
-    """By default a worker asks for batch i+1's rows (its positives' and negatives' entities in one pull,
-    its relations) before it pushes batch i's gradients, and asks for none past the epoch's last batch;
-    --no-prefetch and BSP keep the old order. Either way the epoch learns (loss finite and positive)."""
+    """With --prefetch a worker asks for batch i+1's rows (its positives' and negatives' entities in one
+    pull, its relations) before it pushes batch i's gradients, and asks for none past the epoch's last
+    batch; by default, and under BSP, the old order. Either way the epoch learns (loss finite, positive)."""
     pulls, pushes = ["pull rel", "pull ent"], ["push ent", "push rel"]
-    calls, loss = _epoch_calls()
+    calls, loss = _epoch_calls("--prefetch")
     assert calls == pulls * 2 + pushes + pulls + pushes * 2
     assert 0 < loss < np.inf
-    for flags in (["--no-prefetch"], ["--consistency", "bsp"]):
+    for flags in ([], ["--prefetch", "--consistency", "bsp"]):
         calls, loss = _epoch_calls(*flags)
         assert calls == (pulls + pushes) * 3 and 0 < loss < np.inf

@@ -109,9 +109,9 @@ class Clock:
             self.tick()
 
 
-def add_prefetch(group) -> None:
+def add_prefetch(group, *, default: bool = True) -> None:
     """The --prefetch/--no-prefetch flag of the apps that pull the next batch's rows ahead (prefetches)."""
-    group.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=True,
+    group.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=default,
                        help="pull the next batch's rows while this one trains (one batch stale at most; "
                             "async consistency without --localize only, else the rows come when the batch starts)")
 
