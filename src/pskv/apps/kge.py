@@ -9,10 +9,10 @@ updater pskv.Adagrad. Each worker thread of each node trains on its share of the
 triples (a contiguous slice of a seeded shuffle; Lapse's toy data keeps its file order): per batch
 it draws `--neg` negative entities per positive for each side (tail and head corruption), uniform
 over entities: by default the app draws them (the naive scheme) and pulls the batch's distinct
-entities in one pull when the batch starts (`--prefetch`: while the batch before trains, one batch stale);
-`--sampling` takes them from pskv's sampling API (each handle prepared one batch ahead so that
-preloc and pool localize meanwhile). It runs a numba kernel for scores, loss and gradients, and
-pushes the gradients. `--localize` moves the next
+entities in one pull when the batch starts (`--prefetch`: while the batch before trains, its
+rows one batch stale); `--sampling` takes them from pskv's sampling API (each handle prepared one
+batch ahead so that preloc and pool localize meanwhile). It runs a numba kernel for scores, loss
+and gradients, and pushes the gradients. `--localize` moves the next
 batch's entities and relations to the worker's node ahead of use (Lapse), `--replicate N` keeps the
 N hottest rows of both tables on every node (NuPS): the relations first (each triple uses one, and
 there are few), then the most frequent entities. Evaluation (filtered MRR, Hits@1/3/10, the other
