@@ -46,7 +46,7 @@ _MASKS_KEPT = 1024  # stripe masks whose lock lists a shard keeps made (the most
 INCOMING = -2
 
 
-class Shard:
+class Shard(shm.Published):
     """One table on this node: the rows it owns (any keys), and the manager map of [start, stop)."""
 
     def __init__(self, spec: TableSpec, start: int, stop: int, rank: int, fill: bool = True,
@@ -99,48 +99,6 @@ class Shard:
         self._some: dict[int, Held] = {}  # stripe bitmask -> its locks (made once each)
         self._waiters: list[tuple[int, np.ndarray]] = []  # localize requests: (request id, keys incoming for it)
         self._waiters_lock = threading.Lock()  # guards _waiters; checked against slot under it
-
-    def _publish(self, stripes: int) -> None:
-        """Shared: the meta block, written last (MAGIC) so a peer maps only complete shards."""
-        block = self._seg.create(f"{self._prefix}.meta", *shm.meta_block(stripes))
-        header, self._words = shm.split_meta(block)
-        header[shm.PID] = self._seg.pid
-        header[shm.STATIC] = 1
-        header[shm.START], header[shm.STOP] = self.start, self.stop
-        header[shm.CAPACITY] = len(self.data)
-        header[shm.ROWS], header[shm.DIM], header[shm.WIDTH] = self.spec.rows, self.spec.dim, self.width
-        header[shm.MAGIC] = shm.MAGIC_VALUE
-        self._meta = header
-
-    @property
-    def static(self) -> bool:
-        return self._static
-
-    @static.setter
-    def static(self, value: bool) -> None:  # (under every stripe)
-        self._static = value
-        if self._meta is not None:
-            self._meta[shm.STATIC] = int(value)
-
-    @property
-    def shared(self) -> bool:
-        """Its rows are in shared memory, open to the node's co-located peers."""
-        return self._meta is not None
-
-    def _follow(self) -> bool:
-        """store.rowlock: the files changed under a row kernel; this shard's own `_grow` has already
-        set its arrays (a peer view maps the new files: store.peer)."""
-        return True
-
-    def retire(self) -> None:
-        """Shared: the shard is replaced or its node closes: peers stop using it, its files go."""
-        if self._meta is None:
-            return
-        with self._locked(None):
-            self._meta[shm.RETIRED] = 1
-        for what in ("meta", "slot", f"rows.g{self._gen}", f"state.g{self._gen}"):
-            self._seg.remove(f"{self._prefix}.{what}")
-        self._meta = None
 
     # ---- the data path (any thread) -------------------------------------------------------------
     def pull(self, keys: np.ndarray, out: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:

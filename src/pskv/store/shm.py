@@ -194,3 +194,50 @@ def find_meta(directory: str, rank: int, table_id: int) -> tuple[str, np.ndarray
         if header[MAGIC] == MAGIC_VALUE and not header[RETIRED]:
             return os.path.basename(path)[:-len(".meta")], block
     return None
+
+
+class Published:
+    """The shared-memory side of a store.shard.Shard: its meta block, `static` mirrored there, its
+    retirement (a mixin: the Shard holds `_seg`, `_prefix`, `_meta`, `_gen` and the arrays)."""
+
+    def _publish(self, stripes: int) -> None:
+        """Shared: the meta block, written last (MAGIC) so a peer maps only complete shards."""
+        block = self._seg.create(f"{self._prefix}.meta", *meta_block(stripes))
+        header, self._words = split_meta(block)
+        header[PID] = self._seg.pid
+        header[STATIC] = 1
+        header[START], header[STOP] = self.start, self.stop
+        header[CAPACITY] = len(self.data)
+        header[ROWS], header[DIM], header[WIDTH] = self.spec.rows, self.spec.dim, self.width
+        header[MAGIC] = MAGIC_VALUE
+        self._meta = header
+
+    @property
+    def static(self) -> bool:
+        return self._static
+
+    @static.setter
+    def static(self, value: bool) -> None:  # (under every stripe)
+        self._static = value
+        if self._meta is not None:
+            self._meta[STATIC] = int(value)
+
+    @property
+    def shared(self) -> bool:
+        """Its rows are in shared memory, open to the node's co-located peers."""
+        return self._meta is not None
+
+    def _follow(self) -> bool:
+        """store.rowlock: the files changed under a row kernel; this shard's own `_grow` has already
+        set its arrays (a peer view maps the new files: store.peer)."""
+        return True
+
+    def retire(self) -> None:
+        """Shared: the shard is replaced or its node closes: peers stop using it, its files go."""
+        if self._meta is None:
+            return
+        with self._locked(None):
+            self._meta[RETIRED] = 1
+        for what in ("meta", "slot", f"rows.g{self._gen}", f"state.g{self._gen}"):
+            self._seg.remove(f"{self._prefix}.{what}")
+        self._meta = None
