@@ -22,15 +22,18 @@ FLOOR_DIM = 64
 _RAW_PULL, _RAW_PUSH = b"p", b"u"
 
 
-def raw_server(port: int, rows: int, dim: int, stop) -> None:
-    """The raw pyzmq server thread of node 1: answers until `stop` is set."""
+def raw_server(port: int, rows: int, dim: int, stop, host: str = "127.0.0.1", keys=None) -> None:
+    """The raw pyzmq server thread of node 1: answers until `stop` is set. `keys`: a
+    net.auth.ClusterKeys to speak CURVE as pskv does (None: plain, as pskv --insecure)."""
     import zmq
 
     data = touched((rows, dim))  # (rows, dim) float32, like node 1's shard
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.bind(f"tcp://127.0.0.1:{port}")
+    if keys is not None:
+        keys.server(sock)
+    sock.bind(f"tcp://{host}:{port}")
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
     try:
@@ -51,13 +54,15 @@ def raw_server(port: int, rows: int, dim: int, stop) -> None:
 class RawClient:
     """Node 0's side of the raw floor: one DEALER socket, one message per op."""
 
-    def __init__(self, port: int, dim: int) -> None:
+    def __init__(self, port: int, dim: int, host: str = "127.0.0.1", keys=None) -> None:
         import zmq
 
         self.dim = dim
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(f"tcp://127.0.0.1:{port}")
+        if keys is not None:
+            keys.client(self.sock)
+        self.sock.connect(f"tcp://{host}:{port}")
 
     def send_pull(self, keys: np.ndarray) -> None:
         self.sock.send_multipart([_RAW_PULL, keys], copy=False)
