@@ -38,6 +38,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 RAW_PORT = 47391  # node 1's raw ROUTER; its network namespace is its own, so a fixed port is free
 SETUPS = {  # name -> pskv launch flags
     "insecure": ["--insecure"],
+    "insecure-noshm": ["--insecure", "--no-shared-memory"],  # shards not in shared files: no row locks
     "insecure-1gbit": ["--insecure", "--link", "1gbit"],
     "curve": [],
     "curve-1gbit": ["--link", "1gbit"],
