@@ -243,3 +243,13 @@ def test_word2vec_prefetch_pulls_the_next_batch_first_and_trains_exactly_as_befo
     old_calls, old0, old1, old_loss = _steps(False)
     assert old_calls == (["pull_async syn0", "pull syn1"] + push) * 4
     assert loss == old_loss and np.array_equal(syn0, old0) and np.array_equal(syn1, old1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_word2vec_with_prefetch_learns_on_two_nodes(cluster_factory, tmp_path, text_slice):
+    """2 nodes x 1 thread with --prefetch (rows pulled a batch ahead, the worker's own deltas added):
+    it learns as the classic runs do."""
+    rows, vectors = _train(cluster_factory, tmp_path, 2, 1, "--data", str(text_slice), "--epochs", "5", "--dim",
+                           "50", "--prefetch")
+    _assert_learned(rows, vectors, text_slice, 5)
