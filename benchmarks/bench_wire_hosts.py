@@ -1,6 +1,6 @@
 """The wire between two emulated hosts against raw pyzmq between the same two hosts (issue 31 item 5).
 
-    .venv/bin/python benchmarks/bench_wire_hosts.py                       # every setup, 5 rounds (~4 min)
+    .venv/bin/python benchmarks/bench_wire_hosts.py                       # every setup, 5 rounds (5-12 min)
     .venv/bin/python benchmarks/bench_wire_hosts.py --quick               # 2 rounds, --insecure unlimited only
     .venv/bin/python benchmarks/bench_wire_hosts.py --setups insecure,curve --rounds 3
 
@@ -82,7 +82,7 @@ def node_main(out: str, rounds: int, budget: float, window: int) -> int:
     stop = threading.Event()
     raw_thread = None
     with pskv.init() as node:
-        table_of_node = node.table("floor", rows=2 * FLOOR_ROWS, dim=FLOOR_DIM)  # noqa: F841 (collective)
+        node.table("floor", rows=2 * FLOOR_ROWS, dim=FLOOR_DIM)  # collective: both nodes declare it
         worker = node.worker()
         if node.rank == 1:
             raw_thread = threading.Thread(target=raw_server, name="raw-pyzmq", daemon=True,
