@@ -103,8 +103,10 @@ class Shard(shm.Published):
     # ---- the data path (any thread) -------------------------------------------------------------
     def pull(self, keys: np.ndarray, out: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
         """out[i] (or out[pos[i]]) = row keys[i] for owned keys; returns the indices i not owned."""
-        if self._words is not None:  # shared: row by row (store.rowlock)
-            return rowlock.rows_pull(self, keys, out, pos)
+        if self._words is not None:  # shared: row by row (store.rowlock), unless the batch is large
+            miss = rowlock.rows_pull(self, keys, out, pos)
+            if miss is not None:
+                return miss
         home = self._home(keys)
         if self.disk is not None:
             self._touched(keys - self.start)  # (positions of the rows where they started: a page estimate)

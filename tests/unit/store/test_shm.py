@@ -240,3 +240,37 @@ def test_pushes_through_a_view_stay_exact_while_the_owner_grows(segments):
     out = np.empty((100, DIM), np.float32)
     shard.pull(keys, out)
     assert (out == 300.0).all()
+
+
+def _push_big_as_peer(directory, rank, rounds, rows):
+    view = Neighbors()
+    view.open(directory, rank=0)
+    spec = TableSpec("big", rows, DIM, np.dtype(np.float32), updaters.get("add"), as_init(0.0), table_id=9)
+    shard = view.view(spec, rank)
+    keys = np.arange(rows, dtype=np.int64)
+    for _ in range(rounds):  # 10,000 keys: the whole-stripes path (store.rowlock.WHOLE_FROM)
+        assert not len(shard.push(keys, np.ones((rows, DIM), np.float32)))
+    os._exit(0)
+
+
+def test_large_batches_take_whole_stripes_and_stay_exact_beside_row_by_row(segments):
+    """A peer pushes 10,000-key batches (whole stripes) while this process pushes small batches
+    (row by row) to the same rows: exact."""
+    from pskv.store import rowlock
+
+    rows = 10_000
+    assert rows >= rowlock.WHOLE_FROM
+    spec = TableSpec("big", rows, DIM, np.dtype(np.float32), updaters.get("add"), as_init(0.0), table_id=9)
+    shard = Shard(spec, 0, rows, rank=1, shared=segments)
+    kid = CTX.Process(target=_push_big_as_peer, args=(segments.dir, 1, 30, rows))
+    kid.start()
+    small = np.arange(0, rows, 50, dtype=np.int64)  # 200 keys
+    for _ in range(30):
+        assert not len(shard.push(small, np.ones((len(small), DIM), np.float32)))
+    kid.join(30)
+    assert kid.exitcode == 0
+    out = np.empty((rows, DIM), np.float32)
+    assert not len(shard.pull(np.arange(rows), out))
+    expected = np.full(rows, 30.0)
+    expected[small] += 30.0
+    assert (out == expected[:, None]).all()
