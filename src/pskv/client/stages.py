@@ -63,6 +63,16 @@ class Stage:
     def write(self, h, kind, keys, values, out, copy, rows, codec) -> Future:
         return self.request(h, kind, keys, values, out, None, copy, False, False, rows, codec)
 
+    def rest(self, state, miss, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        """This stage served all keys but `miss` (indices) from memory: done, or the rest to the next stage."""
+        state.local_keys += len(keys) - len(miss)
+        if not len(miss):
+            return Future.completed(out, h._desc(kind))
+        if len(miss) < len(keys):
+            keys, values, gpos = left(miss, keys, values, gpos)
+            copy = False
+        return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
+
 
 def left(idx: np.ndarray, keys: np.ndarray, values, gpos):
     """The keys (and values, and positions in the caller's `out`) a stage did not serve, `idx` of
@@ -112,12 +122,7 @@ class Owned(Stage):
             return Future.completed(out, h._desc(kind))
         if not self.probe or self.shard.slot[keys[0]] >= 0:
             miss = serve_local(h, self.shard, kind, keys, values, out, gpos, rows)
-            self.state.local_keys += len(keys) - len(miss)
-            if not len(miss):
-                return Future.completed(out, h._desc(kind))
-            if len(miss) < len(keys):
-                keys, values, gpos = left(miss, keys, values, gpos)
-                copy = False
+            return self.rest(self.state, miss, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
         return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
 
 
@@ -157,13 +162,7 @@ class Shared(Stage):
                 if len(pmiss):
                     served[at[pmiss]] = False
             miss = np.flatnonzero(~served)
-        st.local_keys += len(keys) - len(miss)
-        if not len(miss):
-            return Future.completed(out, h._desc(kind))
-        if len(miss) < len(keys):
-            keys, values, gpos = left(miss, keys, values, gpos)
-            copy = False
-        return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
+        return self.rest(st, miss, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
 
 
 class HeldRows(Stage):
