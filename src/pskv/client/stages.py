@@ -147,6 +147,8 @@ class Shared(Stage):
             if view is None:
                 return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
             miss = serve_local(h, view, kind, keys, values, out, gpos, rows)
+        elif neighbors.all_here(st.spec, ranges.nodes):  # every node on this host: shard after shard
+            return self._passes(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
         else:
             hops = route.next_hops(keys, st.shard, ranges, me, st.loc_cache)
             served = np.zeros(len(keys), bool)
@@ -163,6 +165,27 @@ class Shared(Stage):
                     served[at[pmiss]] = False
             miss = np.flatnonzero(~served)
         return self.rest(st, miss, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
+
+
+    def _passes(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
+        """All nodes share this host: each pass serves what the shard of the first key's next hop
+        holds (its slot map tells, in the kernel), so no per-key partition is made; what no shard
+        holds after one pass per node (moved, on its way) goes on."""
+        st, me, nodes = self.state, self.ctx.rank, self.state.ranges.nodes
+        for _ in range(nodes):
+            d = int(route.next_hops(keys[:1], st.shard, st.ranges, me, st.loc_cache)[0])
+            view = st.shard if d == me else self.ctx.neighbors.view(st.spec, d) if d < nodes else None
+            if view is None:
+                break
+            miss = serve_local(h, view, kind, keys, values, out, gpos, rows)
+            if len(miss) == len(keys):
+                break
+            st.local_keys += len(keys) - len(miss)
+            if not len(miss):
+                return Future.completed(out, h._desc(kind))
+            keys, values, gpos = left(miss, keys, values, gpos)
+            copy = False
+        return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
 
 
 class HeldRows(Stage):

@@ -170,6 +170,10 @@ class Neighbors:
         self._views[key] = v
         return v
 
+    def all_here(self, spec: TableSpec, nodes: int) -> bool:
+        """Every other node of the cluster's `nodes` shares this host and has `spec`'s shard mapped here."""
+        return all(r == self.rank or self.view(spec, r) is not None for r in range(nodes))
+
     def forget(self, rank: int) -> None:
         """Node `rank` left or failed: drop its views (their files may go)."""
         for key in [k for k in self._views if k[1] == rank]:
