@@ -291,10 +291,11 @@ def _checkpoint_inspect(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _forward(args: argparse.Namespace, rest: list[str]) -> int:
-    if args.subcommand == "demo":
-        from . import demo as module
-    else:
-        from . import bench as module
+    import importlib
+
+    # (import_module looks in sys.modules first: `from . import bench` took a package attribute
+    # that an earlier import had set, past a test's stand-in)
+    module = importlib.import_module(f"pskv.{'demo' if args.subcommand == 'demo' else 'bench'}")
     return module.main(rest)
 
 
