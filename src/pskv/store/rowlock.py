@@ -120,6 +120,21 @@ def _adagrad(data, state, slot, keys, summed, lr, eps, miss, words, stripes, met
     return keys.shape[0], DONE
 
 
+@numba.njit(nogil=True, cache=True)
+def _missed(keys, order, miss, out):
+    """out[i] = True where keys[i]'s distinct key missed: the distinct keys are `keys` in the sorted
+    `order`, numbered as rules._dedupe_sum numbers them; returns how many."""
+    m, n = -1, 0
+    for i in range(order.shape[0]):
+        k = order[i]
+        if i == 0 or keys[k] != keys[order[i - 1]]:
+            m += 1
+        if miss[m]:
+            out[k] = True
+            n += 1
+    return n
+
+
 def _run(shard, kernel, keys: np.ndarray, miss: np.ndarray, args) -> None:
     """Call `kernel(shard arrays..., *args)` until every key is done (see the module docstring)."""
     me = np.int32(os.getpid())
@@ -182,7 +197,9 @@ def rows_push(shard, keys: np.ndarray, updates: np.ndarray) -> np.ndarray | None
              lambda: (shard.data, shard.state, shard.slot, distinct, summed, rule.lr, rule.eps))
         if not miss.any():
             return kernels.NONE
-        return np.flatnonzero(np.isin(keys, distinct[miss]))  # every position of a key not held here
+        every = np.zeros(len(keys), np.bool_)  # every position of a key not held here
+        _missed(keys, order, miss, every)
+        return np.flatnonzero(every)
     return None
 
 

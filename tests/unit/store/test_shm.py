@@ -274,3 +274,11 @@ def test_large_batches_take_whole_stripes_and_stay_exact_beside_row_by_row(segme
     expected = np.full(rows, 30.0)
     expected[small] += 30.0
     assert (out == expected[:, None]).all()
+
+
+def test_an_adagrad_push_misses_every_position_of_the_keys_not_held(segments):
+    """Duplicates are summed before the row kernel; the misses come back as every original position."""
+    shard = Shard(_spec(pskv.Adagrad(lr=0.5)), 0, 100, rank=1, shared=segments)  # holds keys 0..99
+    keys = np.array([5, 500, 7, 500, 5, 900, 7, 500], np.int64)
+    miss = shard.push(keys, np.ones((len(keys), DIM), np.float32))
+    assert miss.tolist() == [1, 3, 5, 7]
