@@ -145,7 +145,6 @@ class Neighbors:
         self.rank = -1
         self._views: dict[tuple[int, int], PeerShard] = {}
         self._absent: dict[tuple[int, int], float] = {}  # -> when to look again
-        self.served = 0  # keys served through views (counted by callers)
 
     def open(self, directory: str, rank: int) -> None:
         self.dir, self.rank = directory, rank
