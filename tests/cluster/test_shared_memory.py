@@ -58,7 +58,7 @@ def _files_of(pid: int) -> list[str]:
 
 
 def test_files_go_at_close_and_after_a_kill(cluster_factory):
-    """A node killed with SIGKILL leaves its files; the next cluster's nodes sweep them at start."""
+    """A node killed with SIGKILL cannot remove its files; the next cluster's nodes sweep them at start."""
     cluster = cluster_factory(2, [sys.executable, SCENARIOS, "hold"], threads=1)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not all("holding" in cluster.output(r) for r in range(2)):
@@ -67,7 +67,7 @@ def test_files_go_at_close_and_after_a_kill(cluster_factory):
     assert all(_files_of(pid) for pid in pids)
     cluster.kill(1)
     cluster.shutdown(timeout=10)
-    time.sleep(0.5)
-    assert _files_of(pids[1]), "a killed node cannot remove its files"
+    # (a node of another cluster starting meanwhile, e.g. another test's, may sweep them first:
+    # that they stay until a sweep is tests/unit/store/test_shm.py's, in a private directory)
     _run(cluster_factory, "sums", threads=1)
     assert not _files_of(pids[1]) and not _files_of(pids[0])
