@@ -22,7 +22,8 @@ Clocks order everything: a worker starts round t at clock t + 1 and `take` waits
 clock t + 1, which means every worker ended round t - 1 (its pushes are applied) and the scheduler
 published round t. The scheduler publishes round t + 1 as soon as the global clock reaches t + 1,
 so it chooses while the workers compute round t (pipelined), and it uses the sizes reported for
-round t - 2, which are in by then whatever the timing (so a run is deterministic for a seed). Policies: "cyclic" (P coordinates in order),
+round t - 2, which are in by then and not yet overwritten whatever the timing (reports go to one of
+three tables by round: round t's cannot overwrite them), so a run is deterministic for a seed. Policies: "cyclic" (P coordinates in order),
 "shotgun" (P uniformly at random, no dependency check: Bradley et al.'s Shotgun), "strads"
 (C candidates drawn with probability proportional to `priority(sizes)`, default |change| + eta x
 the largest |change| (eta = 0.01: a coordinate that stopped moving is still drawn now and then),
@@ -71,7 +72,11 @@ class Scheduler:
         self._sizes = np.ones(self.coords)  # the priority model: the last reported |change| per coordinate
         width = self.per_round + 1  # a set: its size, then its coordinates
         node.table(f"{name}-sets", rows=_SLOTS * width, dim=1, dtype="float64")
-        for parity in (0, 1):  # reports of round r go to table r % 2: (size, round) per coordinate
+        # reports of round r go to table r % 3: (size, round) per coordinate. Three, not two: the
+        # scheduler reads round r's at iteration r + 3 while workers may report round r + 2, which
+        # with two tables overwrote some of round r's first, so what it learned (and a run) depended
+        # on timing (a clean-clone CI run caught it once, once shared memory made reports instant)
+        for parity in (0, 1, 2):
             node.table(f"{name}-sizes{parity}", rows=self.coords, dim=2, dtype="float64", init=-1.0)
         self._width = width
         self._chosen: dict[int, np.ndarray] = {}  # round -> the set it published (node 0)
@@ -141,7 +146,7 @@ class Scheduler:
         chosen = self._chosen.get(r)
         if chosen is None or not len(chosen):
             return
-        rows = w.table(f"{self.name}-sizes{r % 2}").pull(chosen)
+        rows = w.table(f"{self.name}-sizes{r % 3}").pull(chosen)
         fresh = rows[:, 1] == r
         self._sizes[chosen[fresh]] = rows[fresh, 0]
 
@@ -189,7 +194,7 @@ class Scheduler:
         changes may all report: the values are the same). Waits until it is stored."""
         if len(chosen):
             rows = np.stack([np.abs(np.asarray(sizes, np.float64)), np.full(len(chosen), float(t))], axis=1)
-            w.table(f"{self.name}-sizes{t % 2}").set(np.asarray(chosen, np.int64), rows).wait()
+            w.table(f"{self.name}-sizes{t % 3}").set(np.asarray(chosen, np.int64), rows).wait()
 
     def end_round(self, w) -> None:
         w.clock()
