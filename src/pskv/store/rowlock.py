@@ -32,7 +32,7 @@ import numpy as np
 from .. import kernels, updaters
 from ..updaters import rules
 from . import shm
-from .spin import _DEAD_AFTER, _NAP, _SPINS, _YIELDS, STRIDE, _alive, _cas, _store_release, _swap
+from .spin import _DEAD_AFTER, _NAP, _SPINS, _YIELDS, STRIDE, _cas, _store_release, free_if_dead
 
 DONE, BUSY, MOVED = 0, 1, 2
 WHOLE_FROM = 8192
@@ -158,10 +158,7 @@ def _run(shard, kernel, keys: np.ndarray, miss: np.ndarray, args) -> None:
         now = time.monotonic()
         since = now if since is None else since
         if now - since > _DEAD_AFTER:
-            s = int(keys[k]) % stripes
-            holder = int(words[s * STRIDE])
-            if holder and holder != me and not _alive(holder):
-                _swap(words, s * STRIDE, np.int32(holder), np.int32(0))  # its holder died holding it
+            free_if_dead(words, int(keys[k]) % stripes, me)
             since = now
 
 

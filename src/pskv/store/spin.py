@@ -99,6 +99,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def free_if_dead(words: np.ndarray, s: int, me) -> None:
+    """Free stripe `s`'s word if the process holding it has died (killed while it held it)."""
+    holder = int(words[s * STRIDE])
+    if holder and holder != me and not _alive(holder):
+        _swap(words, s * STRIDE, np.int32(holder), np.int32(0))
+
+
 def acquire(words: np.ndarray, mask: int, me: int) -> None:
     """Take the shared words of `mask`'s stripes (see the module docstring); returns when all are held."""
     s = _acquire_from(words, mask, 0, me, _SPINS)
@@ -116,9 +123,7 @@ def acquire(words: np.ndarray, mask: int, me: int) -> None:
             if waited_since is None:
                 waited_since = now
             elif now - waited_since > _DEAD_AFTER:
-                holder = int(words[s * STRIDE])
-                if holder and holder != me and not _alive(holder):
-                    _swap(words, s * STRIDE, np.int32(holder), np.int32(0))  # its holder died holding it
+                free_if_dead(words, s, me)
                 waited_since = now
 
 
