@@ -6,8 +6,9 @@ values, plus a label per row:
 
     bytes 0..8     b"PSKVSP01"
     bytes 8..16    little-endian uint64: length L of the JSON header that follows
-    JSON           {"rows", "nnz", "binary", "offsets": {name: byte offset}, ...user fields}
-    arrays         labels float32 (rows,), indptr int64 (rows + 1,), keys uint64 (nnz,),
+    JSON           {"rows", "nnz", "binary", "offsets": {name: byte offset}, "labels", ...user fields}
+    arrays         labels float32 (rows,) (float64 where "labels" is "float64": regression targets),
+                   indptr int64 (rows + 1,), keys uint64 (nnz,),
                    values float32 (nnz,) (absent when "binary": every value is 1), each at a
                    64-byte aligned offset
 
@@ -35,7 +36,7 @@ _ALIGN = 64
 
 
 class SparseData:
-    """Rows of sparse examples: `labels` (n,) float32 in {0, 1}, CSR `indptr` (n + 1,) int64 into
+    """Rows of sparse examples: `labels` (n,) float32 in {0, 1} (or float64 regression targets), CSR `indptr` (n + 1,) int64 into
     `keys` (nnz,) uint64 and `values` (nnz,) float32 (None: all ones). Arrays may be memory maps."""
 
     def __init__(self, labels, indptr, keys, values=None, meta: dict | None = None, path: Path | None = None):
@@ -67,7 +68,7 @@ class SparseData:
                 meta = json.loads(f.read(size))
             rows, nnz, at = int(meta["rows"]), int(meta["nnz"]), meta["offsets"]
             mm = lambda name, dtype, n: np.memmap(path, dtype, "r", int(at[name]), (n,)) if n else np.empty(0, dtype)
-            labels = mm("labels", np.float32, rows)
+            labels = mm("labels", np.float64 if meta.get("labels") == "float64" else np.float32, rows)
             indptr = mm("indptr", np.int64, rows + 1)
             keys = mm("keys", np.uint64, nnz)
             values = None if meta.get("binary") else mm("values", np.float32, nnz)
@@ -94,12 +95,14 @@ class SparseData:
         """Write the binary format to `path` (atomically). Returns the path."""
         path = Path(path)
         binary = self.values is None or bool((np.asarray(self.values) == 1).all())
-        arrays = [("labels", np.ascontiguousarray(self.labels, np.float32)),
+        wide = np.asarray(self.labels).dtype == np.float64  # real-valued targets (read_libsvm's real_labels)
+        arrays = [("labels", np.ascontiguousarray(self.labels, np.float64 if wide else np.float32)),
                   ("indptr", np.ascontiguousarray(np.asarray(self.indptr) - self.indptr[0], np.int64)),
                   ("keys", np.ascontiguousarray(self.keys, np.uint64))]
         if not binary:
             arrays.append(("values", np.ascontiguousarray(self.values, np.float32)))
-        meta = {**self.meta, "rows": self.rows, "nnz": self.nnz, "binary": binary, "offsets": {}}
+        meta = {**self.meta, "rows": self.rows, "nnz": self.nnz, "binary": binary, "offsets": {},
+                "labels": "float64" if wide else "float32"}
         for _ in range(2):  # offsets depend on the header's length: settle them (twice is enough)
             header = json.dumps(meta, sort_keys=True).encode()
             at = _aligned(16 + len(header) + 32)  # (room for the offsets' digits to grow)
@@ -129,41 +132,82 @@ def _aligned(n: int) -> int:
 
 def read_libsvm(path, *, progress=None, real_labels: bool = False) -> SparseData:
     """Parse a libsvm/svmlight text file: `label idx:value idx:value ...` per line; labels -1/+1 or
-    0/1 (become 0/1; any finite number with `real_labels`, for regression), any non-negative
-    integer idx (the feature key), `#` starts a comment, blank lines are skipped. Raises DataError
-    with the file and line of the first malformed entry. `progress(bytes)` is called as the file is read."""
+    0/1 (become 0/1; any finite number with `real_labels`, for regression: kept as float64), any
+    non-negative integer idx (the feature key), `#` starts a comment, blank lines are skipped. Raises
+    DataError with the file and line of the first malformed entry. `progress(bytes)` is called as the
+    file is read. The whole file is parsed by numpy's converters at once; a file they refuse is read
+    again line by line, which finds the first bad entry for the message."""
     path = Path(path)
-    labels, indptr, keys, values = [], [0], [], []
     try:
-        f = open(path, "rb")
+        text = path.read_bytes()
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror}") from None
-    with f:
-        for number, raw in enumerate(f, 1):
-            if progress is not None:
-                progress(len(raw))
-            line = raw.split(b"#", 1)[0].strip()
-            if not line:
-                continue
-            label, *pairs = line.split()
-            labels.append(_real(label, path, number) if real_labels else _label(label, path, number))
-            for pair in pairs:
-                idx, sep, val = pair.partition(b":")
-                try:
-                    k, v = int(idx), float(val)
-                except ValueError:
-                    k = v = None
-                if not sep or k is None or k < 0 or k >= 1 << 64 or not np.isfinite(v):
-                    raise DataError(f"{path}:{number}: {pair.decode(errors='replace')!r} is not idx:value with a "
-                                    "non-negative integer idx and a finite value")
-                keys.append(k)
-                values.append(v)
-            indptr.append(len(keys))
-    if not labels:
+    if progress is not None:
+        progress(len(text))
+    parsed = _parse_fast(text, real_labels)
+    if parsed is None:
+        parsed = _parse_lines(text, path, real_labels)
+    labels, indptr, keys, values = parsed
+    if not len(labels):
         raise DataError(f"{path} holds no examples; expected lines like `+1 3:1 17:0.5`")
-    return SparseData(np.array(labels, np.float64 if real_labels else np.float32), np.array(indptr, np.int64),
-                      np.array(keys, np.uint64),
-                      np.array(values, np.float32), {"source": str(path)})
+    return SparseData(labels, indptr, keys, values, {"source": str(path)})
+
+
+def _parse_fast(text: bytes, real_labels: bool):
+    """(labels, indptr, keys, values) of libsvm `text`, or None where anything is off (the caller
+    then parses line by line for the message)."""
+    labels, counts, pairs = [], [], []
+    for line in text.split(b"\n"):
+        if b"#" in line:
+            line = line.split(b"#", 1)[0]
+        tokens = line.split()
+        if tokens:
+            labels.append(tokens[0])
+            counts.append(len(tokens) - 1)
+            pairs += tokens[1:]
+    flat = b" ".join(pairs).replace(b":", b" ").split()  # each pair one colon, two sides: idx, value, idx...
+    if len(flat) != 2 * len(pairs) or pairs and not (np.strings.count(np.array(pairs), b":") == 1).all():
+        return None
+    try:
+        both = np.array(flat) if flat else np.empty((0,), "S1")
+        keys = both[0::2].astype(np.uint64)
+        values = both[1::2].astype(np.float64)
+        y = np.array(labels).astype(np.float64) if labels else np.empty(0)
+    except (ValueError, OverflowError):
+        return None
+    if not (np.isfinite(values).all() and np.isfinite(y).all()):
+        return None
+    if not real_labels:
+        if not np.isin(y, (-1.0, 0.0, 1.0)).all():
+            return None
+        y = (y == 1.0).astype(np.float32)
+    indptr = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return y, indptr, keys, values.astype(np.float32)
+
+
+def _parse_lines(text: bytes, path: Path, real_labels: bool):
+    labels, indptr, keys, values = [], [0], [], []
+    for number, raw in enumerate(text.split(b"\n"), 1):
+        line = raw.split(b"#", 1)[0].strip()
+        if not line:
+            continue
+        label, *pairs = line.split()
+        labels.append(_real(label, path, number) if real_labels else _label(label, path, number))
+        for pair in pairs:
+            idx, sep, val = pair.partition(b":")
+            try:
+                k, v = int(idx), float(val)
+            except ValueError:
+                k = v = None
+            if not sep or k is None or k < 0 or k >= 1 << 64 or not np.isfinite(v):
+                raise DataError(f"{path}:{number}: {pair.decode(errors='replace')!r} is not idx:value with a "
+                                "non-negative integer idx and a finite value; is this a libsvm/svmlight file?")
+            keys.append(k)
+            values.append(v)
+        indptr.append(len(keys))
+    return (np.array(labels, np.float64 if real_labels else np.float32), np.array(indptr, np.int64),
+            np.array(keys, np.uint64), np.array(values, np.float32))
 
 
 def _label(token: bytes, path: Path, number: int) -> float:
@@ -206,9 +250,10 @@ def write_libsvm(data: SparseData, path) -> Path:
     return path
 
 
-def load(path, *, cache_dir: Path | None = None) -> SparseData:
+def load(path, *, cache_dir: Path | None = None, real_labels: bool = False) -> SparseData:
     """A data file as SparseData: a .pskvsp file is mapped; libsvm text is parsed (and, with
-    `cache_dir`, converted once to `cache_dir/NAME.pskvsp`, reused while newer than the text)."""
+    `cache_dir`, converted once to `cache_dir/NAME.pskvsp`, reused while newer than the text).
+    `real_labels`: regression targets (see read_libsvm)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path} does not exist; give a libsvm file or a .pskvsp file (pskv data convert)")
@@ -216,25 +261,26 @@ def load(path, *, cache_dir: Path | None = None) -> SparseData:
         if f.read(8) == MAGIC:
             return SparseData.open(path)
     if cache_dir is None:
-        return read_libsvm(path)
+        return read_libsvm(path, real_labels=real_labels)
     st = path.stat()  # the cached copy is named after the file's full path, size and time: another
     # train.libsvm elsewhere, or this one rewritten, is converted again, never read from a stale copy
-    tag = hashlib.sha1(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    tag = hashlib.sha1(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}{real_labels * ' real'}".encode()).hexdigest()[:16]
     cached = Path(cache_dir) / f"{path.name}.{tag}.pskvsp"
     if not cached.is_file():
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        read_libsvm(path).write(cached)
+        read_libsvm(path, real_labels=real_labels).write(cached)
     return SparseData.open(cached)
 
 
-def convert(source, out, *, quiet: bool = False) -> SparseData:
-    """`pskv data convert`: libsvm text `source` -> binary `out`, with a progress bar on stderr."""
+def convert(source, out, *, quiet: bool = False, real_labels: bool = False) -> SparseData:
+    """`pskv data convert`: libsvm text `source` -> binary `out`, with a progress bar on stderr.
+    `real_labels`: regression targets, kept as float64 (see read_libsvm)."""
     from tqdm import tqdm
 
     source = Path(source)
     size = source.stat().st_size if source.is_file() else None
     with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {source.name}", disable=quiet,
               leave=False) as bar:
-        data = read_libsvm(source, progress=bar.update)
+        data = read_libsvm(source, progress=bar.update, real_labels=real_labels)
     data.write(out)
     return SparseData.open(out)
