@@ -88,11 +88,10 @@ def _front(args, argv) -> int:
 
 def _watch(args, command) -> tuple[int, list[str], list[str]]:
     """Run the nodes; show node 0's progress and epochs. Returns (status, summary lines, notes)."""
-    from tqdm import tqdm
-
     from .launch import start_local
 
-    summary, notes, bar, seen = [], [], None, 0
+    summary, notes, seen = [], [], 0
+    bar = _Progress(unit="ratings")
     with start_local(args.nodes, command, threads=args.threads) as cluster:
         status = None
         while status is None:
@@ -106,27 +105,79 @@ def _watch(args, command) -> tuple[int, list[str], list[str]]:
                     continue
                 msg = json.loads(line.split(TAG, 1)[1])
                 if msg["kind"] == "progress":
-                    if bar is None:
-                        bar = tqdm(total=msg["total"], unit="ratings", unit_scale=True, smoothing=0.1,
-                                   desc="training", dynamic_ncols=True)
-                    bar.update(min(msg["done"], bar.total) - bar.n)
+                    bar.update(msg["done"], msg["total"])
                 elif msg["kind"] == "epoch":
-                    text = (f"epoch {msg['epoch']:>2}  train RMSE {msg['train_rmse']:.4f}  "
-                            f"test RMSE {msg['test_rmse']:.4f}  ({msg['seconds']:.2f} s)")
-                    bar.write(text) if bar is not None else print(text, flush=True)
+                    bar.write(f"epoch {msg['epoch']:>2}  train RMSE {msg['train_rmse']:.4f}  "
+                              f"test RMSE {msg['test_rmse']:.4f}  ({msg['seconds']:.2f} s)")
                 elif msg["kind"] == "summary":
                     summary = msg["lines"]
                 elif msg["kind"] == "note":
                     notes.append(msg["text"])
             seen = len(lines)
-        if bar is not None:
-            if status == 0:
-                bar.update(bar.total - bar.n)
-            bar.close()
+        bar.close(finished=status == 0)
         if status != 0:
             print(f"pskv demo failed (status {status}); last lines of the nodes:\n{cluster.logs_tail()}",
                   file=sys.stderr)
     return status, summary, notes
+
+
+class _Progress:
+    """Node 0's progress as the apps show theirs (apps.metrics.Progress): a tqdm bar on stderr when it
+    is a terminal, else a line every LINE_INTERVAL seconds (no bar frames, no carriage returns in a
+    file). Rates count from the first report on (numba compiles before it), and a line shows one only
+    once RATE_AFTER seconds of reports are in, so the first readings are not a jump over milliseconds.
+    Front process only, one thread."""
+
+    LINE_INTERVAL = 2.0
+    RATE_AFTER = 1.0
+
+    def __init__(self, *, unit: str, terminal: bool | None = None) -> None:
+        self.unit = unit
+        self.terminal = sys.stderr.isatty() if terminal is None else terminal
+        self._bar = None
+        self._first = self._last_line = None  # (time, done) of the first report; time of the last line
+        self.done = self.total = 0
+
+    def update(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        self.done, self.total = min(done, total), total
+        if self._first is None:
+            self._first = (now, self.done)
+            self._last_line = now
+            if self.terminal:
+                from tqdm import tqdm
+
+                # initial=: tqdm's rate counts from here, not from 0 over the milliseconds since the bar appeared
+                self._bar = tqdm(total=total, initial=self.done, unit=self.unit, unit_scale=True, smoothing=0.1,
+                                 desc="training", dynamic_ncols=True)
+            return
+        if self._bar is not None:
+            self._bar.update(self.done - self._bar.n)
+        elif now - self._last_line >= self.LINE_INTERVAL:
+            self._last_line = now
+            self._line(now)
+
+    def _line(self, now: float) -> None:
+        t0, done0 = self._first
+        rate = f"  {(self.done - done0) / (now - t0):,.0f} {self.unit}/s" if now - t0 >= self.RATE_AFTER else ""
+        print(f"  {100 * self.done / max(self.total, 1):5.1f}%  {self.done:,} {self.unit}{rate}", file=sys.stderr,
+              flush=True)
+
+    def write(self, line: str) -> None:
+        """Print `line` on stdout, above the bar if there is one."""
+        if self._bar is not None:
+            self._bar.write(line)
+        else:
+            print(line, flush=True)
+
+    def close(self, *, finished: bool) -> None:
+        if self._bar is not None:
+            if finished:
+                self._bar.update(self._bar.total - self._bar.n)
+            self._bar.close()
+        elif finished and self._first is not None:
+            self.done = self.total
+            self._line(time.monotonic())
 
 
 # ---- node processes of --data synthetic --------------------------------------------------------
