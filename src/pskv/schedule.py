@@ -8,7 +8,7 @@ its own, over pskv tables and worker clocks:
 
     sched = pskv.schedule.Scheduler(node, "lasso", coords=p, per_round=16, policy="strads",
                                     dependencies=safe_subset, seed=0)     # collective
-    sched.start(rounds)                                                   # node 0: the thread
+    sched.start(rounds)                                                   # node 0: its thread starts at the first begin()
     # every worker thread:
     sched.begin(w)                            # once: its first clock (push what round 0 needs first)
     for t in range(rounds):
@@ -81,6 +81,8 @@ class Scheduler:
         self._width = width
         self._chosen: dict[int, np.ndarray] = {}  # round -> the set it published (node 0)
         self._thread: threading.Thread | None = None
+        self._rounds: int | None = None  # node 0, after start(): rounds to publish
+        self._launch_lock = threading.Lock()
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self.choose_seconds = 0.0  # time in choosing (priorities, sampling, dependencies)
@@ -90,17 +92,28 @@ class Scheduler:
 
     # ---- node 0: the scheduler thread ------------------------------------------------------------
     def start(self, rounds: int) -> None:
-        """Start publishing `rounds` rounds (node 0 only; other nodes: a no-op). Call it before the
-        workers start (before node.run): its worker holds the global clock until round 0 is out.
-        While it runs, no worker may wait in a barrier (the scheduler's worker never arrives)."""
+        """Publish `rounds` rounds (node 0 only; other nodes: a no-op). Call it before the workers
+        start (before node.run); the thread starts at node 0's first `begin()`, and its worker holds
+        the global clock until round 0 is out. While it runs, no worker may wait in a barrier (the
+        scheduler's worker never arrives)."""
         if self.node.clocks.global_clock != 0:
             raise ScheduleError(f"scheduler {self.name!r}: the cluster's clocks are at {self.node.clocks.global_clock}, "
                                 "not 0; rounds are clocks, so a scheduler runs first and once per cluster run")
-        if self.node.rank != 0:
-            return
-        w = self.node.worker()  # (registered with the clocks now, before any worker can pass round 0)
-        self._thread = threading.Thread(target=self._run, args=(w, int(rounds)), name="pskv-scheduler", daemon=True)
-        self._thread.start()
+        if self.node.rank == 0:
+            self._rounds = int(rounds)
+
+    def _launch(self) -> None:
+        """Node 0's first begin(): register the scheduler's worker and start its thread. Not earlier:
+        a worker registered before node.run's workers could tick node 0's clock ahead while they did
+        not exist yet (node.run's workers start at clock 0), so the other nodes passed rounds that
+        node 0's workers had not pushed (a CI run caught it: wrong totals in mf ccd)."""
+        with self._launch_lock:
+            if self._thread is not None or self._rounds is None:
+                return
+            w = self.node.worker()  # every worker of node 0's run is registered: none has ticked yet
+            self._thread = threading.Thread(target=self._run, args=(w, self._rounds), name="pskv-scheduler",
+                                            daemon=True)
+            self._thread.start()
 
     def close(self, timeout: float | None = None) -> None:
         """Wait for the scheduler thread; raises its error. Node 0 logs its share of time."""
@@ -177,6 +190,7 @@ class Scheduler:
     # ---- every worker --------------------------------------------------------------------------------
     def begin(self, w) -> None:
         """A worker's first clock (before round 0): push what every worker needs before it, then call."""
+        self._launch()
         w.clock()
 
     def take(self, w, t: int, timeout: float | None = None) -> np.ndarray:

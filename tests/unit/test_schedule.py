@@ -86,8 +86,11 @@ def test_a_slow_dependency_function_stops_the_scheduler_with_a_clear_error(node)
 
     sched = schedule.Scheduler(node, "slow", coords=20, per_round=2, dependencies=slow, max_seconds=0.1)
     sched.start(3)
+    w = node.worker()
+    sched.begin(w)  # (node 0's first begin starts the scheduler's thread)
     with pytest.raises(schedule.ScheduleError, match="dependencies\\(\\) took"):
         sched.close(timeout=20)
+    w.close()
 
 
 def test_bad_options_raise():
