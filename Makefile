@@ -1,10 +1,13 @@
-# `make demo` and `make test` work on a fresh clone: each creates .venv and installs pskv into it.
+# `make demo` and `make test` work on a fresh clone, in either order: each creates .venv and installs pskv
+# into it. The demo needs only the base and [plot] (numpy, pyzmq, numba, tqdm, matplotlib); the tests
+# install the dev, torch and docs extras (torch, ray, mkdocs: about 1.8 GB).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test stress soak bench venv clean
+.PHONY: demo test docs stress soak bench venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -14,10 +17,20 @@ $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,torch]'
 	touch $(STAMP)
 
+# the light install of `make demo`; nothing to do after `make test`'s full one
+$(DEMO_STAMP): $(PY) pyproject.toml
+	if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; else \
+	    $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet -e '.[plot]'; fi
+	touch $(DEMO_STAMP)
+
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/pskv demo
+
+# the docs site (mkdocs.yml, docs/) into build/site; strict: a broken link or reference fails
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --site-dir build/site
 
 # Bytecode of pskv and the tests, written once: where PYTHONDONTWRITEBYTECODE=1 (as on our CI
 # machine) no process writes it, and every node process the tests start compiled pskv again
