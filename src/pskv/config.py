@@ -68,10 +68,12 @@ class NodeConfig:
     test_drop_rate: float = 0.0
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "NodeConfig":
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, caller: str = "pskv.init",
+                 **overrides) -> "NodeConfig":
         """Read PSKV_* from `environ` (default os.environ); keyword overrides win. PSKV_* variables
         that are unset (or empty) come from torchrun's, SLURM's or a Kubernetes Indexed Job's
-        variables when those are present (`environments.detect`), except with PSKV_JOIN."""
+        variables when those are present (`environments.detect`), except with PSKV_JOIN. A bad
+        override's ConfigError names it as an argument of `caller` (`pskv.init(threads=0): ...`)."""
         env = os.environ if environ is None else environ
         found, mapped = _launcher(env)
         env = {**env, **mapped}
@@ -86,10 +88,12 @@ class NodeConfig:
             try:
                 values["consistency"] = as_consistency(values["consistency"]).spec
             except ConsistencyError as exc:
-                raise ConfigError(f"PSKV_CONSISTENCY: {exc}") from None
+                where = (f"{caller}(consistency={values['consistency']!r})" if overrides.get("consistency") is not None
+                         else "PSKV_CONSISTENCY")
+                raise ConfigError(f"{where}: {exc}") from None
         config = cls(**values)
         try:
-            config.validate()
+            config.validate({k: caller for k, v in overrides.items() if v is not None})
         except ConfigError as exc:
             if not mapped:
                 raise
@@ -97,14 +101,25 @@ class NodeConfig:
             raise ConfigError(f"{exc} ({found.explain(named)})") from None
         return config
 
-    def validate(self) -> None:
+    def validate(self, passed: Mapping[str, str] | None = None) -> None:
+        """Raise ConfigError for the first bad setting. `passed`: field -> the call it was an
+        argument of (its error names that argument, not the PSKV_* variable)."""
+        passed = passed or {}
+
+        def bad(name: str, rule: str) -> ConfigError:
+            value = getattr(self, name)
+            if name in passed:
+                return ConfigError(f"{passed[name]}({name}={value!r}): {name} {rule} (PSKV_{name.upper()} sets it "
+                                   "when the argument is not given)")
+            return ConfigError(f"PSKV_{name.upper()} is {value}; it {rule}")
+
         if self.join:
             split_address(self.join)
             if self.restore:
                 raise ConfigError("PSKV_JOIN and PSKV_RESTORE together: a node that joins a running cluster takes "
                                   "its rows from the others; restore a checkpoint when the cluster starts")
         if self.num_nodes < 1:
-            raise ConfigError(f"PSKV_NUM_NODES is {self.num_nodes}; it must be at least 1")
+            raise bad("num_nodes", "must be at least 1")
         if not 0 <= self.rank < self.num_nodes:
             raise ConfigError(
                 f"PSKV_RANK is {self.rank} but PSKV_NUM_NODES is {self.num_nodes}; "
@@ -120,16 +135,16 @@ class NodeConfig:
         for name in ("failure_timeout", "heartbeat_interval", "rendezvous_timeout", "request_timeout",
                      "collective_timeout"):
             if not 0 < getattr(self, name) < math.inf:  # also rejects nan
-                raise ConfigError(f"PSKV_{name.upper()} is {getattr(self, name)}; it must be > 0 (and finite)")
+                raise bad(name, "must be > 0 (and finite)")
         if not 0 <= self.test_drop_rate <= 1:
-            raise ConfigError(f"PSKV_TEST_DROP_RATE is {self.test_drop_rate}; it must be in [0, 1]")
+            raise bad("test_drop_rate", "must be in [0, 1]")
         if not 0 <= self.metrics_port < 65536:
             raise ConfigError(f"PSKV_METRICS_PORT is {self.metrics_port}; give a TCP port (node r serves at it + r), "
                               "or 0 for no metrics")
         if self.threads < 1:
-            raise ConfigError(f"PSKV_THREADS is {self.threads}; it must be at least 1")
+            raise bad("threads", "must be at least 1")
         if self.backups < 0:
-            raise ConfigError(f"PSKV_BACKUPS is {self.backups}; it must be 0 (no backups) or more")
+            raise bad("backups", "must be 0 (no backups) or more")
         if self.backups >= self.num_nodes > 1:
             raise ConfigError(f"PSKV_BACKUPS is {self.backups} on {self.num_nodes} node(s); a key range can have at most "
                               f"{self.num_nodes - 1} backup(s) (one on each other node)")

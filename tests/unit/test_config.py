@@ -73,6 +73,25 @@ def test_from_env_invalid_values_raise(env, match):
         NodeConfig.from_env(env)
 
 
+@pytest.mark.parametrize("overrides, message", [
+    ({"threads": 0}, "pskv.init(threads=0): threads must be at least 1 (PSKV_THREADS sets it when the argument is "
+                     "not given)"),
+    ({"failure_timeout": -1.0}, "pskv.init(failure_timeout=-1.0): failure_timeout must be > 0 (and finite) "
+                                "(PSKV_FAILURE_TIMEOUT sets it when the argument is not given)"),
+])
+def test_from_env_bad_override_names_the_argument(overrides, message):
+    """A bad keyword of pskv.init() is blamed on that keyword, not on the PSKV_* variable (issue 33)."""
+    with pytest.raises(ConfigError) as info:
+        NodeConfig.from_env({"PSKV_THREADS": "2"}, **overrides)
+    assert str(info.value) == message
+
+
+def test_from_env_bad_consistency_override_names_the_argument():
+    """pskv.init(consistency='foo') names the argument."""
+    with pytest.raises(ConfigError, match=r"^pskv.init\(consistency='foo'\): unknown consistency 'foo'"):
+        NodeConfig.from_env({}, consistency="foo")
+
+
 @pytest.mark.parametrize("address", ["localhost", "127.0.0.1", ":5100", "host:", "host:port", "host:-1",
                                      "host:51 00"])
 def test_from_env_bad_coordinator_address_raises(address):

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pskv
 from pskv import errors, updaters
 from pskv.updaters import SGD, Adagrad, Adam, Add, Assign, Custom
 
@@ -298,6 +299,20 @@ def test_repr():
 def test_bad_params_raise_value_error(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Adagrad(lr=-1), "Adagrad(lr=-1): lr must be > 0"),
+    (lambda: SGD(momentum=1.5), "SGD(momentum=1.5): momentum must be in [0, 1)"),
+    (lambda: Adam(beta2=1), "Adam(beta2=1): beta2 must be in [0, 1)"),
+    (lambda: updaters.Prox(l1=-1), "Prox(l1=-1): l1 must be >= 0"),
+    (lambda: updaters.FTRL(alpha=0), "FTRL(alpha=0): alpha must be > 0"),
+])
+def test_bad_params_name_the_updater(make, message):
+    """A config error names the updater and the argument, as the user wrote them (issue 33)."""
+    with pytest.raises(pskv.ConfigError) as info:
+        make()
+    assert str(info.value) == message
 
 
 def test_apply_rejects_mismatched_arrays():

@@ -14,12 +14,12 @@ import numba
 import numpy as np
 
 from ..errors import ConfigError, ShapeError
-from .rules import Updater, _dedupe, _positive
+from .rules import Updater, _dedupe, _positive, _who
 
 
-def _non_negative(name: str, value: float) -> float:
+def _non_negative(owner: object, name: str, value: float) -> float:
     if not value >= 0:  # also rejects nan
-        raise ConfigError(f"{name}={value!r} must be >= 0")
+        raise ConfigError(f"{_who(owner)}({name}={value!r}): {name} must be >= 0")
     return float(value)
 
 
@@ -85,9 +85,9 @@ class Prox(Updater):
     name = "prox"
 
     def __init__(self, lr: float = 0.1, l1: float = 0.0, l2: float = 0.0) -> None:
-        self.lr = _positive("lr", lr)
-        self.l1 = _non_negative("l1", l1)
-        self.l2 = _non_negative("l2", l2)
+        self.lr = _positive(self, "lr", lr)
+        self.l1 = _non_negative(self, "l1", l1)
+        self.l2 = _non_negative(self, "l2", l2)
 
     def _params(self) -> dict[str, Any]:
         return {"lr": self.lr, "l1": self.l1, "l2": self.l2}
@@ -106,10 +106,10 @@ class FTRL(Updater):
     name = "ftrl"
 
     def __init__(self, alpha: float = 0.1, beta: float = 1.0, l1: float = 0.0, l2: float = 0.0) -> None:
-        self.alpha = _positive("alpha", alpha)
-        self.beta = _non_negative("beta", beta)
-        self.l1 = _non_negative("l1", l1)
-        self.l2 = _non_negative("l2", l2)
+        self.alpha = _positive(self, "alpha", alpha)
+        self.beta = _non_negative(self, "beta", beta)
+        self.l1 = _non_negative(self, "l1", l1)
+        self.l2 = _non_negative(self, "l2", l2)
 
     def _params(self) -> dict[str, Any]:
         return {"alpha": self.alpha, "beta": self.beta, "l1": self.l1, "l2": self.l2}
@@ -138,10 +138,10 @@ class BlockProx(Updater):
     name = "block_prox"
 
     def __init__(self, l1: float = 0.0, l2: float = 0.0, eta: float = 1.0, eps: float = 1e-12) -> None:
-        self.l1 = _non_negative("l1", l1)
-        self.l2 = _non_negative("l2", l2)
-        self.eta = _positive("eta", eta)
-        self.eps = _non_negative("eps", eps)
+        self.l1 = _non_negative(self, "l1", l1)
+        self.l2 = _non_negative(self, "l2", l2)
+        self.eta = _positive(self, "eta", eta)
+        self.eps = _non_negative(self, "eps", eps)
 
     def _params(self) -> dict[str, Any]:
         return {"l1": self.l1, "l2": self.l2, "eta": self.eta, "eps": self.eps}

@@ -169,16 +169,22 @@ def _dedupe(data: np.ndarray, idx: np.ndarray, upd: np.ndarray) -> tuple[np.ndar
     return rows[:m], summed[:m]
 
 
-def _positive(name: str, value: float) -> float:
+def _positive(owner: object, name: str, value: float) -> float:
+    """`value` as a float; ConfigError naming the updater (`owner`: it or its class name) unless > 0."""
     if not value > 0:  # also rejects nan
-        raise ConfigError(f"{name}={value!r} must be > 0")
+        raise ConfigError(f"{_who(owner)}({name}={value!r}): {name} must be > 0")
     return float(value)
 
 
-def _check_beta(name: str, beta: float) -> float:
+def _check_beta(owner: object, name: str, beta: float) -> float:
     if not 0 <= beta < 1:
-        raise ConfigError(f"{name}={beta!r} must be in [0, 1)")
+        raise ConfigError(f"{_who(owner)}({name}={beta!r}): {name} must be in [0, 1)")
     return float(beta)
+
+
+def _who(owner: object) -> str:
+    """The name a config error gives its object: pskv.Adagrad(lr=-1) says `Adagrad(lr=-1): ...`."""
+    return owner if isinstance(owner, str) else type(owner).__name__
 
 
 class Updater:
@@ -278,13 +284,14 @@ class SGD(Updater):
 
     def __init__(self, lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False,
                  weight_decay: float = 0.0) -> None:
-        self.lr = _positive("lr", lr)
+        self.lr = _positive(self, "lr", lr)
         if not 0 <= momentum < 1:
-            raise ConfigError(f"momentum={momentum!r} must be in [0, 1)")
+            raise ConfigError(f"{_who(self)}(momentum={momentum!r}): momentum must be in [0, 1)")
         if not weight_decay >= 0:
-            raise ConfigError(f"weight_decay={weight_decay!r} must be >= 0")
+            raise ConfigError(f"{_who(self)}(weight_decay={weight_decay!r}): weight_decay must be >= 0")
         if nesterov and not momentum:
-            raise ConfigError("nesterov=True needs momentum > 0 (as torch.optim.SGD)")
+            raise ConfigError(f"{_who(self)}(nesterov=True, momentum={momentum!r}): nesterov needs momentum > 0 "
+                              "(as torch.optim.SGD)")
         self.momentum, self.nesterov, self.weight_decay = float(momentum), bool(nesterov), float(weight_decay)
         self.in_order = not (self.momentum or self.weight_decay)  # plain: a scatter-add, in order
 
@@ -318,10 +325,11 @@ class Adagrad(Updater):
     name = "adagrad"
 
     def __init__(self, lr: float = 0.01, eps: float = 1e-10, initial_accumulator: float = 0.0) -> None:
-        self.lr = _positive("lr", lr)
-        self.eps = _positive("eps", eps)
+        self.lr = _positive(self, "lr", lr)
+        self.eps = _positive(self, "eps", eps)
         if not initial_accumulator >= 0:
-            raise ConfigError(f"initial_accumulator={initial_accumulator!r} must be >= 0")
+            raise ConfigError(f"{_who(self)}(initial_accumulator={initial_accumulator!r}): initial_accumulator "
+                              "must be >= 0")
         self.initial_accumulator = float(initial_accumulator)
 
     def _params(self) -> dict[str, Any]:
@@ -347,10 +355,10 @@ class Adam(Updater):
     name = "adam"
 
     def __init__(self, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
-        self.lr = _positive("lr", lr)
-        self.beta1 = _check_beta("beta1", beta1)
-        self.beta2 = _check_beta("beta2", beta2)
-        self.eps = _positive("eps", eps)
+        self.lr = _positive(self, "lr", lr)
+        self.beta1 = _check_beta(self, "beta1", beta1)
+        self.beta2 = _check_beta(self, "beta2", beta2)
+        self.eps = _positive(self, "eps", eps)
 
     def _params(self) -> dict[str, Any]:
         return {"lr": self.lr, "beta1": self.beta1, "beta2": self.beta2, "eps": self.eps}
@@ -381,7 +389,7 @@ class Custom(Updater):
         if not callable(fn):
             raise ConfigTypeError(f"Custom needs a callable fn(rows, updates, state), got {fn!r}")
         if not (isinstance(state_width, (int, np.integer)) and state_width >= 0):
-            raise ConfigError(f"state_width={state_width!r} must be an int >= 0")
+            raise ConfigError(f"Custom(state_width={state_width!r}): state_width must be an int >= 0")
         self.fn = fn
         self.width = int(state_width)
         self.init = float(init)
