@@ -46,6 +46,7 @@ from ..net.transport import Transport
 from ..placement.chains import Chains
 from ..errors import ProtocolError, TransportError
 from ..net.wire import COORDINATOR, Kind, control, control_payload, frame_bytes, unpack_header
+from . import mismatch
 from .joining import Joining
 
 log = logging.getLogger(__name__)
@@ -247,9 +248,7 @@ class Coordinator(Joining):
         seq = int(p["seq"])
         if seq in self._decl_specs:  # a node that joined later declares what the others did before it
             first = self._decl_specs[seq]
-            error = None if p["spec"] == first else (
-                f"table declaration #{seq} differs: the cluster declared {first} but node {rank}, which joined "
-                f"later, declared {p['spec']}; declare every table the same way and in the same order on every node")
+            error = None if p["spec"] == first else mismatch.joiner(seq, first, rank, p["spec"])
             self._declared[rank] = max(self._declared.get(rank, 0), seq + 1)
             self._send(rank, Kind.TABLE_OK, {"seq": seq, "error": error})
             if error and rank in self._outside:
@@ -275,13 +274,8 @@ class Coordinator(Joining):
             self._decls_done.add(seq)
             self._since.pop(("table", seq), None)
             first = self._decl_specs[seq] = got[min(got)]
-            bad = [r for r in sorted(got) if got[r] != first]
-            error, refused = None, self._refused(first)
-            if bad:
-                error = (f"table declaration #{seq} differs between nodes: node {min(got)} declared {first} "
-                         f"but node {bad[0]} declared {got[bad[0]]}; declare every table the same way and in "
-                         "the same order on every node")
-            self._broadcast(Kind.TABLE_OK, {"seq": seq, "error": error or refused, "config": bool(refused and not bad)})
+            error, refused = mismatch.between_nodes(seq, got), self._refused(first)
+            self._broadcast(Kind.TABLE_OK, {"seq": seq, "error": error or refused, "config": bool(refused and not error)})
 
     def _barrier(self, rank: int, p: dict) -> None:
         gen = int(p["gen"])

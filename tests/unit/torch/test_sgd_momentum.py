@@ -46,9 +46,9 @@ def test_sgd_config_and_checks():
     rule = pskv.SGD(lr=0.1, momentum=0.9, nesterov=True)
     assert pskv.updaters.from_config(rule.config()) == rule and rule.state_layout(3) == {"momentum_buffer": (0, 3)}
     assert pskv.SGD(lr=0.1).in_order and not rule.in_order
-    with pytest.raises(ConfigError, match="nesterov=True needs momentum > 0"):
+    with pytest.raises(ConfigError, match=r"SGD\(nesterov=True, momentum=0.0\): nesterov needs momentum > 0"):
         pskv.SGD(lr=0.1, nesterov=True)
-    with pytest.raises(ConfigError, match=r"momentum=1.5 must be in \[0, 1\)"):
+    with pytest.raises(ConfigError, match=r"SGD\(momentum=1.5\): momentum must be in \[0, 1\)"):
         pskv.SGD(lr=0.1, momentum=1.5)
 
 
