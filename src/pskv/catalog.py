@@ -45,6 +45,7 @@ class TableState:
     pushes: int = 0
     local_keys: int = 0  # keys served from this node's memory without a message
     remote_keys: int = 0  # keys sent to another node
+    shared_keys: int = 0  # of local_keys, those served from a co-located node's shard in shared memory (store.peer)
     localizes: int = 0  # keys this node asked to move here
 
     @property

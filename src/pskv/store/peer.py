@@ -116,6 +116,15 @@ class PeerShard(Shard):
             self.gone = True
             return np.arange(len(keys))
 
+    def push_distinct(self, distinct, summed):
+        if not self._follow():
+            return np.arange(len(distinct))
+        try:
+            return super().push_distinct(distinct, summed)
+        except _Gone:
+            self.gone = True
+            return np.arange(len(distinct))
+
     def push_pull(self, keys, updates, out):
         try:
             return super().push_pull(keys, updates, out)

@@ -4,6 +4,7 @@ the same table interleave row by row instead of taking turns for whole batches.
 
     miss = rows_pull(shard, keys, out, pos)        # Shard.pull of a shared shard; None: take its stripes whole
     miss = rows_push(shard, keys, updates)         # Shard.push, for the rules below; else None
+    miss = rows_push_distinct(shard, distinct, summed)   # the same, keys summed once already (summed_by_key)
 
 Batches of WHOLE_FROM keys or more take their stripes whole instead (None from both): per row, a
 lock word and a slot read cost about as much as the row copy itself (100k-key pulls ran at about
@@ -184,12 +185,8 @@ def rows_push(shard, keys: np.ndarray, updates: np.ndarray) -> np.ndarray | None
         return np.flatnonzero(miss) if miss.any() else kernels.NONE
     if type(rule) is updaters.Adagrad:
         order = rules._stable_order(keys, shard.spec.rows)  # duplicates summed first, as Adagrad._apply does
-        acc = np.result_type(shard.spec.dtype, updates.dtype)
-        distinct = np.empty(len(keys), np.int64)
-        summed = np.empty((len(keys), shard.spec.dim), acc)
-        m = rules._dedupe_sum(keys, np.ascontiguousarray(updates), order, distinct, summed)
-        distinct, summed = distinct[:m], summed[:m]
-        miss = np.zeros(m, np.bool_)
+        distinct, summed = summed_by_key(keys, updates, order, shard.spec)
+        miss = np.zeros(len(distinct), np.bool_)
         _run(shard, _adagrad, distinct, miss,
              lambda: (shard.data, shard.state, shard.slot, distinct, summed, rule.lr, rule.eps))
         if not miss.any():
@@ -198,6 +195,31 @@ def rows_push(shard, keys: np.ndarray, updates: np.ndarray) -> np.ndarray | None
         _missed(keys, order, miss, every)
         return np.flatnonzero(every)
     return None
+
+
+def summed_by_key(keys: np.ndarray, updates: np.ndarray, order: np.ndarray, spec) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys in ascending order and each one's updates summed in arrival order (as
+    Adagrad._apply sums them): `order` is rules._stable_order(keys, spec.rows)."""
+    acc = np.result_type(spec.dtype, updates.dtype)
+    distinct = np.empty(len(keys), np.int64)
+    summed = np.empty((len(keys), spec.dim), acc)
+    m = rules._dedupe_sum(keys, np.ascontiguousarray(updates), order, distinct, summed)
+    return distinct[:m], summed[:m]
+
+
+def rows_push_distinct(shard, distinct: np.ndarray, summed: np.ndarray) -> np.ndarray | None:
+    """rows_push of keys without duplicates (summed_by_key's): the same rows, without summing again.
+    Returns the indices of `distinct` not held here, or None where rows_push would be None."""
+    rule = shard.spec.updater
+    if len(distinct) >= WHOLE_FROM or type(rule) not in (updaters.Adagrad, updaters.Add):
+        return None
+    miss = np.zeros(len(distinct), np.bool_)
+    if type(rule) is updaters.Add:
+        _run(shard, _add, distinct, miss, lambda: (shard.data, shard.slot, distinct, summed))
+    else:
+        _run(shard, _adagrad, distinct, miss,
+             lambda: (shard.data, shard.state, shard.slot, distinct, summed, rule.lr, rule.eps))
+    return np.flatnonzero(miss) if miss.any() else kernels.NONE
 
 
 assert (shm.GEN, shm.RETIRED) == (2, 4)  # (the meta words _current reads)

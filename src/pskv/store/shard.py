@@ -130,6 +130,15 @@ class Shard(shm.Published):
                 return miss
         return self.push_pull(keys, updates, None)
 
+    def push_distinct(self, distinct: np.ndarray, summed: np.ndarray) -> np.ndarray:
+        """push of keys without duplicates, each with its updates summed (rowlock.summed_by_key): the
+        same result as push of the keys they came from. Returns indices of `distinct` not owned."""
+        if self._words is not None:
+            miss = rowlock.rows_push_distinct(self, distinct, summed)
+            if miss is not None:
+                return miss
+        return self.push_pull(distinct, summed, None)
+
     def push_pull(self, keys: np.ndarray, updates: np.ndarray, out: np.ndarray | None) -> np.ndarray:
         """push, then (unless `out` is None) out[i] = row keys[i] after it, under the same locks (no
         write in between, no move). Returns the indices not owned (their `out` rows untouched)."""
