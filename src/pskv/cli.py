@@ -36,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("launch", help="start N nodes that run CMD; non-zero if any node fails",
                          usage="pskv launch -n N [--threads T] [--backups B] [--restore PATH | --join HOST:PORT] "
                                "[--hostfile FILE | --ray [--address ADDR] | --hosts H [--link RATE]] "
-                               "[--coordinator-host H] [--no-shared-memory] [--insecure] -- CMD ...")
+                               "[--coordinator-host H] [--no-shared-memory] [--insecure] [--metrics P] [--verbose] "
+                               "-- CMD ...")
     run.add_argument("-n", "--nodes", type=int, required=True, help="number of node processes")
     run.add_argument("--threads", type=int, default=1,
                      help="worker threads per node (PSKV_THREADS)")
@@ -66,15 +67,18 @@ def _parser() -> argparse.ArgumentParser:
     _add_host_flags(run)
     run.add_argument("--metrics", type=int, metavar="P",
                      help="node r serves Prometheus metrics at http://HOST:(P+r)/metrics (PSKV_METRICS_PORT; "
-                          "needs pip install 'pskv[metrics]'); watch them with `pskv top --metrics-port P`")
+                          "needs pip install 'pskv[metrics]'); watch them with `pskv top`")
+    _add_verbose(run)
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command every node runs")
     run.set_defaults(run=_launch)
 
     top = sub.add_parser("top", help="a live view of a running cluster from its nodes' metrics endpoints "
-                                     "(pskv launch --metrics P)")
+                                     "(pskv launch --metrics P); alone it finds this machine's newest such run")
     top.add_argument("urls", nargs="*", metavar="URL", help="metrics endpoints (host:port or http://host:port/metrics)")
     top.add_argument("--metrics-port", type=int, metavar="P", help="node r at port P + r (PSKV_METRICS_PORT)")
-    top.add_argument("--nodes", type=int, default=1, metavar="N", help="with --metrics-port: watch nodes 0..N-1")
+    top.add_argument("--nodes", type=int, metavar="N", help="with --metrics-port: watch nodes 0..N-1 (default: those "
+                                                           "of the run that serves at P, else every answering port "
+                                                           "from P up)")
     top.add_argument("--host", default="127.0.0.1", help="with --metrics-port: the nodes' host (default 127.0.0.1)")
     top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     top.add_argument("--once", action="store_true", help="print one frame (rates over one interval) and exit")
@@ -83,16 +87,17 @@ def _parser() -> argparse.ArgumentParser:
     app = sub.add_parser("run", add_help=False, allow_abbrev=False,  # --l or --li is the app's, not --link
                          help="run an app (mf, kge, word2vec, mnist, lr, lasso) on N local nodes, or as this node's "
                               "part; `pskv run APP --help`: the app's options",
-                         usage="pskv run APP [--nodes N] [--threads T] [--hosts H [--link RATE]] [--no-shared-memory] "
-                               "[--insecure] [--] [APP ARGS ...]")
+                         usage="pskv run APP [-n N] [--threads T] [--hosts H [--link RATE]] [--no-shared-memory] "
+                               "[--insecure] [--verbose] [--] [APP ARGS ...]")
     app.add_argument("app", nargs="?", help="mf, kge, word2vec, mnist, lr or lasso")
     app.add_argument("-h", "--help", action="store_true", help="this help, or with APP the app's options")
-    app.add_argument("--nodes", type=int, help="local node processes to start (default 1); "
-                                                "ignored under `pskv launch`")
+    app.add_argument("-n", "--nodes", type=int, help="local node processes to start (default 1); "
+                                                      "ignored under `pskv launch`")
     app.add_argument("--threads", type=int, help="worker threads per node (default 1)")
     _add_host_flags(app)
     app.add_argument("--insecure", action="store_true",
                      help="no cluster secret: connections unauthenticated and unencrypted (PSKV_INSECURE=1)")
+    _add_verbose(app)
     app.set_defaults(run=_run_app, run_parser=app)
 
     data = sub.add_parser("data", help="list or fetch the apps' data sets (pskv data list)")
@@ -152,6 +157,12 @@ def _add_host_flags(parser: argparse.ArgumentParser) -> None:
                         help="nodes of one host talk by messages, not shared memory (PSKV_SHARED_MEMORY=0)")
 
 
+def _add_verbose(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verbose", action="store_true",
+                        help="the launcher also prints how to add nodes while the cluster runs (the coordinator's "
+                             "address and the secret file's path)")
+
+
 def _launcher_environ(args: argparse.Namespace, *, hosts: bool) -> None:
     """What --insecure, --no-shared-memory (and for `pskv run`, whose launch() call is the app's,
     --hosts and --link) ask, as the variables the launcher and the nodes read."""
@@ -186,7 +197,8 @@ def _launch(args: argparse.Namespace, rest: list[str]) -> int:
         raise ConfigError("--address names a Ray cluster; it needs --ray")
     return launch(args.nodes, command, threads=args.threads, hostfile=args.hostfile,
                   coordinator_host=args.coordinator_host, backups=args.backups, restore=args.restore,
-                  join=args.join, metrics=args.metrics, emulated_hosts=args.hosts, link=args.link)
+                  join=args.join, metrics=args.metrics, emulated_hosts=args.hosts, link=args.link,
+                  verbose=args.verbose)
 
 
 def _launch_ray(args: argparse.Namespace, command: list[str]) -> int:
@@ -207,10 +219,13 @@ def _top(args: argparse.Namespace, rest: list[str]) -> int:
     from .errors import ConfigError
     from .monitor import top
 
-    urls = top.urls_for(args.metrics_port, args.nodes, args.host, args.urls)
+    if args.nodes is not None and args.metrics_port is None:
+        raise ConfigError("pskv top: --nodes N counts the ports from --metrics-port P; give both, or neither")
+    urls = top.find(args.metrics_port, args.nodes, args.host, args.urls)
     if not urls:
-        raise ConfigError("pskv top needs the nodes' metrics endpoints: --metrics-port P [--nodes N] [--host H] "
-                          "(as given to pskv launch --metrics P), or their URLs")
+        raise ConfigError("pskv top found no running cluster with metrics on this machine; start one with "
+                          "`pskv launch --metrics P` (or `PSKV_METRICS_PORT=P pskv run ...`), or give "
+                          "--metrics-port P [--nodes N] [--host H] or the nodes' URLs")
     return top.run(urls, once=args.once, interval=args.interval)
 
 
@@ -222,7 +237,7 @@ def _run_app(args: argparse.Namespace, rest: list[str]) -> int:
             args.run_parser.print_help()
             print(f"\napps: {', '.join(APPS)}; `pskv run APP --help` shows an app's options")
             return 0 if args.app is None else 2
-        print(f"pskv run {args.app} [--nodes N] [--threads T] [--] [APP ARGS ...]: N local nodes x T worker "
+        print(f"pskv run {args.app} [-n N] [--threads T] [--] [APP ARGS ...]: N local nodes x T worker "
               "threads (default 1 x 1; ignored under `pskv launch`), then the app's arguments:\n", flush=True)
         try:
             importlib.import_module(APPS[args.app]).main(["--help"])
@@ -230,7 +245,8 @@ def _run_app(args: argparse.Namespace, rest: list[str]) -> int:
             return int(exc.code or 0)
         return 0
     _launcher_environ(args, hosts=True)
-    return run(args.app, rest[1:] if rest[:1] == ["--"] else rest, nodes=args.nodes, threads=args.threads)
+    return run(args.app, rest[1:] if rest[:1] == ["--"] else rest, nodes=args.nodes, threads=args.threads,
+               verbose=args.verbose)
 
 
 def _data_list(args: argparse.Namespace, rest: list[str]) -> int:
@@ -276,7 +292,9 @@ def _checkpoint_list(args: argparse.Namespace, rest: list[str]) -> int:
             manifest = json.loads((path / fmt.MANIFEST).read_text())
             age = time.time() - float(manifest["created"])
             size = sum(m["bytes"] for m in manifest["files"].values())
-            print(f"{path}  step {step}, {manifest['nodes']} node(s), tables {', '.join(sorted(manifest['tables']))}, "
+            extra = manifest.get("extra") or {}
+            epoch = f"epoch {extra['epoch']} (step {step})" if "epoch" in extra else f"step {step}"
+            print(f"{path}  {epoch}, {manifest['nodes']} node(s), tables {', '.join(sorted(manifest['tables']))}, "
                   f"{size / 2**20:.1f} MiB, {age / 60:.1f} min old")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"{path}  unreadable manifest ({exc})")

@@ -25,25 +25,40 @@ APPS = {  # name -> module
 }
 
 
-def run(app: str, argv: list[str], *, nodes: int | None = None, threads: int | None = None) -> int:
+def run(app: str, argv: list[str], *, nodes: int | None = None, threads: int | None = None,
+        verbose: bool = False) -> int:
     """Run `app` with `argv`: on `nodes` new local nodes x `threads` (default 1 x 1), or, inside a
-    cluster (PSKV_COORDINATOR set, as under `pskv launch`), as this node's part. Returns the status."""
+    cluster (PSKV_COORDINATOR set, as under `pskv launch`), as this node's part. Returns the status.
+
+    Before it starts a node it calls the app module's `check(argv)` when it has one (common.arguments):
+    a mistake in the app's arguments ends the run there, in one line, with status 2. `verbose`: the
+    launcher also prints how to add nodes (pskv.launch.launch)."""
     from ..errors import PskvError
 
     if app not in APPS:
         raise PskvError(f"unknown app {app!r}; known: {', '.join(APPS)}")
+    module = importlib.import_module(APPS[app])
     if os.environ.get("PSKV_COORDINATOR"):
         if nodes is not None or threads is not None:
             print(f"pskv run {app}: inside a cluster already; --nodes/--threads ignored "
                   "(the launcher set them)", file=sys.stderr)
-        return importlib.import_module(APPS[app]).main(argv)
+        return module.main(argv)
     from ..launch import launch
 
-    orchestrate = getattr(importlib.import_module(APPS[app]), "orchestrate", None)  # an app that runs several clusters
+    args = None
+    if hasattr(module, "check"):  # the app's opt-in: its arguments, paths and checkpoint, before any node
+        try:
+            args = module.check(argv)
+        except SystemExit as exc:  # (one line printed; 2: a mistake, 0: nothing to do)
+            return exc.code if isinstance(exc.code, int) else 2
+    orchestrate = getattr(module, "orchestrate", None)  # an app that runs several clusters
     status = orchestrate(argv, nodes, threads, launch) if orchestrate is not None else None
     if status is not None:
         return status
-    backups = argparse.ArgumentParser(add_help=False)
-    backups.add_argument("--backups", type=int, default=None)  # the launcher must know too: the others go on
+    if args is None:
+        backups = argparse.ArgumentParser(add_help=False)
+        backups.add_argument("--backups", type=int, default=None)
+        args = backups.parse_known_args(argv)[0]
+    # the launcher must know the backups too: with them the others go on when a node dies
     return launch(nodes or 1, [sys.executable, "-m", APPS[app], *argv], threads=threads or 1,
-                  backups=backups.parse_known_args(argv)[0].backups)
+                  backups=getattr(args, "backups", None), verbose=verbose)

@@ -4,7 +4,8 @@
 
 API (stable; the apps import it, pskv demo uses Reducer, Report and Progress):
 
-    args = common.parser("mf", "matrix factorization", epochs=10).parse_args(argv)  # + the app's own flags
+    p = common.parser("mf", "matrix factorization", epochs=10, techniques=True, resumable=True)  # + the app's flags
+    args = common.arguments("mf", p, argv, check)  # one-line errors, exit 2; `pskv run` calls it before any node
     def setup(s: common.Session): ...      # collective: declare the tables; return what the workers share
     def train(w, state):                   # every worker thread of every node
         progress = common.Progress(w, total=..., scale=s.workers, mode=args.progress, watchdog=s.report.watchdog)
@@ -15,11 +16,13 @@ API (stable; the apps import it, pskv demo uses Reducer, Report and Progress):
     def finish(state, wall): ...           # node 0, the tables still up: returns the summary lines
     return common.run_app("mf", args, metrics=2, setup=setup, train=train, finish=finish)
 
-Common flags: --epochs, --seed, --plot FILE.png, --log FILE.jsonl, --progress {auto,bar,lines,json,none},
---stall-timeout SECONDS (the Watchdog, which run_app turns on around training; pass
-`watchdog=s.report.watchdog` to Progress; a node whose workers finish no batch for that long exits 3),
-and the Lapse/NuPS/Petuum techniques --localize, --replicate N, --sampling {naive,preloc,pool,onlylocal},
---consistency {async,bsp,ssp:S}. `--nodes`/`--threads` belong to `pskv run`, not to the app.
+Common flags (apps.arguments): --epochs, --seed, --plot FILE.png, --log FILE.jsonl, --progress
+{auto,bar,log,lines,json,none}, --stall-timeout SECONDS (the Watchdog, which run_app turns on around
+training; pass `watchdog=s.report.watchdog` to Progress; a node whose workers finish no batch for that
+long exits 3), --stats; for the apps that use them (parser(techniques=True)) the Lapse/NuPS/Petuum
+techniques --localize, --replicate N, --sampling {naive,preloc,pool,onlylocal}, --consistency
+{async,bsp,ssp:S}, and (resumable=True) --checkpoint-dir, --checkpoint-every, --keep, --resume,
+--backups. `--nodes`/`--threads` belong to `pskv run`, not to the app.
 
 Progress: tqdm on stderr when it is a terminal, else one line every ~2 s with samples/s (`pskv launch`
 forwards output line by line); `json` prints machine-readable lines tagged TAG on stdout (pskv demo).
@@ -32,7 +35,6 @@ import dataclasses
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -40,53 +42,10 @@ import numpy as np
 import pskv
 
 from ..errors import ConfigError
+from .arguments import (SCHEMES, arguments, at_least, check_resume, dims, newest_checkpoint,  # noqa: F401 - the API
+                        parser)
 from .metrics import (STALL_STATUS, STALL_TIMEOUT, TAG, Progress, Reducer, Report, Watchdog,  # noqa: F401 - the API
                       is_leader, say)
-
-SCHEMES = ("naive", "preloc", "pool", "onlylocal")  # --sampling: pskv.Sampling's schemes
-
-
-def parser(app: str, description: str, *, epochs: int = 10) -> argparse.ArgumentParser:
-    """An ArgumentParser for `python -m pskv.apps.APP` with the common flags already added."""
-    p = argparse.ArgumentParser(prog=f"pskv run {app}", description=description,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    g = p.add_argument_group("common")
-    g.add_argument("--epochs", type=int, default=epochs, help="passes over the training data")
-    g.add_argument("--seed", type=int, default=0, help="seed of data splits, initial values and order")
-    g.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the metrics against wall time "
-                                                                 "(needs matplotlib: pip install 'pskv[plot]')")
-    g.add_argument("--log", type=Path, metavar="FILE.jsonl", help="write one JSON line per epoch")
-    g.add_argument("--progress", choices=["auto", "bar", "log", "lines", "json", "none"], default="auto",
-                   help="auto: a bar on a terminal (also under `pskv run`/`pskv launch` on one), else a log "
-                        "line every ~2 s (log, lines); none: no progress")
-    g.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT, metavar="SECONDS",
-                   help="stop this node (status 3, with every thread's stack) when no worker finished a "
-                        "batch for this long; 0: never")
-    g.add_argument("--stats", action="store_true", help="print each node's counters (node.stats()) after training")
-    t = p.add_argument_group("techniques (Lapse / NuPS / Petuum)")
-    t.add_argument("--localize", action="store_true", help="relocate parameters to where they are used")
-    t.add_argument("--lease", type=float, default=None, metavar="SECONDS",
-                   help="pskv.Relocate(lease=): a node keeps keys it localized this long (0: always move; "
-                        "default: pskv's)")
-    t.add_argument("--location-caches", choices=["on", "off"], default=None,
-                   help="pskv.Relocate(location_caches=) (default: on with --localize or --sampling preloc/pool)")
-    t.add_argument("--replicate", type=int, default=0, metavar="N", help="replicate the N hottest keys")
-    t.add_argument("--sampling", type=_scheme, default=None, metavar="{" + ",".join(SCHEMES) + "}",
-                   help="sampling scheme for negative samples (default: naive, drawn by the app)")
-    t.add_argument("--consistency", type=_consistency, default="async", metavar="{async,bsp,ssp:S}",
-                   help="consistency model")
-    g.add_argument("--checkpoint-dir", type=Path, metavar="DIR",
-                   help="save a checkpoint of the tables (and the run's position) under DIR (node.checkpoint)")
-    g.add_argument("--checkpoint-every", type=int, default=1, metavar="N", help="epochs between checkpoints")
-    g.add_argument("--keep", type=int, default=3, metavar="K", help="checkpoints kept in --checkpoint-dir")
-    g.add_argument("--resume", action="store_true",
-                   help="start from the newest complete checkpoint in --checkpoint-dir, on any node count, at the "
-                        "epoch after it")
-    g.add_argument("--backups", type=int, default=None, metavar="B",
-                   help="keep B backups of every key range (pskv.init(backups=B)); when a node dies, the others "
-                        "go on and take over its share of the data (default: PSKV_BACKUPS, else 0)")
-    return p
-
 
 class Clock:
     """Worker.clock() once per batch under --consistency bsp/ssp (Petuum's per-batch clock); under async
@@ -152,18 +111,6 @@ def placement(args: argparse.Namespace) -> pskv.Relocate:
     return pskv.Relocate(**kw)
 
 
-def _scheme(text: str) -> str:
-    if text in SCHEMES:
-        return text
-    raise argparse.ArgumentTypeError(f"{text!r} is not {', '.join(SCHEMES[:-1])} or {SCHEMES[-1]}")
-
-
-def _consistency(text: str) -> str:
-    if text in ("async", "bsp") or (text.startswith("ssp:") and text[4:].isdigit()):
-        return text
-    raise argparse.ArgumentTypeError(f"{text!r} is not async, bsp or ssp:S (S a staleness >= 0)")
-
-
 # ---- the skeleton of every app on one node -------------------------------------------------------------------
 @dataclasses.dataclass
 class Session:
@@ -200,7 +147,8 @@ class Session:
         outside the tables goes into one), then thread 0 of each node writes a checkpoint between
         two barriers (so it holds exactly the epochs done), recording the epoch to resume after."""
         args = self.args
-        if args.checkpoint_dir is None or not (epoch % max(args.checkpoint_every, 1) == 0 or epoch == args.epochs):
+        directory = getattr(args, "checkpoint_dir", None)  # (an app that is not resumable has none)
+        if directory is None or not (epoch % max(args.checkpoint_every, 1) == 0 or epoch == args.epochs):
             return
         if save is not None:
             save()
@@ -274,15 +222,21 @@ def run_app(app: str, args: argparse.Namespace, *, metrics: int, setup: Callable
        other nodes: word2vec's gensim comparison), and print the summary `lines` (None: none), write --log, --plot.
     An exception (a worker's included) stops the node, which tells the others, and propagates."""
     report, lines = Report(app, args), None
-    model = {} if args.consistency == "async" else {"consistency": args.consistency}  # async: PSKV_CONSISTENCY's
+    consistency = getattr(args, "consistency", "async")
+    model = {} if consistency == "async" else {"consistency": consistency}  # async: PSKV_CONSISTENCY's
     if getattr(args, "backups", None) is not None:
         model["backups"] = args.backups
+    fresh = False  # --resume with no complete checkpoint yet: start at epoch 1 (every node finds the same)
     if getattr(args, "resume", False):
         if args.checkpoint_dir is None:
-            raise ConfigError(f"{app}: --resume needs --checkpoint-dir DIR (where the run saved its checkpoints)")
-        model["restore"] = str(args.checkpoint_dir)
+            raise ConfigError(f"{app}: --resume needs --checkpoint-dir DIR (where the run saves its checkpoints)")
+        fresh = newest_checkpoint(args.checkpoint_dir) is None
+        if not fresh:
+            model["restore"] = str(args.checkpoint_dir)
     with pskv.init(**model) as node:  # pskv parses 'bsp' and 'ssp:S'
-        if node.config.backups and args.consistency != "async":
+        if fresh and node.rank == 0:
+            print(f"{app}: --resume: no checkpoint in {args.checkpoint_dir} yet; starting at epoch 1", flush=True)
+        if node.config.backups and consistency != "async":
             raise ConfigError(f"{app}: --backups works with --consistency async only for now: the workers that take "
                               "over a dead node's data would run more clocks than the others wait for")
         session = Session(args, node, report, start_epoch=int(node.restored.get("epoch", 0)))

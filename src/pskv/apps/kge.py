@@ -33,6 +33,7 @@ relations.tsv, meta.json: pskv.data.trained); `load_embeddings(DIR)` reads them 
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from dataclasses import dataclass, field
@@ -54,7 +55,8 @@ _REGS = {"none": 0, "l2": 1, "n3": 2}
 
 
 def _parser():
-    p = common.parser("kge", "knowledge-graph embeddings (ComplEx, DistMult) with negative sampling", epochs=30)
+    p = common.parser("kge", "knowledge-graph embeddings (ComplEx, DistMult) with negative sampling", epochs=30,
+                      techniques=True, resumable=True)
     g = p.add_argument_group("kge")
     g.add_argument("--data", default="nations",
                    help="nations, umls, ml-100k-kg, lapse-toy, random:E,R,T, or a path: a directory of train/valid/"
@@ -62,7 +64,8 @@ def _parser():
                         "relation_ids.del) or one file of head<TAB>relation<TAB>tail lines, split by --seed")
     g.add_argument("--out", type=Path, metavar="DIR", help="write the trained embeddings with their names here "
                                                            "(entities.npy/.tsv, relations.npy/.tsv, meta.json)")
-    g.add_argument("--model", choices=["complex", "distmult"], default="complex")
+    g.add_argument("--model", choices=["complex", "distmult"], default="complex",
+                   help="score of a triple: ComplEx (Re<h, r, conj t>, complex rows) or DistMult (<h, r, t>, real rows)")
     g.add_argument("--dim", type=int, default=200, help="floats per row (ComplEx: dim/2 complex numbers)")
     g.add_argument("--lr", type=float, default=0.1, help="Adagrad step size")
     g.add_argument("--neg", type=int, default=32, help="negative samples per positive, for each side")
@@ -318,14 +321,31 @@ def _finish(run: _Run, wall: float) -> list[str] | None:
     return lines
 
 
+_NAMED = ("nations", "umls", "ml-100k-kg", "lapse-toy")  # --data sets by name; else random:E,R,T or a path
+
+
+def check(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and check kge's arguments (`pskv run kge` calls it before any node starts): a mistake in a
+    flag, a --data that names no data set or path, or a --resume checkpoint of another --dim ends the run
+    in one line with status 2 (common.arguments); a resumed run already at --epochs exits 0."""
+    return common.arguments("kge", _parser(), argv, _check)
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    if args.dim < 1 or (args.model == "complex" and args.dim % 2):
+        raise pskv.ConfigError(f"--dim {args.dim}: ComplEx needs an even dim >= 2 (real | imaginary)")
+    common.at_least(args, 1, "--epochs", "--neg", "--batch", "--eval-triples", "--reuse", "--checkpoint-every",
+                    "--keep")
+    if args.data not in _NAMED and not args.data.startswith("random:") and not Path(args.data).exists():
+        raise DataError(f"--data {args.data!r}: no such file or directory; --data takes nations, umls, ml-100k-kg, "
+                        "lapse-toy, random:E,R,T, a directory of train/valid/test triples or one file of triples")
+    return common.check_resume(args, lambda tables: common.dims(tables, {"entities": (args.dim, f"--dim {args.dim}"),
+                                                                          "relations": (args.dim, f"--dim {args.dim}")}))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the KGE app on this node (or as a 1-node cluster); returns the exit status."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.dim < 1 or (args.model == "complex" and args.dim % 2):
-        parser.error(f"--dim {args.dim}: ComplEx needs an even dim >= 2 (real | imaginary)")
-    if min(args.neg, args.batch, args.eval_triples, args.reuse, args.epochs) < 1:
-        parser.error("--epochs, --neg, --batch, --eval-triples and --reuse must be >= 1")
+    args = check(argv)
     try:  # every node reads the data before it joins: a malformed file stops them all alike, nothing written
         kg = _lapse(args) if args.data == "lapse-toy" else load(args.data, seed=args.seed)
     except DataError as exc:

@@ -63,7 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--rows", type=int, default=0, help="train on the first N examples only (0: all)")
     g.add_argument("--l1", type=float, default=1e-4, help="L1 weight (mean-loss scale: sklearn C = 1/(l1 n))")
     g.add_argument("--l2", type=float, default=0.0, help="L2 weight")
-    g.add_argument("--algo", choices=["dbpg", "prox", "ftrl"], default="dbpg")
+    g.add_argument("--algo", choices=["dbpg", "prox", "ftrl"], default="dbpg",
+                   help="dbpg: delayed block proximal gradient over feature blocks (Li et al.); prox: proximal SGD "
+                        "per minibatch; ftrl: FTRL-proximal per minibatch")
     g.add_argument("--blocks", type=int, default=32, help="dbpg: feature blocks (key ranges)")
     g.add_argument("--delay", type=int, default=0, help="dbpg: bounded delay tau, in rounds")
     g.add_argument("--lr", type=float, default=0.5, help="prox: step size; ftrl: alpha")
@@ -108,8 +110,6 @@ def _load(args: argparse.Namespace, rank: int) -> tuple[SparseData, SparseData, 
 
 def setup(s: common.Session) -> State:
     args, node = s.args, s.node
-    if args.blocks < 1 or args.delay < 0 or args.batch < 1 or args.l1 < 0 or args.l2 < 0:
-        raise ConfigError("lr: --blocks and --batch must be >= 1, --delay, --l1 and --l2 >= 0")
     if node.rank == 0:
         _load(args, 0)  # fetch, featurize or convert once, before the others read
     node.table("lr-ready", rows=1)  # (a collective: the other nodes wait here until node 0 has the data ready)
@@ -325,8 +325,27 @@ def finish(st: State, wall: float) -> list[str]:
     return lines
 
 
+def check(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and check lr's arguments (`pskv run lr` calls it before any node starts): a mistake in a
+    flag or a --data / --test that is no file ends the run in one line with status 2 (common.arguments)."""
+    return common.arguments("lr", _parser(), argv, _check)
+
+
+def _check(args: argparse.Namespace) -> None:
+    common.at_least(args, 1, "--epochs", "--blocks", "--batch")
+    common.at_least(args, 0, "--delay", "--rows")
+    if args.l1 < 0 or args.l2 < 0:
+        raise ConfigError(f"--l1 {args.l1:g} and --l2 {args.l2:g} must be >= 0")
+    if not args.test and not 0 < args.test_fraction < 1:
+        raise ConfigError(f"--test-fraction {args.test_fraction} must be in (0, 1) without --test")
+    for flag, path in (("--data", args.data), ("--test", args.test)):
+        if path is not None and path != "census" and not Path(path).is_file():
+            raise DataError(f"{flag} {path!r}: no such file; give census or a libsvm / .pskvsp file")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run lr on this node (or as a 1-node cluster); returns the exit status."""
+    args = check(argv)
     try:
         return common.run_app("lr", args, metrics=_SCALARS + 2 * AUC_BINS, setup=setup, train=train, finish=finish)
     except DataError as exc:  # (raised in setup, on every node alike: each reads the same file)

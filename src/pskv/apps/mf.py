@@ -45,7 +45,8 @@ _USERS_OUT = "mf-users-out"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = common.parser("mf", "matrix factorization by SGD on a parameter server", epochs=30)
+    p = common.parser("mf", "matrix factorization by SGD on a parameter server", epochs=30, techniques=True,
+                      resumable=True)
     g = p.add_argument_group("mf")
     g.add_argument("--data", default="ml-100k",
                    help="ml-100k, lapse-toy, zipf:ROWSxCOLSxNNZ, or a ratings file: .inter (RecBole), .mmc, or a "
@@ -61,8 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--step-size-offset", type=float, default=1.0, help="y")
     g.add_argument("--step-size-pow", type=float, default=0.0, help="z (0: a constant step size)")
     g.add_argument("--init-std", type=float, default=0.1, help="std of the initial factors")
-    g.add_argument("--biases", action=argparse.BooleanOptionalAction, default=True)
-    g.add_argument("--global-mean", action=argparse.BooleanOptionalAction, default=True)
+    g.add_argument("--biases", action=argparse.BooleanOptionalAction, default=True,
+                   help="learn a bias per user and per item (b_u, b_i)")
+    g.add_argument("--global-mean", action=argparse.BooleanOptionalAction, default=True,
+                   help="predict around the mean training rating (mu)")
     g.add_argument("--batch", type=int, default=1000, help="ratings per pull/push round")
     g.add_argument("--schedule", choices=["free", "dsgd", "ccd"], default="free",
                    help="free: each worker its ratings in random order (Hogwild-like); dsgd: item blocks "
@@ -288,8 +291,6 @@ def _setup(s: common.Session, problem: Problem) -> _Run:
     extra = {"replicate": pskv.Replicate(keys=_hottest(problem.train, args.replicate))} if args.replicate else {}
     extra["placement"] = common.placement(args)  # --lease, --location-caches
     if args.storage == "disk":  # Bösen's out-of-core table: the item factors in files, a bounded cache
-        if args.storage_path is None:
-            raise ConfigError("mf: --storage disk needs --storage-path DIR (where each node keeps its item rows)")
         extra.update(storage="disk", cache_rows=args.cache_rows, path=args.storage_path)
     items = node.table(_ITEMS, rows=problem.train.n_items, dim=args.rank + args.biases, updater=updater,
                        init=pskv.Normal(std=args.init_std, seed=args.seed), **extra)
@@ -369,14 +370,55 @@ def _with_bias(factors: np.ndarray, args) -> np.ndarray:
     return np.column_stack([factors, np.zeros(len(factors))]) if args.biases else factors
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+_NAMED = ("ml-100k", "lapse-toy")  # --data sets by name; else zipf:... or a file
+
+
+def check(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and check mf's arguments (`pskv run mf` calls it before any node starts): a mistake in a
+    flag, a --data that names no data set or file, or a --resume checkpoint of another --rank ends the
+    run in one line with status 2 (common.arguments); a resumed run already at --epochs exits 0."""
+    return common.arguments("mf", _parser(), argv, _check)
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    common.at_least(args, 1, "--epochs", "--rank", "--batch", "--checkpoint-every", "--keep")
     if args.sampling not in (None, "naive"):
-        print("pskv run mf: error: --sampling: mf draws no negative samples; drop the flag", file=sys.stderr)
-        return 2
+        raise ConfigError("--sampling: mf draws no negative samples; drop the flag")
     if args.step_size_pow > 0 and args.step_size_offset <= 0:
-        print("pskv run mf: error: --step-size-pow > 0 needs --step-size-offset > 0", file=sys.stderr)
-        return 2
+        raise ConfigError("--step-size-pow > 0 needs --step-size-offset > 0")
+    if not 0 <= args.test_fraction < 1:
+        raise ConfigError(f"--test-fraction {args.test_fraction} must be in [0, 1)")
+    if args.data not in _NAMED and not args.data.startswith("zipf:") and not Path(args.data).is_file():
+        raise DataError(f"--data {args.data!r} is not ml-100k, lapse-toy, zipf:ROWSxCOLSxNNZ nor a file of ratings")
+    if args.storage == "disk" and args.storage_path is None:
+        raise ConfigError("--storage disk needs --storage-path DIR (where each node keeps its item rows)")
+    if args.schedule == "ccd":
+        mf_ccd.check(args)
+    updater = "adagrad" if args.item_updater == "adagrad" or (
+        args.item_updater == "auto" and args.data.startswith("zipf:")) else "add"
+    return common.check_resume(args, lambda tables: _compatible(args, tables, updater))
+
+
+def _compatible(args: argparse.Namespace, tables: dict, updater: str) -> str | None:
+    """What of --rank, --biases, --item-updater does not fit a checkpoint's tables (check_resume)."""
+    users = tables.get(_USERS_OUT)  # its rows: the rank's factors and a bias, whatever --biases said
+    if _ITEMS not in tables or users is None:
+        return f"--checkpoint-dir does not match mf: no mf tables but {', '.join(sorted(tables)) or 'none'}"
+    rank = int(users["dim"]) - 1
+    if rank != args.rank:
+        return f"--rank {args.rank} does not match {rank}"
+    if int(tables[_ITEMS]["dim"]) != args.rank + args.biases:
+        return "--biases does not match --no-biases" if args.biases else "--no-biases does not match --biases"
+    theirs = (tables[_ITEMS].get("updater") or {}).get("name", "add")
+    if theirs != updater:  # (--item-updater sgd makes an `add` table)
+        flag = {"add": "sgd"}
+        return f"--item-updater {flag.get(updater, updater)} does not match {flag.get(theirs, theirs)}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run mf on this node (or as a 1-node cluster); returns the exit status."""
+    args = check(argv)
     try:
         problem = load(args)
     except DataError as exc:

@@ -100,17 +100,23 @@ class State:
     users: pskv.Table | None
 
 
+def check(args, *, backups: int | None = None) -> None:
+    """The flags --schedule ccd cannot honour (mf.check, before any node starts): ConfigError naming them."""
+    if backups or args.backups or args.checkpoint_dir:
+        raise ConfigError("--schedule ccd keeps its rounds in worker clocks and does not survive a dead node or "
+                          "resume from a checkpoint yet; use --schedule free for --backups / --checkpoint-dir")
+    if args.consistency != "async" or args.localize or args.replicate or args.storage == "disk":
+        raise ConfigError("--schedule ccd keeps a copy of the item factors in every worker and orders rounds by "
+                          "worker clocks; drop --consistency, --localize, --replicate and --storage disk")
+    if args.ccd_policy not in POLICIES:
+        raise ConfigError(f"--ccd-policy {args.ccd_policy!r}: use one of {', '.join(POLICIES)}")
+
+
 def setup(s: common.Session, problem, items_table: str, users_table: str) -> State:
     """Declare the tables and the scheduler (collective), start node 0's scheduler thread."""
     args, node = s.args, s.node
-    if node.config.backups or args.checkpoint_dir:
-        raise ConfigError("mf: --schedule ccd keeps its rounds in worker clocks and does not survive a dead node or "
-                          "resume from a checkpoint yet; use --schedule free for --backups / --checkpoint-dir")
-    if args.consistency != "async" or args.localize or args.replicate or args.storage == "disk":
-        raise ConfigError("mf: --schedule ccd keeps a copy of the item factors in every worker and orders rounds by "
-                          "worker clocks; drop --consistency, --localize, --replicate and --storage disk")
-    if args.ccd_policy not in POLICIES:
-        raise ConfigError(f"mf: --ccd-policy {args.ccd_policy!r}: use one of {', '.join(POLICIES)}")
+    if node.config.backups:  # (PSKV_BACKUPS; the flags were checked before the node started)
+        check(args, backups=node.config.backups)
     plan = Plan.of(args, problem.train.n_items)
     sched = schedule.Scheduler(node, "mf-ccd", plan.blocks, plan.per_round, policy=args.ccd_policy, seed=args.seed)
     schedule.RoundSums.declare(node, _SUMS, plan.width)

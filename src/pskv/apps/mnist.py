@@ -13,6 +13,7 @@ Prints train loss and accuracy and test accuracy per epoch; the summary ends wit
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -78,11 +79,13 @@ def load_model(path):
     return model.eval()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = common.parser("mnist", "LeNet-5 on Fashion-MNIST through pskv.torch.DataParallel", epochs=2)
     p.add_argument("--data", default="fashion-mnist", help="a data set name (pskv data list) or an MNIST-layout "
                                                            "directory of idx files")
     p.add_argument("--mode", default="sync", help="sync (aggregated BSP rounds), async, or ssp:S")
+    p.add_argument("--checkpoint-dir", type=Path, metavar="DIR",
+                   help="with --eval-freq: write checkpoints of the weights under DIR (pskv evaluate reads them)")
     p.add_argument("--batch", type=int, default=64, help="global batch, split over every worker")
     p.add_argument("--lr", type=float, default=0.05, help="server-side SGD learning rate")
     p.add_argument("--momentum", type=float, default=0.9, help="server-side SGD momentum")
@@ -93,9 +96,34 @@ def main(argv: list[str] | None = None) -> int:
                         "(`pskv evaluate --checkpoint-dir DIR` evaluates each)")
     p.add_argument("--out", type=Path, metavar="MODEL.pt", help="write the trained weights (torch state_dict; "
                                                                 "pskv.apps.mnist.load_model reads it)")
-    args = p.parse_args(argv)
-    if args.resume:
-        raise pskv.ConfigError("mnist: --resume is not supported yet; start the run again")
+    return p
+
+
+def check(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and check mnist's arguments (`pskv run mnist` calls it before any node starts, without
+    importing torch): a mistake in a flag or a --data that names no data set or directory ends the run
+    in one line with status 2 (common.arguments)."""
+    return common.arguments("mnist", _parser(), argv, _check)
+
+
+def _check(args: argparse.Namespace) -> None:
+    common.at_least(args, 1, "--epochs", "--batch")
+    common.at_least(args, 0, "--limit", "--test-limit", "--eval-freq")
+    mode = args.mode
+    if mode not in ("sync", "async") and not (mode.startswith("ssp:") and mode[4:].isdigit()):
+        raise pskv.ConfigError(f"--mode {mode!r} is not sync, async or ssp:S (S a staleness >= 0)")
+    if args.data not in DATASETS and not Path(args.data).is_dir():
+        raise pskv.ConfigError(f"--data {args.data!r} is neither a data set (pskv data list) nor a directory")
+    if args.eval_freq and args.checkpoint_dir is None:
+        raise pskv.ConfigError("--eval-freq needs --checkpoint-dir DIR (where pskv evaluate finds the checkpoints)")
+    if args.checkpoint_dir is not None and not args.eval_freq:
+        raise pskv.ConfigError("--checkpoint-dir needs --eval-freq STEPS (mnist writes checkpoints for pskv evaluate "
+                               "only; it does not resume)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run mnist on this node (or as a 1-node cluster); returns the exit status."""
+    args = check(argv)
     import torch
 
     import pskv.torch as ptorch

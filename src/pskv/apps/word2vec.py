@@ -41,6 +41,7 @@ gensim's KeyedVectors.load_word2vec_format) reads back.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib.util
 import sys
@@ -63,7 +64,8 @@ _GENSIM_FILES = {"head500": "head500.noblanks.cor", "lee": "lee_background.cor"}
 
 
 def _parser():
-    p = common.parser("word2vec", "word2vec: skip-gram with negative sampling", epochs=5)
+    p = common.parser("word2vec", "word2vec: skip-gram with negative sampling", epochs=5, techniques=True,
+                      resumable=True)
     g = p.add_argument_group("word2vec")
     g.add_argument("--data", default="head500", help="head500, lee (gensim's test corpora), lapse-toy, or a "
                                                     "text file with one sentence of space-separated tokens per line, "
@@ -359,17 +361,32 @@ def _compare_gensim(run: _Run, lines: list[str]) -> list[str]:
     return table + lines
 
 
+def check(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and check word2vec's arguments (`pskv run word2vec` calls it before any node starts): a mistake
+    in a flag, a --data that names no corpus or path, or a --resume checkpoint of another --dim ends the run
+    in one line with status 2 (common.arguments); a resumed run already at --epochs exits 0."""
+    return common.arguments("word2vec", _parser(), argv, _check)
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    common.at_least(args, 1, "--dim", "--neg", "--batch-words", "--epochs", "--reuse", "--data-words",
+                    "--checkpoint-every", "--keep")
+    common.at_least(args, 0, "--window")
+    if args.compare_gensim and not gensim_available():
+        raise pskv.ConfigError("--compare-gensim needs gensim, which is not installed: pip install 'pskv[compare]' "
+                               "(or pip install gensim)")
+    if args.data not in (*_GENSIM_FILES, "lapse-toy") and not Path(args.data).exists():
+        raise DataError(f"--data {args.data!r} is neither head500, lee, lapse-toy nor a file or directory")
+    for flag, path in (("--wordsim", args.wordsim), ("--analogies", args.analogies)):
+        if path is not None and not path.is_file():
+            raise DataError(f"{flag} {str(path)!r}: no such file")
+    dim = (args.dim, f"--dim {args.dim}")
+    return common.check_resume(args, lambda tables: common.dims(tables, {"syn0": dim, "syn1neg": dim}))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run word2vec on this node (or as a 1-node cluster); returns the exit status."""
-    p = _parser()
-    args = p.parse_args(argv)
-    if min(args.dim, args.neg, args.batch_words, args.epochs, args.reuse) < 1 or args.window < 0:
-        p.error("--dim, --neg, --batch-words, --epochs and --reuse must be >= 1, --window >= 0")
-    if args.compare_gensim and not gensim_available():
-        p.error("--compare-gensim needs gensim, which is not installed: pip install 'pskv[compare]' "
-                "(or pip install gensim)")
-    if args.data_words is not None and args.data_words < 1:
-        p.error("--data-words must be >= 1")
+    args = check(argv)
     try:  # every node reads the data before it joins: a malformed file stops them all alike, nothing written
         vocab, corpus = load_text(args)
         tests = load_tests(args.wordsim, args.analogies)

@@ -19,11 +19,11 @@ pytestmark = pytest.mark.timeout(30)
     (["--lease", "0", "--location-caches", "on"], pskv.Relocate(lease=0.0, location_caches=True)),
 ])
 def test_placement_flags(argv, expected):
-    args = common.parser("test", "placement flags").parse_args(argv)
+    args = common.parser("test", "placement flags", techniques=True).parse_args(argv)
     assert common.placement(args) == expected
 
 
 def test_a_bad_lease_is_refused_with_the_value():
-    args = common.parser("test", "placement flags").parse_args(["--lease", "-1"])
+    args = common.parser("test", "placement flags", techniques=True).parse_args(["--lease", "-1"])
     with pytest.raises(pskv.ConfigError, match=r"lease=-1"):
         common.placement(args)

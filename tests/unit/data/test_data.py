@@ -241,7 +241,7 @@ def test_lapse_toy_dir_env_and_missing(monkeypatch, tmp_path):
 def test_unknown_technique_name_is_a_usage_error_listing_the_choices(capsys):
     """Every technique is in pskv: its flags always parse; an unknown scheme or consistency model is a
     usage error (status 2) whose message lists the valid ones."""
-    p = common.parser("x", "test")
+    p = common.parser("x", "test", techniques=True)
     args = p.parse_args(["--localize", "--replicate", "3", "--sampling", "pool", "--consistency", "bsp"])
     assert (args.localize, args.replicate, args.sampling, args.consistency) == (True, 3, "pool", "bsp")
     for flag, value, message in [
@@ -250,12 +250,12 @@ def test_unknown_technique_name_is_a_usage_error_listing_the_choices(capsys):
         with pytest.raises(SystemExit) as info:
             p.parse_args([flag, value])
         assert info.value.code == 2
-        assert capsys.readouterr().err.splitlines()[-1] == f"pskv run x: error: argument {flag}: {message}"
+        assert capsys.readouterr().err == f"pskv run x: error: argument {flag}: {message}; see `pskv run x --help`\n"
 
 
 def test_consistency_flag_syntax():
     """--consistency takes async, bsp or ssp:S and rejects anything else as a usage error."""
-    p = common.parser("x", "test")
+    p = common.parser("x", "test", techniques=True)
     assert p.parse_args(["--consistency", "ssp:3"]).consistency == "ssp:3"
     with pytest.raises(SystemExit):
         p.parse_args(["--consistency", "ssp:x"])
@@ -297,7 +297,7 @@ def test_cli_data_list_and_run_dispatch(monkeypatch, capsys):
     assert cli.main(["data", "list"]) == 0
     assert "ml-100k" in capsys.readouterr().out
     seen = {}
-    monkeypatch.setattr(launch, "launch", lambda n, cmd, threads, backups=None: seen.update(
+    monkeypatch.setattr(launch, "launch", lambda n, cmd, threads, backups=None, verbose=False: seen.update(
         n=n, cmd=cmd, threads=threads, backups=backups) or 0)
     assert cli.main(["run", "mf", "--nodes", "2", "--threads", "3", "--", "--epochs", "1"]) == 0
     assert seen["n"] == 2 and seen["threads"] == 3 and seen["cmd"][1:] == ["-m", "pskv.apps.mf", "--epochs", "1"]
