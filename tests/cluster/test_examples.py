@@ -88,18 +88,18 @@ def test_readme_joining_block_is_the_example_file():
 
 
 def test_elastic_example_a_third_node_joins_with_launch_join(tmp_path):
-    """`pskv launch -n 2` of examples/elastic.py prints the coordinator; `pskv launch -n 1 --join` adds a
+    """`pskv launch -n 2 --verbose` of examples/elastic.py prints how to join; `pskv launch -n 1 --join` adds a
     node that takes exactly its share: 500 // 3 rows of each of the two key ranges."""
     launch = [sys.executable, "-m", "pskv", "launch"]
     err = open(tmp_path / "first.err", "w+")
-    first = subprocess.Popen([*launch, "-n", "2", "--", sys.executable, str(ELASTIC)], stdout=subprocess.PIPE,
-                             stderr=err, text=True, cwd=ROOT)
+    first = subprocess.Popen([*launch, "-n", "2", "--verbose", "--", sys.executable, str(ELASTIC)],
+                             stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT)
     try:
         address = None
         for _ in range(600):  # bounded: 60 s
-            found = re.search(r"coordinator at (\S+);.*`PSKV_SECRET_FILE=(\S+) ", Path(err.name).read_text())
+            found = re.search(r"`PSKV_SECRET_FILE=(\S+) pskv launch -n K --join (\S+) ", Path(err.name).read_text())
             if found:
-                address, secret = found.groups()
+                secret, address = found.groups()
                 break
             time.sleep(0.1)
         assert address, Path(err.name).read_text()

@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 from ..config import ConfigError, NodeConfig
 from ..net.auth import new_secret
-from . import hosts as emulation
+from . import hosts as emulation, verdict
 from .cluster import BAR_TAG, LOOPBACK, POLL_INTERVAL, Cluster, terminal
 
 __all__ = ["BAR_TAG", "Cluster", "launch", "node_env", "read_hostfile", "start_local"]
@@ -141,6 +141,7 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
         raise ConfigError(f"backups={base.backups} on {nodes} nodes: a key range can have at most {nodes - 1} "
                           "backup(s) (one on each other node)")
     cluster = Cluster(echo=echo, log_dir=log_dir, grace=min(_MAX_GRACE, base.failure_timeout), backups=base.backups)
+    cluster.metrics_port = base.metrics_port
     insecure = os.environ.get("PSKV_INSECURE") == "1"  # the user's choice: no secret, no CURVE (trusted networks)
     if not base.secret_file and not insecure and (coordinator is True or coordinator == "node0"):  # ours
         cluster.secret_file = _new_secret(hosts)  # (its directory goes at shutdown)
@@ -187,11 +188,18 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
 def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path | None = None,
            coordinator_host: str | None = None, backups: int | None = None, restore: str | None = None,
            join: str | None = None, metrics: int | None = None, emulated_hosts: int | None = None,
-           link: str | None = None) -> int:
+           link: str | None = None, verbose: bool = False) -> int:
     """Run `command` on `nodes` nodes to completion, echoing their output; return the exit
     status (0 if every node exited 0). Ctrl-C or SIGTERM stops every node; then 128 + signal.
     `emulated_hosts`, `link`: see start_local; unset, they come from PSKV_HOSTS and PSKV_LINK
-    (what `pskv run --hosts H --link RATE` sets)."""
+    (what `pskv run --hosts H --link RATE` sets).
+
+    It prints (on stderr) one `[launcher]` line at the start: nodes, threads and the coordinator's
+    address (with emulated hosts, a second with their map); with metrics on (`metrics`, or
+    PSKV_METRICS_PORT) one with node 0's metrics URL and the `pskv top` command that watches them
+    (and a run file that lets a bare `pskv top` find them: pskv.monitor.runs); with `verbose` and
+    more than one node, one with the command that adds nodes while it runs (the coordinator's
+    address and the secret file's path)."""
     if emulated_hosts is None and link is None:
         emulated_hosts, link = emulation.from_environ(os.environ)
     with _interrupt_on_sigterm():
@@ -200,23 +208,51 @@ def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path |
                              coordinator_host=coordinator_host, backups=backups, restore=restore,
                              join=join, metrics=metrics, emulated_hosts=emulated_hosts, link=link) as cluster, \
                     _dump_on_sigusr1(cluster):
-                if cluster.hosts is not None:
-                    print(f"[launcher] {cluster.hosts.describe()}", file=sys.stderr, flush=True)
-                if cluster._coordinator is not None and not cluster._backups and cluster.hosts is None:
-                    secret = f"PSKV_SECRET_FILE={shlex.quote(cluster.secret_file)} " if cluster.secret_file else ""
-                    print(f"[launcher] coordinator at {cluster.coordinator_address}; add nodes while it runs with "
-                          f"`{secret}pskv launch -n K --join {cluster.coordinator_address} -- CMD`", file=sys.stderr,
-                          flush=True)
-                while True:
-                    # bounded waits: a signal the OS delivers to another of our threads runs its
-                    # Python handler only when the main thread wakes up, so it must wake up
-                    with contextlib.suppress(TimeoutError):
-                        return cluster.wait(timeout=POLL_INTERVAL * 4)
+                for line in _start_lines(cluster, nodes, threads, verbose=verbose, joining=join is not None):
+                    print(f"[launcher] {line}", file=sys.stderr, flush=True)
+                run_file = _register(cluster, command)
+                try:
+                    while True:
+                        # bounded waits: a signal the OS delivers to another of our threads runs its
+                        # Python handler only when the main thread wakes up, so it must wake up
+                        with contextlib.suppress(TimeoutError):
+                            return verdict.report(cluster, cluster.wait(timeout=POLL_INTERVAL * 4))  # root cause last
+                finally:
+                    if run_file is not None:
+                        run_file.unlink(missing_ok=True)
         except KeyboardInterrupt as exc:
             signum = exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT
             print(f"[launcher] interrupted by {signal.Signals(signum).name}; stopped all nodes",
                   file=sys.stderr, flush=True)
             return 128 + signum
+
+
+def _start_lines(cluster: Cluster, nodes: int, threads: int, *, verbose: bool, joining: bool) -> list[str]:
+    """What launch() says at the start: nodes and coordinator; the emulated hosts; metrics; how to join."""
+    where = ("joining the cluster at " if joining else "coordinator at ") + (cluster.coordinator_address or "?")
+    lines = [f"{nodes} node{'s' if nodes != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}, {where}"
+             + (f", backups {cluster._backups}" if cluster._backups else "")]
+    if cluster.hosts is not None:
+        lines.append(cluster.hosts.describe())
+    if cluster.metrics_port:
+        urls, host = cluster.metrics_urls(), cluster.node_host(0)
+        watch = f"pskv top --metrics-port {cluster.metrics_port}" + (f" --host {host}" if host != "127.0.0.1" else "")
+        spread = f" (node r at port {cluster.metrics_port} + r)" if len(urls) > 1 else ""
+        lines.append(f"metrics at {urls[0]}{spread}; watch them with `pskv top` (or `{watch} --nodes {len(urls)}`)")
+    if verbose and nodes > 1 and cluster._coordinator is not None and not cluster._backups and cluster.hosts is None:
+        secret = f"PSKV_SECRET_FILE={shlex.quote(cluster.secret_file)} " if cluster.secret_file else ""
+        lines.append(f"add nodes while it runs with `{secret}pskv launch -n K --join {cluster.coordinator_address} "
+                     "-- CMD`")
+    return lines
+
+
+def _register(cluster: Cluster, command: list[str]) -> Path | None:
+    """The run file that lets a bare `pskv top` find these nodes (with metrics on), or None."""
+    if not cluster.metrics_port:
+        return None
+    from ..monitor import runs
+
+    return runs.register(cluster.metrics_urls(), shlex.join(command), cluster.metrics_port)
 
 
 @contextlib.contextmanager

@@ -82,6 +82,7 @@ class Cluster:
     def __init__(self, *, echo: bool, log_dir: Path | None, grace: float, backups: int = 0) -> None:
         self.coordinator_address = ""
         self.secret_file = ""  # the secret this launcher made for the cluster (net.auth), in a private directory
+        self.metrics_port = 0  # P: node r serves Prometheus metrics at port P + r of its host (0: none)
         self.pids: list[int] = []
         self._nodes: list[_Node] = []
         self._coordinator: Any = None
@@ -157,6 +158,16 @@ class Cluster:
                          f"exit {node.exit_code()}) ---")
             parts.extend(f"[node {node.rank}] {line}" for line in tail)
         return "\n".join(parts)
+
+    def node_host(self, rank: int) -> str:
+        """The address node `rank` runs at (127.0.0.1, a hostfile's host, an emulated host's address)."""
+        return self._nodes[rank].host
+
+    def metrics_urls(self) -> list[str]:
+        """http://HOST:(P + r)/metrics of every node r when they serve metrics (metrics_port P), else []."""
+        if not self.metrics_port:
+            return []
+        return [f"http://{node.host}:{self.metrics_port + node.rank}/metrics" for node in self._nodes]
 
     def dump(self) -> int:
         """Ask every local node process to log what it waits for (SIGUSR1 to the node's own PID,

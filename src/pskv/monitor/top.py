@@ -1,7 +1,8 @@
 """`pskv top`: a live view of a running cluster, read from its nodes' metrics endpoints.
 
     pskv launch -n 2 --metrics 9100 -- python examples/quickstart.py &
-    pskv top --metrics-port 9100 --nodes 2           # redraws every second; Ctrl-C ends it
+    pskv top                                         # this machine's newest run with metrics (monitor.runs)
+    pskv top --metrics-port 9100                     # the nodes at ports 9100, 9101, ... (--nodes N: N of them)
     pskv top --once http://10.0.0.7:9100/metrics     # one frame, for scripts and tests
 
 One line per node (TABLE `*`: all its tables) and one per table of each node: requests and keys
@@ -53,6 +54,32 @@ def urls_for(port: int | None, nodes: int | None, host: str, urls: list[str]) ->
         url = url if "://" in url else f"http://{url}"
         out.append(url if url.split("://", 1)[1].count("/") else url + "/metrics")
     return out
+
+
+def find(port: int | None, nodes: int | None, host: str, urls: list[str]) -> list[str]:
+    """The endpoints `pskv top` watches. With `urls` or `port`: urls_for, where `port` without `nodes`
+    means the nodes of the live run (monitor.runs) that serves at `port`, else every port from `port`
+    up that answers (none answering: just `port`, shown as unreachable). With neither: the newest live
+    run's endpoints ([] when no run of this user has metrics on)."""
+    from . import runs
+
+    if port is None and not urls:
+        found = runs.live()
+        return list(found[0]["urls"]) if found else []
+    if port and nodes is None:
+        mine = [r for r in runs.live() if r.get("metrics_port") == port]
+        if mine:
+            return list(mine[0]["urls"]) + urls_for(None, None, host, urls)
+        nodes = _answering(host, port)
+    return urls_for(port, nodes, host, urls)
+
+
+def _answering(host: str, port: int, most: int = 1024) -> int:
+    """How many consecutive ports from `port` up serve metrics (at least 1: the first is always shown)."""
+    n = 0
+    while n < most and not isinstance(scrape(f"http://{host}:{port + n}/metrics", timeout=1.0), str):
+        n += 1
+    return max(n, 1)
 
 
 def scrape(url: str, timeout: float = 2.0) -> list[Sample] | str:

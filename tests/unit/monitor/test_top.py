@@ -3,7 +3,10 @@ against a node's real endpoint (and one that does not answer)."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -74,7 +77,30 @@ def test_top_once_prints_a_node_and_its_tables(metrics_node, capsys):
     assert f"127.0.0.1:{dead}/metrics unreachable" in capsys.readouterr().out
 
 
-def test_top_without_endpoints_is_an_error(capsys):
-    """`pskv top` with neither --metrics-port nor URLs says what to give it."""
+def test_top_without_endpoints_is_an_error(capsys, monkeypatch, tmp_path):
+    """`pskv top` with neither --metrics-port nor URLs, and no run of this user with metrics (a private
+    TMPDIR: no run files), says what to give it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert cli.main(["top", "--once"]) == 2
     assert "--metrics-port P" in capsys.readouterr().err
+
+
+def test_top_finds_the_newest_live_run_by_its_file(monkeypatch, tmp_path):
+    """runs.register writes this process's run file; a bare `pskv top` (top.find) watches the newest live run's
+    endpoints; a file whose launcher is gone (a PID that runs no more) is skipped; --metrics-port P without
+    --nodes takes the nodes of the run at P."""
+    from pskv.monitor import runs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert top.find(None, None, "127.0.0.1", []) == []
+    urls = ["http://127.0.0.1:9100/metrics", "http://127.0.0.1:9101/metrics"]
+    path = runs.register(urls, "python train.py", 9100)
+    assert path == tmp_path / f"pskv-runs-{os.getuid()}" / f"run-{os.getpid()}.json"
+    assert (path.parent.stat().st_mode & 0o777) == 0o700
+    dead = {"pid": 2 ** 22 + 7, "started": 1e12, "command": "x", "metrics_port": 9300, "urls": ["http://h:1/metrics"]}
+    (path.parent / "run-gone.json").write_text(json.dumps(dead))  # newer, but its launcher is gone
+    assert top.find(None, None, "127.0.0.1", []) == urls
+    assert top.find(9100, None, "127.0.0.1", []) == urls
+    assert top.find(9100, 1, "127.0.0.1", []) == urls[:1]
+    assert [r["command"] for r in runs.live()] == ["python train.py"]
+
