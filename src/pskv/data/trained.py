@@ -2,7 +2,8 @@
 
     from pskv.data.trained import load_embeddings, load_factors
     emb = load_embeddings("emb")          # kge --out emb: emb.E[i] is entity emb.entities[i]
-    f = load_factors("factors")           # mf --out factors: f.predict(["196"], ["242"])
+    f = load_factors("factors")           # mf --out factors: f.predict("196", "242") -> one float,
+    f.predict("196", ["242", "302"])      # f.predict(users, items) -> an array; unknown ids: see predict
 
 (word2vec's --out is word2vec's own text format: pskv.data.text.write_vectors / read_vectors.)
 
@@ -29,8 +30,19 @@ import numpy as np
 from ..errors import ConfigError
 from .fetch import DataError
 
-__all__ = ["Embeddings", "Factors", "load_embeddings", "load_factors", "read_json", "read_labelled", "write_json",
-           "write_labelled"]
+__all__ = ["Embeddings", "Factors", "UnknownId", "load_embeddings", "load_factors", "read_json", "read_labelled",
+           "write_json", "write_labelled"]
+
+
+class UnknownId(DataError, KeyError):
+    """An id (user, item, entity, relation) a trained model has no row of; `.id` is it."""
+
+    def __init__(self, message: str, id: str) -> None:
+        super().__init__(message)
+        self.id = id
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
+        return str(self.args[0]) if self.args else ""
 
 
 def write_labelled(directory: Path, name: str, rows: np.ndarray, labels: Sequence[object]) -> None:
@@ -107,9 +119,11 @@ class Embeddings:
     meta: dict  # meta.json: dim, data, seed, epochs, the test metrics the app printed
 
     def ids(self, triples: list[tuple[str, str, str]]) -> np.ndarray:
-        """(n, 3) int64 rows of (head, relation, tail) labels; KeyError for an unknown label."""
+        """(n, 3) int64 rows of (head, relation, tail) labels. Raises UnknownId (a KeyError) naming the
+        first label the model has no row of."""
         e, r = {x: i for i, x in enumerate(self.entities)}, {x: i for i, x in enumerate(self.relations)}
-        return np.array([(e[h], r[p], e[t]) for h, p, t in triples], np.int64).reshape(-1, 3)
+        return np.array([(_row(e, h, "entity"), _row(r, p, "relation"), _row(e, t, "entity"))
+                         for h, p, t in triples], np.int64).reshape(-1, 3)
 
     def __repr__(self) -> str:
         return (f"<Embeddings {self.model} entities={len(self.entities)} relations={len(self.relations)} "
@@ -142,18 +156,48 @@ class Factors:
     item_bias: np.ndarray  # (n_items,) float32
     meta: dict  # meta.json: global_mean, rank, biases, clip, data
 
-    def predict(self, users: Sequence[object], items: Sequence[object]) -> np.ndarray:
-        """(n,) float64 predicted ratings of (users[k], items[k]), by the ids of the input file
-        (str() of each); KeyError for an id the model has no row of."""
+    def predict(self, users: object, items: object, *, unknown: str = "fallback") -> float | np.ndarray:
+        """Predicted ratings by the ids of the input file (str() of each: "196" and 196 are one id).
+
+        `users`, `items`: one id each, which gives one float; or sequences of ids (list, tuple, array)
+        of one length, which give an (n,) float64 array of (users[k], items[k]); one id beside a
+        sequence is paired with each of its ids (every item for one user, say). Blocks only to compute.
+
+        An id the model has no row of (not in the training data): with unknown="fallback" (the default)
+        it gets the cold-start prediction, what the model knows without it: global mean plus the bias of
+        the known side (an unknown user: mean + item bias; an unknown item: mean + user bias; both: the
+        mean), clipped like the rest. With unknown="raise" it raises UnknownId (a KeyError) naming it."""
+        if unknown not in ("fallback", "raise"):
+            raise ConfigError(f"Factors.predict: unknown={unknown!r}; use 'fallback' or 'raise'")
+        one = _scalar(users) and _scalar(items)
+        u_ids, i_ids = _ids(users), _ids(items)
+        if len(u_ids) != len(i_ids) and 1 not in (len(u_ids), len(i_ids)):
+            raise ConfigError(f"Factors.predict: {len(u_ids)} users but {len(i_ids)} items; give one of each per "
+                              "prediction, or one id to pair with every id of the other side")
+        u_ids, i_ids = np.broadcast_arrays(np.array(u_ids, object), np.array(i_ids, object))
         u_of, i_of = {x: k for k, x in enumerate(self.users)}, {x: k for k, x in enumerate(self.items)}
-        u = np.array([u_of[str(x)] for x in users], np.int64)
-        i = np.array([i_of[str(x)] for x in items], np.int64)
-        return self.predict_rows(u, i)
+        u = np.array([u_of.get(x, -1) for x in u_ids], np.int64)
+        i = np.array([i_of.get(x, -1) for x in i_ids], np.int64)
+        if unknown == "raise":
+            for side, rows, ids in (("user", u, u_ids), ("item", i, i_ids)):
+                if (rows < 0).any():
+                    missing = ids[int(np.argmax(rows < 0))]
+                    raise UnknownId(f"{side} {missing!r} is not in the model (it was not in the training data of "
+                                    f"{self.meta.get('data', 'this model')!r}); predict(..., unknown='fallback') "
+                                    "gives the global mean plus the known side's bias instead", missing)
+        pred = self.predict_rows(u, i)
+        return float(pred[0]) if one else pred
 
     def predict_rows(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
-        """(n,) float64 predictions of rows u[k] of U and i[k] of V (the app's dense ids)."""
-        dots = np.einsum("ij,ij->i", self.U[u].astype(np.float64), self.V[i].astype(np.float64))
-        pred = self.meta["global_mean"] + self.user_bias[u] + self.item_bias[i] + dots
+        """(n,) float64 predictions of rows u[k] of U and i[k] of V (the app's dense ids); a row -1
+        is an unknown user or item, whose factors and bias count as zero (predict's fallback)."""
+        u, i = np.asarray(u, np.int64), np.asarray(i, np.int64)
+        known_u, known_i = u >= 0, i >= 0
+        U = np.where(known_u[:, None], self.U[np.where(known_u, u, 0)], 0).astype(np.float64)  # (n, rank)
+        V = np.where(known_i[:, None], self.V[np.where(known_i, i, 0)], 0).astype(np.float64)
+        bu = np.where(known_u, self.user_bias[np.where(known_u, u, 0)], 0.0)
+        bi = np.where(known_i, self.item_bias[np.where(known_i, i, 0)], 0.0)
+        pred = self.meta["global_mean"] + bu + bi + np.einsum("ij,ij->i", U, V)
         lo, hi = self.meta.get("clip") or (None, None)  # None in meta.json: unbounded
         return np.clip(pred, -np.inf if lo is None else lo, np.inf if hi is None else hi)
 
@@ -175,6 +219,23 @@ def load_factors(directory: Path) -> Factors:
         raise DataError(f"{directory}: user factors {U.shape}, item factors {V.shape} and meta.json keys "
                         f"{sorted(meta)} do not make one mf model; write it again with --out")
     return Factors(users, items, U, V, bu, bi, meta)
+
+
+def _scalar(value: object) -> bool:
+    """One id (a str, an int, a numpy scalar), not a sequence of them."""
+    return isinstance(value, (str, bytes)) or np.ndim(value) == 0
+
+
+def _ids(value: object) -> list[str]:
+    """The ids of one id or a sequence of them, as the model's labels spell them (str of each)."""
+    return [str(value)] if _scalar(value) else [str(x) for x in value]
+
+
+def _row(rows: dict[str, int], label: object, kind: str) -> int:
+    try:
+        return rows[str(label)]
+    except KeyError:
+        raise UnknownId(f"{kind} {str(label)!r} is not in the model (not in its training data)", str(label)) from None
 
 
 def _vector(path: Path, n: int) -> np.ndarray:

@@ -16,7 +16,8 @@ import pytest
 from pskv.data import DataError, ratings
 from pskv.data.kg import load, load_path
 from pskv.data.text import read_corpus_path, read_vectors, write_vectors
-from pskv.data.trained import load_factors, read_labelled, write_json, write_labelled
+from pskv.data.trained import UnknownId, load_factors, read_labelled, write_json, write_labelled
+from pskv.errors import ConfigError
 
 fetch_mod = importlib.import_module("pskv.data.fetch")  # the module; pskv.data.fetch is the function
 
@@ -211,6 +212,31 @@ def test_load_factors_predicts_by_the_input_ids_and_clips(tmp_path):
     f = load_factors(tmp_path)
     assert f.predict(["u1", "u2", "u1"], [7, 7, 9]).tolist() == [2.5, 3.0, 3.5]
     assert f.predict_rows(np.array([1]), np.array([1])).tolist() == [1.0]  # 1 - 1 + 0, clipped up to 1
+
+
+def test_predict_takes_one_id_or_sequences_and_falls_back_for_unknown_ids(tmp_path):
+    """predict("u1", 7) is one float; one id beside a sequence pairs with each; an unknown user gets the
+    global mean plus the item's bias, an unknown item the mean plus the user's, both the mean (clipped);
+    unknown="raise" raises UnknownId, a KeyError naming the id."""
+    write_labelled(tmp_path, "user_factors", np.array([[1, 0], [0, 2]], np.float32), ["u1", "u2"])
+    write_labelled(tmp_path, "item_factors", np.array([[1, 1], [3, 0]], np.float32), ["7", "9"])
+    np.save(tmp_path / "user_bias.npy", np.array([0.5, 0], np.float32))
+    np.save(tmp_path / "item_bias.npy", np.array([0, 1.5], np.float32))
+    write_json(tmp_path / "meta.json", {"global_mean": 2.0, "rank": 2, "biases": True, "clip": [1.0, 5.0],
+                                        "data": "r.csv"})
+    f = load_factors(tmp_path)
+    assert f.predict("u1", 7) == 3.5 and isinstance(f.predict("u1", "7"), float)  # 2 + 0.5 + 0 + 1
+    assert f.predict("u1", ["7", "9"]).tolist() == [3.5, 5.0]  # 2 + 0.5 + 1.5 + 3 = 7, clipped to 5
+    assert f.predict(np.array(["u1", "u2"]), "9").tolist() == [5.0, 3.5]
+    assert f.predict("alice47", "book-23") == 2.0  # neither known: the global mean
+    assert f.predict(["alice47", "u1"], ["9", "book-23"]).tolist() == [3.5, 2.5]  # mean + the known side's bias
+    with pytest.raises(UnknownId, match=r"^user 'alice47' is not in the model .*'r\.csv'") as info:
+        f.predict(["u1", "alice47"], ["7", "7"], unknown="raise")
+    assert isinstance(info.value, KeyError) and info.value.id == "alice47"
+    with pytest.raises(UnknownId, match=r"^item 'book-23' is not in the model"):
+        f.predict("u1", "book-23", unknown="raise")
+    with pytest.raises(ConfigError, match="2 users but 3 items"):
+        f.predict(["u1", "u2"], ["7", "9", "7"])
 
 
 # ---- one download when several processes fetch at once ----------------------------------------------
