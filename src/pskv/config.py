@@ -26,6 +26,8 @@ below carries its reason.
 | PSKV_COORDINATOR_HOST | Kubernetes: the coordinator's pod, JOB-0.SERVICE (environments.py) | unset |
 | PSKV_METRICS_PORT | P: node r serves Prometheus metrics at http://PSKV_HOST:(P+r)/metrics (pskv.monitor) | 0: none |
 | PSKV_SHARED_MEMORY | 1: the nodes of one host read and write each other's shards in shared memory (store.shm), and their messages travel over private `ipc://` files (net.auth.private_dir) without CURVE; 0: only messages, over TCP | 1 |
+| PSKV_FULL_TRACEBACKS | 1: an uncaught pskv.NodeFailure prints Python's whole traceback, not one line (node.diagnostics) | 0 |
+| PSKV_WAIT_LOG_INTERVAL | seconds between the "still waiting for node 1 in barrier #3" lines of a waiting collective | 30 |
 | PSKV_TEST_DROP_RATE | test only: fraction of outgoing data messages dropped | 0 |
 """
 
@@ -65,6 +67,8 @@ class NodeConfig:
     secret_file: str | None = None  # None: no authentication (a lone process, or nodes started by hand; net.auth)
     metrics_port: int = 0  # 0: no exporter (opt-in: it opens a port and a thread); P: node r at P + r
     shared_memory: bool = True  # co-located nodes share their shards: a copy instead of a message (store.shm)
+    full_tracebacks: bool = False  # a NodeFailure's traceback is pskv's internals; the failing node prints the cause
+    wait_log_interval: float = 30.0  # a collective that waits says for whom this often: quiet in healthy runs
     test_drop_rate: float = 0.0
 
     @classmethod
@@ -133,7 +137,7 @@ class NodeConfig:
         if self.coordinator:
             split_address(self.coordinator)
         for name in ("failure_timeout", "heartbeat_interval", "rendezvous_timeout", "request_timeout",
-                     "collective_timeout"):
+                     "collective_timeout", "wait_log_interval"):
             if not 0 < getattr(self, name) < math.inf:  # also rejects nan
                 raise bad(name, "must be > 0 (and finite)")
         if not 0 <= self.test_drop_rate <= 1:

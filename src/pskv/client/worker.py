@@ -84,7 +84,12 @@ class Worker:
         its barrier call."""
         self._ctx.check()
         self.wait_all(timeout)
-        self._ctx.barrier.wait(timeout)
+        self._ctx.barrier.wait(timeout, self)
+
+    def _bind_thread(self) -> None:
+        """Only the calling thread uses this worker: a barrier that another worker enters from this
+        thread counts this one as arrived too (pskv.torch.DataParallel's own worker; LocalBarrier)."""
+        self._ctx.barrier.bind(self, threading.get_ident())
 
     def wait_replica_sync(self, timeout: float | None = None) -> None:
         """Send this node's unsent changes of replicated keys now, and block until every node has

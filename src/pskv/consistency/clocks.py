@@ -33,6 +33,9 @@ class Clocks:
         self.waits = 0  # pulls that had to wait for G
         self.wait_seconds = 0.0
         self._base = 0  # the clock new workers start at: the global clock when this node joined a running cluster
+        # set by the node: (clock, timeout) -> a Patience (membership.waiting) whose check() logs who
+        # holds the global clock back, every 30 s of a wait
+        self.waiting: Callable[[int, float | None], object] | None = None
 
     def start_at(self, clock: int) -> None:
         """This node joined a running cluster whose global clock is `clock`: its workers start there.
@@ -99,6 +102,7 @@ class Clocks:
             return
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
+        patience = self.waiting(needed, timeout) if self.waiting is not None else None
         with self._cond:
             while self.global_clock < needed:
                 left = None if deadline is None else deadline - time.monotonic()
@@ -108,6 +112,8 @@ class Clocks:
                 self._cond.release()
                 try:
                     self._health()
+                    if patience is not None:
+                        patience.check()
                 finally:
                     self._cond.acquire()
                 self._cond.wait(_WAIT_POLL if left is None else min(_WAIT_POLL, left))

@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 from ..config import ConfigError, NodeConfig
 from ..net.auth import new_secret
-from . import hosts as emulation
+from . import hosts as emulation, verdict
 from .cluster import BAR_TAG, LOOPBACK, POLL_INTERVAL, Cluster, terminal
 
 __all__ = ["BAR_TAG", "Cluster", "launch", "node_env", "read_hostfile", "start_local"]
@@ -216,7 +216,7 @@ def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path |
                         # bounded waits: a signal the OS delivers to another of our threads runs its
                         # Python handler only when the main thread wakes up, so it must wake up
                         with contextlib.suppress(TimeoutError):
-                            return cluster.wait(timeout=POLL_INTERVAL * 4)
+                            return verdict.report(cluster, cluster.wait(timeout=POLL_INTERVAL * 4))  # root cause last
                 finally:
                     if run_file is not None:
                         run_file.unlink(missing_ok=True)

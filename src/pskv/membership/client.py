@@ -12,6 +12,7 @@ from ..errors import (BarrierTimeout, ClusterError, CollectiveStalled, ConfigErr
                       NodeFailure, TableMismatch)
 from ..net.wire import FROM_COORDINATOR, Header, Kind, control, control_payload
 from .view import View
+from .waiting import Patience, missing
 
 HANDLES = FROM_COORDINATOR | {Kind.MOVED}  # the kinds `on_message` takes (MOVED comes from a peer)
 
@@ -52,6 +53,8 @@ class CoordinatorClient:
         self._barrier_gen = 0
         self._released: set[int] = set()
         self._arrivals: dict[str, list[int]] = {}  # barrier generation -> ranks arrived (from TICKs)
+        self._declaring: dict[str, list[int]] = {}  # table declaration seq -> ranks that declared it (TICKs)
+        self._clocks: dict[str, int] = {}  # rank -> its applied clock, as the coordinator knows it (TICKs)
         self._shutdown_ok = False
         self._joined: dict | None = None  # this node joined a running cluster: its first barrier, the members
         # then, and (with backups) the declarations it makes before it enters the chains (membership.joining)
@@ -105,7 +108,10 @@ class CoordinatorClient:
             self._decl_seq += 1
             self._specs[seq] = spec
         self._send(Kind.TABLE_DECL, {"seq": seq, "spec": spec})
-        self._wait(lambda: seq in self._decl_results, None, None)
+        self._wait(lambda: seq in self._decl_results, None, None, lambda: (
+            f"node {self.rank}: still waiting for {missing(self.view.alive, self._declaring.get(str(seq), ()))} in "
+            f"table declaration #{seq} ({spec.get('name', '?')!r})", "; every node must declare the same tables in "
+            "the same order"), self.config.collective_timeout)
         with self._cond:
             error, config = self._decl_results.pop(seq)
             self._answered.add(seq)
@@ -119,7 +125,9 @@ class CoordinatorClient:
             gen = self._barrier_gen
             self._barrier_gen += 1
         self._send(Kind.BARRIER, {"gen": gen})
-        self._wait(lambda: gen in self._released, timeout, lambda: self._barrier_timeout(gen, timeout))
+        self._wait(lambda: gen in self._released, timeout, lambda: self._barrier_timeout(gen, timeout), lambda: (
+            f"node {self.rank}: still waiting for {missing(self.view.alive, self._arrivals.get(str(gen), ()))} in "
+            f"barrier #{gen}"), timeout or self.config.collective_timeout)
 
     def _barrier_timeout(self, gen: int, timeout: float) -> BarrierTimeout:
         arrived = set(self._arrivals.get(str(gen), [])) | {self.rank}
@@ -197,10 +205,24 @@ class CoordinatorClient:
             self._cond.notify_all()
         self._send(Kind.SYNCED, {"epoch": int(epoch)})
 
-    def _wait(self, ready: Callable[[], bool], timeout: float | None, on_timeout) -> None:
+    def behind(self, clock: int) -> str:
+        """The nodes whose applied clock is below `clock`, as the coordinator last told (for wait logs)."""
+        late = {int(r): c for r, c in self._clocks.items() if c < clock}
+        return ", ".join(f"node {r} at {c}" for r, c in sorted(late.items())) or "no node known to be behind"
+
+    def _wait(self, ready: Callable[[], bool], timeout: float | None, on_timeout,
+              what: Callable[[], str] | None = None, limit: float | None = None) -> None:
+        """Wait until ready(); `what()` says what it waits for, logged every wait_log_interval s."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        patience = Patience(self.config.wait_log_interval, limit, what) if what is not None else None
         with self._cond:
             while not ready():
+                if patience is not None:  # (logs outside _cond: what() reads dicts TICKs replace whole)
+                    self._cond.release()
+                    try:
+                        patience.check()
+                    finally:
+                        self._cond.acquire()
                 if self._abort is not None:
                     raise CoordinatorUnreachable(f"node {self.rank}: the coordinator aborted: {self._abort}")
                 if self._health is not None:
@@ -239,6 +261,8 @@ class CoordinatorClient:
                 self._shutdown_ok = True
             elif kind == Kind.TICK:
                 self._arrivals = payload.get("barriers", {})
+                self._declaring = payload.get("tables", {})
+                self._clocks = payload.get("clocks", {})
             elif kind == Kind.ABORT:
                 self._abort = str(payload.get("reason", "unknown reason"))
             elif kind == Kind.LEFT and self._leave == "asked":

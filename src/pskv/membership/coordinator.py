@@ -275,7 +275,8 @@ class Coordinator(Joining):
             self._since.pop(("table", seq), None)
             first = self._decl_specs[seq] = got[min(got)]
             error, refused = mismatch.between_nodes(seq, got), self._refused(first)
-            self._broadcast(Kind.TABLE_OK, {"seq": seq, "error": error or refused, "config": bool(refused and not error)})
+            self._broadcast(Kind.TABLE_OK, {"seq": seq, "error": error or refused,
+                                            "config": bool(refused and not error)})
 
     def _barrier(self, rank: int, p: dict) -> None:
         gen = int(p["gen"])
@@ -504,7 +505,9 @@ class Coordinator(Joining):
             return
         self._stalled_collectives(now)
         # nodes that said bye still serve their rows until everyone has: tick them and watch them too
-        tick = {"barriers": {str(g): sorted(r) for g, r in self._barriers.items()}}
+        tick = {"barriers": {str(g): sorted(r) for g, r in self._barriers.items()},
+                "tables": {str(seq): sorted(got) for seq, got in self._decls.items()},  # (the nodes' wait logs)
+                "clocks": {str(r): c for r, c in self._clocks.items()}}
         if self.config.backups:
             tick["low"] = {str(r): w for r, w in self._low.items()}
         self._broadcast(Kind.TICK, tick, states=("alive", "bye", "leaving"))

@@ -142,7 +142,9 @@ class Node:
                                         on_welcome=self._welcomed, on_membership=self._membership.changed,
                                         low_watermark=self.tracker.low_watermark if chain else None,
                                         on_low=chain.prune if chain else None, succession=self.succession)
-        self._barrier = LocalBarrier(self.client.barrier, self.catalog.clear_caches, self._settle)
+        self._barrier = LocalBarrier(self.client.barrier, self.catalog.clear_caches, self._settle, rank=self.rank,
+                                     log_every=config.wait_log_interval, patience=config.collective_timeout)
+        self.clocks.waiting = diagnostics.clock_waits(self.rank, config.wait_log_interval, self.clocks, self.client)
         self._stop = threading.Event()
         self._replica_sync = ReplicaSync(self.endpoint, self.config.num_nodes, self.catalog, self._stop,
                                          lambda: self.health.failure is not None, lambda: self.members)
@@ -189,6 +191,7 @@ class Node:
         atexit.register(diagnostics.exit_hook, weakref.ref(self))
         diagnostics.live.add(self)
         diagnostics.install_dump_handler()
+        diagnostics.install_excepthook(self.config.full_tracebacks)
         log.info("node %d/%d up at %s", self.rank, self.config.num_nodes, self._transport.address)
 
     @property

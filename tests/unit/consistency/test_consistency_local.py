@@ -36,8 +36,8 @@ def test_models_reject_nonsense(bad):
 
 
 def test_init_rejects_unknown_consistency():
-    """pskv.init(consistency='weird') fails before anything starts, naming the variable."""
-    with pytest.raises(pskv.ConfigError, match="PSKV_CONSISTENCY"):
+    """pskv.init(consistency='weird') fails before anything starts, naming the argument."""
+    with pytest.raises(pskv.ConfigError, match=r"^pskv.init\(consistency='weird'\): unknown consistency"):
         pskv.init(consistency="weird")
 
 
