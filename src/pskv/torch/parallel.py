@@ -23,27 +23,46 @@ until no worker is more than s clocks behind. The servers run `updater` (pskv.SG
 nesterov, weight_decay; pskv.Adam ...); `lr` means what it means for one process on the global
 batch, because gradients are averaged over the workers.
 
+Buffers (BatchNorm's running statistics, any `model.buffers()`): as DDP's broadcast_buffers=True,
+every worker gets the first worker's buffers at every step (`step()`, after the weights; and at
+the start), so after a step they are equal on every worker: in "sync" mode exactly (a worker
+waits until the first worker's buffers of this step are there), in "async"/SSP the newest that
+are. They travel through a third table, `NAME/DIGEST/buffers`, float64 rows (exact for float32
+and for integer counters below 2^53), each row's last column the step it was written at.
+`broadcast_buffers=False` keeps every worker's own buffers (they then differ between workers).
+
+`backward()` twice without `step()` warns (UserWarning): each bucket is pushed once per step, at
+the first backward that completes it, so the later gradients are not pushed.
+
 Threads and ownership: one DataParallel per worker thread; it owns that thread's Worker handle
 and the two flat buffers. `DataParallel(model, node)` declares the tables (a collective: every
-node calls it) and makes a worker; with threads, call `DataParallel.declare(node, model, ...)`
-once per node, then `DataParallel(model, worker, ...)` in each thread of node.run().
+node calls it) and makes a worker of its own, which takes part in the node's barriers: call
+`dp.barrier()`, or any barrier of another worker from the thread that made the DataParallel
+(e.g. `node.worker().barrier()`), which counts the DataParallel's worker as arrived (that thread
+cannot be in two barriers at once: membership.barrier). With threads, call
+`DataParallel.declare(node, model, ...)` once per node, then `DataParallel(model, worker, ...)`
+in each thread of node.run().
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import time
+import warnings
 
 import numpy as np
 import torch
 
-from ..errors import ConfigError, DTypeError, PskvError, ShapeError, UnknownTable
+from ..errors import ConfigError, DTypeError, PskvError, ShapeError, UnknownTable, WaitTimeout
 from ..node import Node
-from ..options import BSP, NodeAggregate, as_consistency
+from ..options import BSP, Async, NodeAggregate, as_consistency
 from ..updaters import SGD, Updater
 
 _ROW = 256  # floats per row: few keys per layer, little padding
 _BUCKET = 4 << 20  # bytes of gradients per push: few messages, some overlap with backprop in big models
+_BUFFER_ROW = 64  # buffer values per row of the buffers table (+ 1 column: the step they are of)
+_BUFFER_WAIT = 600.0  # seconds a worker waits for the first worker's buffers of a step (sync), by default
 
 
 def _layout(model: torch.nn.Module, row: int):
@@ -65,6 +84,21 @@ def _layout(model: torch.nn.Module, row: int):
         first += n
     shapes = repr([tuple(p.shape) for p in params]).encode()
     return params, ranges, first, hashlib.sha1(shapes).hexdigest()[:8]
+
+
+def _buffers(model: torch.nn.Module) -> tuple[list[torch.Tensor], int, str]:
+    """(the model's buffers, rows of the buffers table, name suffix): their values packed in order,
+    _BUFFER_ROW per row. No buffers: ([], 0, "")."""
+    named = list(model.named_buffers())
+    for name, b in named:
+        if b.device.type != "cpu":
+            raise DTypeError(f"DataParallel: buffer {name!r} is on {b.device}; pskv trains CPU models only: "
+                             "call model.cpu() first")
+    total = sum(b.numel() for _, b in named)
+    if not total:
+        return [], 0, ""
+    layout = repr([(name, tuple(b.shape), str(b.dtype)) for name, b in named]).encode()
+    return [b for _, b in named], math.ceil(total / _BUFFER_ROW), hashlib.sha1(layout).hexdigest()[:8]
 
 
 def _buckets(params, ranges, row: int, limit: int) -> list[tuple[list[int], int, int]]:
@@ -101,7 +135,7 @@ class DataParallel(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, where, *, mode="sync", updater: Updater | None = None,
                  name: str = "model", row: int = _ROW, bucket_bytes: int = _BUCKET,
-                 torch_threads: int | None = 1) -> None:
+                 torch_threads: int | None = 1, broadcast_buffers: bool = True) -> None:
         super().__init__()
         if torch_threads is not None:  # one compute thread per worker process: two per process on a loaded
             torch.set_num_threads(torch_threads)  # 2-core machine were measured 10-20x slower per epoch
@@ -137,8 +171,25 @@ class DataParallel(torch.nn.Module):
             p.grad = self._g[a * row:a * row + p.numel()].view_as(p)
         self._waiting = [len(members) for members, _, _ in self._buckets]  # params of each bucket not ready yet
         self._scale = 1.0
+        self._fired = [0] * len(params)  # per parameter: backward passes that reached it since the last step
+        self._warned = False  # this step's backward-twice warning was given
+        self._sync = mode == "sync"
+        self._buffer_list, brows, bdigest = _buffers(model)
+        self._btable = None  # the buffers table (None: no buffers, or broadcast_buffers=False)
+        if broadcast_buffers and brows:
+            try:
+                self._btable = where.table(f"{self._tname}/buffers/{bdigest}")
+            except UnknownTable:
+                raise ConfigError(f"DataParallel over worker {where!r}: the buffers table of {type(model).__name__} "
+                                  "is not declared; declare with DataParallel.declare(node, model, ...) for this "
+                                  "model (same buffers on every node)") from None
+            self._bkeys = np.arange(brows, dtype=np.int64)
+            self._bflat = np.zeros((brows, _BUFFER_ROW + 1))  # (brows, _BUFFER_ROW + 1) float64, staging
+        self._steps = 0
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(params)]
         self._start(counter)
+        if self._own_worker:  # only this thread uses it: its barriers stand for it (membership.barrier)
+            self.worker._bind_thread()
 
     @staticmethod
     def declare(node: Node, model: torch.nn.Module, *, mode="sync", updater: Updater | None = None,
@@ -149,6 +200,9 @@ class DataParallel(torch.nn.Module):
         tname = f"{name}/{digest}"
         node.table(tname, rows, row, updater=updater or SGD(lr=0.01), consistency=consistency, aggregate=aggregate)
         node.table(tname + "/workers", 1, 1)
+        _, brows, bdigest = _buffers(model)
+        if brows:  # declared either way: broadcast_buffers is each DataParallel's own choice
+            node.table(f"{tname}/buffers/{bdigest}", brows, _BUFFER_ROW + 1, "float64", consistency=Async())
 
     def _start(self, counter) -> None:
         """Count the workers (every one pushes a 1) and give every one the first worker's weights."""
@@ -158,10 +212,14 @@ class DataParallel(torch.nn.Module):
         workers = int(counter.pull([0])[0, 0])
         self._scale = 1.0 / workers
         self.workers = workers
-        first = self._publish()
+        first = self._first = self._publish()
+        if first and self._btable is not None:
+            self._send_buffers().wait()
         w.barrier()
         if not first:
             self.table.pull(self._all, out=self._rows(self._w, 0, len(self._all)))
+            if self._btable is not None:
+                self._take_buffers(0, None)
         w.barrier()
 
     def _publish(self) -> bool:
@@ -173,6 +231,43 @@ class DataParallel(torch.nn.Module):
         self.table.set(self._all, self._rows(self._w, 0, len(self._all))).wait()
         return True
 
+    def _send_buffers(self):
+        """The first worker: its buffers, stamped with this step, into the buffers table (a Future)."""
+        flat, at = self._bflat, 0
+        values = flat[:, :_BUFFER_ROW].reshape(-1)  # (brows * _BUFFER_ROW,) float64 view
+        for b in self._buffer_list:
+            values[at:at + b.numel()] = b.detach().reshape(-1).to(torch.float64).numpy()
+            at += b.numel()
+        flat[:, _BUFFER_ROW] = self._steps
+        return self._btable.set(self._bkeys, flat)
+
+    def _take_buffers(self, step: int | None, timeout: float | None) -> None:
+        """Another worker: the first worker's buffers into the model's; with `step`, wait until every
+        row holds that step's (or a later one's) values."""
+        deadline = time.monotonic() + (timeout or _BUFFER_WAIT)
+        pause = 0.0005
+        while True:
+            rows = self._btable.pull(self._bkeys, timeout=timeout)  # (brows, _BUFFER_ROW + 1) float64
+            if step is None or rows[:, _BUFFER_ROW].min() >= step:
+                break
+            if time.monotonic() > deadline:
+                raise WaitTimeout(f"DataParallel step {step}: the first worker's buffers of this step did not come "
+                                  f"within {timeout or _BUFFER_WAIT:g} s (rows hold step "
+                                  f"{rows[:, _BUFFER_ROW].min():g}); is the first worker still running?")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+        values, at = rows[:, :_BUFFER_ROW].reshape(-1), 0
+        with torch.no_grad():
+            for b in self._buffer_list:
+                b.copy_(torch.from_numpy(values[at:at + b.numel()]).view_as(b))
+                at += b.numel()
+
+    def barrier(self, timeout: float | None = None) -> None:
+        """This DataParallel's worker's barrier (`worker.barrier()`): blocks until every open worker
+        of every node arrived. With `DataParallel(model, node)`, a barrier of another worker that
+        the same thread enters (`node.worker().barrier()`) works too: it stands for this one."""
+        self.worker.barrier(timeout)
+
     def _rows(self, flat: torch.Tensor, a: int, b: int) -> np.ndarray:
         """Rows a..b of a flat buffer as a (b - a, row) numpy view."""
         return flat[a * self.row:b * self.row].numpy().reshape(b - a, self.row)
@@ -181,6 +276,14 @@ class DataParallel(torch.nn.Module):
         p, a = self._params[i], self._ranges[i][0]
 
         def ready(param: torch.Tensor) -> None:
+            self._fired[i] += 1
+            if self._fired[i] == 2 and not self._warned:
+                self._warned = True
+                warnings.warn("DataParallel: backward() ran again before dp.step(); each bucket of gradients is "
+                              "pushed once per step, when the first backward() completes it, so this backward()'s "
+                              "gradients are not pushed (and may mix into a push still in flight): call dp.step() "
+                              "after every backward(), or sum the losses of several batches before one backward()",
+                              UserWarning, stacklevel=2)
             view = self._g[a * self.row:a * self.row + p.numel()]
             if param.grad is None or param.grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none) ran
                 view.copy_(param.grad.reshape(-1) if param.grad is not None else 0)
@@ -216,6 +319,14 @@ class DataParallel(torch.nn.Module):
         self.worker.wait_all(timeout)  # (sync: the pushes completed at once; the pull waited for the round)
         self._g.zero_()
         self._waiting = [len(members) for members, _, _ in self._buckets]
+        self._fired = [0] * len(self._params)
+        self._warned = False
+        self._steps += 1
+        if self._btable is not None:  # after the round: the first worker's next set comes after our read
+            if self._first:
+                self._send_buffers()
+            else:
+                self._take_buffers(self._steps if self._sync else None, timeout)
 
     def state_dict(self, *args, **kwargs):
         return self.module.state_dict(*args, **kwargs)
