@@ -43,17 +43,6 @@ def test_outofcore_example_sums_exactly_in_a_small_budget(nodes):
         assert int(files) >= 12500 // nodes and int(peak) < int(files)  # rows on disk, not all in memory
 
 
-def _readme_block(heading: str) -> str:
-    text = (EXAMPLES.parent / "README.md").read_text()
-    return re.search(rf"## {re.escape(heading)}.*?```python\n(.*?)```", text, re.S).group(1).strip()
-
-
-@pytest.mark.parametrize("example, heading", [("aggregation.py", "Two-level aggregation (mshadow-ps)"),
-                                              ("backups.py", "Backups: surviving a dead node")])
-def test_readme_blocks_are_the_example_files(example, heading):
-    assert _readme_block(heading) in (EXAMPLES / example).read_text()
-
-
 @pytest.mark.parametrize("nodes, final", [(1, "[-2. -2.]"), (2, "[-5. -5.]")])
 def test_aggregation_example_applies_one_update_per_round(nodes, final):
     """Each round every thread of every node pushes 1: w -= 0.5 * (2 threads x nodes), 3 rounds from 1."""
