@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 from .spin import STRIDE
+from .spin import _alive as _alive  # (one check, a zombie counting as dead: for holders, owners and sweeps)
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +65,6 @@ def host_dir(cluster: int, host: str) -> str | None:
         log.warning("shared memory off: %s is not a directory private to uid %d", path, os.getuid())
         return None
     return path
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def sweep() -> int:

@@ -90,13 +90,20 @@ def _swap(words, s, expected, desired):
 
 
 def _alive(pid: int) -> bool:
+    """Process `pid` may still run. A zombie cannot: dead, not yet reaped (pskv's launcher reaps
+    its nodes only at the end of a run, so that their PIDs are not reused meanwhile)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # (someone else's process: alive)
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[:1]
+    except OSError:  # (no /proc: what kill says)
+        return True
+    return state not in ([b"Z"], [b"X"])
 
 
 def free_if_dead(words: np.ndarray, s: int, me) -> None:
