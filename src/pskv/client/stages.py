@@ -150,6 +150,8 @@ class Shared(Stage):
             if view is None:
                 return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
             miss = serve_local(h, view, kind, keys, values, out, gpos, rows)
+            if dest != me:
+                st.shared_keys += len(keys) - len(miss)
         elif neighbors.all_here(st.spec, ranges.nodes):  # every node on this host: shard after shard
             if kind == Kind.PUSH and not rows and type(st.spec.updater) is updaters.Adagrad:
                 return self._summed(h, keys, values, out, fresh, direct, codec)
@@ -165,6 +167,8 @@ class Shared(Stage):
                 at = np.arange(len(keys)) if idx is None else idx
                 pos = at if gpos is None else gpos[at]
                 pmiss = serve_local(h, view, kind, pk, pv, out, pos, rows)
+                if d != me:
+                    st.shared_keys += len(pk) - len(pmiss)
                 served[at] = True
                 if len(pmiss):
                     served[at[pmiss]] = False
@@ -214,6 +218,8 @@ class Shared(Stage):
             if len(miss) == len(keys):
                 break
             st.local_keys += len(keys) - len(miss)
+            if d != me:
+                st.shared_keys += len(keys) - len(miss)
             if not len(miss):
                 return Future.completed(out, h._desc(kind))
             keys, values, gpos = left(miss, keys, values, gpos)
