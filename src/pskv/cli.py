@@ -237,7 +237,7 @@ def _run_app(args: argparse.Namespace, rest: list[str]) -> int:
             args.run_parser.print_help()
             print(f"\napps: {', '.join(APPS)}; `pskv run APP --help` shows an app's options")
             return 0 if args.app is None else 2
-        print(f"pskv run {args.app} [-n N] [--threads T] [--] [APP ARGS ...]: N local nodes x T worker "
+        print(f"pskv run {args.app} [-n/--nodes N] [--threads T] [--] [APP ARGS ...]: N local nodes x T worker "
               "threads (default 1 x 1; ignored under `pskv launch`), then the app's arguments:\n", flush=True)
         try:
             importlib.import_module(APPS[args.app]).main(["--help"])
