@@ -13,6 +13,11 @@ Every push is a seeded function of (table, node, thread, step), so every node co
 final state alone: column 0 of a table is its initial value, the sets and every push and push_pull
 summed; column 1 gets a 1 for each key a worker drew by sampling, so its total is known exactly
 (which keys were drawn depends on the order threads prepared their handles).
+
+Shared memory (issue 31; on unless PSKV_SHARED_MEMORY=0): the nodes share one host, so every node
+asserts that it served keys of each table from the other nodes' shards in shared memory (the
+tables `SHARED` says take it), none where it has no effect (disk, backups) or is off
+(`_shared`, TableState.shared_keys), and prints the counts.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ SET = np.array([5, 6])  # set to 7 by node 0's main thread before training
 SAMPLES = 2  # keys drawn per step and worker
 ELASTIC = ("dense", "disk", "Relocate", "Replicate", "Sampling", "BSP/SSP", "Cache", "filters")
 BACKED = ("dense", "Relocate", "Replicate", "Sampling", "NodeAggregate", "BSP/SSP", "Cache")
+NOT_SHARED = ("disk",)  # a disk table's rows are in its files on disk, not in shared memory: messages
 
 
 def pairs() -> list[frozenset]:
@@ -153,6 +159,20 @@ def _check(handle, i: int, on: frozenset, workers, *, backups: bool = False) -> 
     assert got[:, 1].sum() == drawn, f"table {sorted(on)}: {got[:, 1].sum()} sampled pushes, not {drawn}"
 
 
+def _shared(node, tables: dict, where: str, *, before: dict | None = None, backups: bool = False) -> dict:
+    """Assert each table served keys through shared memory since `before` (its counts) when it
+    should: memory shared, no backups (every write goes to its range's head as a message), not a
+    disk table; none otherwise. Prints and returns the counts."""
+    on = os.environ.get("PSKV_SHARED_MEMORY", "1") != "0" and not backups
+    got = {name: node.catalog.get(name).shared_keys - (before or {}).get(name, 0) for name in tables}
+    for name, (_, kinds) in tables.items():
+        some = on and not kinds & set(NOT_SHARED)
+        assert (got[name] > 0) == some, (f"node {node.rank} {where}: table {name}: {got[name]} keys through shared "
+                                         f"memory, expected {'some' if some else 'none'}")
+    print(f"{where} shared node={node.rank} " + " ".join(f"{n}={c}" for n, c in got.items()), flush=True)
+    return {name: node.catalog.get(name).shared_keys for name in tables}
+
+
 def _declare(node, kinds, where: Path) -> tuple[dict, dict]:
     """Declare a table per set of names: ({name: (index, names)}, {name: the main thread's handle})."""
     tables, handles = {}, {}
@@ -186,6 +206,7 @@ def pairs_(node: pskv.Node, threads: int, ckpt: str) -> None:
         w.barrier()
 
     node.run(train, threads=threads)
+    _shared(node, tables, "pairs")
     node.checkpoint(ckpt)
     print(f"pairs ok node={node.rank} tables={len(tables)}", flush=True)
 
@@ -197,6 +218,8 @@ def restored(node: pskv.Node, threads: int, ckpt: str, saved_nodes: int, saved_t
     workers = [(r, t, range(STEPS)) for r in range(saved_nodes) for t in range(saved_threads)]
     for name, (i, on) in tables.items():
         _check(handles[name], i, on, workers)
+    _shared(node, {name: (i, frozenset()) for name, (i, _) in tables.items()}, "restored",
+            backups=node.config.backups > 0)  # (declared without options: a disk table's rows are in memory now)
     print(f"restored ok node={node.rank} tables={len(tables)}", flush=True)
 
 
@@ -222,6 +245,7 @@ def backed(node: pskv.Node, threads: int) -> None:
     _wait(lambda: 2 not in node.members, f"node {node.rank}: node 2 never left ({node.members})")
     for name, (i, on) in tables.items():
         _check(handles[name], i, on, workers, backups=True)
+    _shared(node, tables, "backed", backups=True)
     print(f"backed ok node={node.rank} members={node.members}", flush=True)
 
 
@@ -249,10 +273,12 @@ def elastic(node: pskv.Node, threads: int, out: str) -> None:
         node.leave()
         print("node 1 left", flush=True)
         return
+    trained = _shared(node, tables, "joined" if joined else "trained")
     _wait(lambda: 1 not in node.members, f"node {node.rank}: node 1 never left ({node.members})")
     workers = [(r, 0, a) for r in (0, 1)] + [(r, 0, b) for r in (0, 1, 2)]
     for name, (i, on) in tables.items():
         _check(w.table(name), i, on, workers)
+    _shared(node, tables, "left", before=trained)  # (node 1's keys now at nodes 0 and 2, read in shared memory)
     w.barrier()
     w.close()
     print(f"elastic ok node={node.rank} members={node.members}", flush=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .compat import CALLS, EVENTS, KINDS, OPTIONS, REFUSED, Refusal
 
-ROWS = KINDS + OPTIONS + ("backups",)
+ROWS = KINDS + OPTIONS + ("backups", "shared memory")
 COLUMNS = OPTIONS + EVENTS
 MEANS = {
     "dense": "a dense table in memory (`rows=N`), Async, no option",
@@ -29,6 +29,10 @@ MEANS = {
     "filters": "`node.table(filters=...)`: the table's wire filters (key cache, compression, fp16/bf16)",
     "push_pull": "the call `table.push_pull`",
     "backups": "`pskv.init(backups=B)`: chain replication and failover",
+    "shared memory": "the nodes of one host serve each other's keys from their shards in shared memory "
+                     "(store.shm, store.peer; on unless `PSKV_SHARED_MEMORY=0` / `pskv launch --no-shared-memory`); "
+                     "its tests assert that keys were served through it (TableState.shared_keys), and with it off "
+                     "that none were",
     "checkpoint": "`node.checkpoint()` of the table",
     "restore": "a restore of its checkpoint onto another node count, with other options",
     "join": "a node joins the running cluster (`pskv.init(join=...)`)",
@@ -48,6 +52,8 @@ _CACHE = _T + "test_consistency.py::test_row_cache_and_push_coalescing"
 _LEAVES = _T + "test_elastic.py::test_node_leaves_without_backups_and_nothing_is_lost"
 _REPLICAS = _T + "test_replica_compose.py::"
 _BACKUPS = "tests/fault/test_backups.py::"
+_SHM = _T + "test_shared_memory.py::"
+_SHM_FAULT = "tests/stress/test_shm_stress.py::test_shm_failure_slice"
 _COMPOSE = "tests/stress/test_compose.py::test_compose_stress"  # make stress: every kind, checkpoints, events
 
 # (row, column) -> the test(s) that show it works; a pair of rows once, either way round
@@ -123,6 +129,16 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     ("backups", "restore"): _PAIRS,
     ("backups", "join"): _T + "test_elastic_backups.py::test_a_node_joins_a_cluster_with_backups_during_a_push_storm",
     ("backups", "leave"): _BACKUPS + "test_node_leaves_in_the_middle_of_a_push_storm",
+    # shared memory: the nodes of these tests share one host; each asserts what went through it
+    ("dense", "shared memory"): (_SHM + "test_pushes_through_shared_memory_sum_exactly", _SHM_FAULT),
+    ("Relocate", "shared memory"): (_SHM + "test_keys_moving_while_pushed_in_shared_memory_stay_exact", _PAIRS),
+    **{(b, "shared memory"): _PAIRS for b in ("Replicate", "Sampling", "NodeAggregate", "BSP/SSP", "Cache",
+                                              "filters")},
+    ("shared memory", "push_pull"): (_SHM + "test_pushes_through_shared_memory_sum_exactly", _PAIRS),
+    ("shared memory", "checkpoint"): _PAIRS,
+    ("shared memory", "restore"): _PAIRS,
+    ("shared memory", "join"): _ELASTIC,
+    ("shared memory", "leave"): _ELASTIC,
 }
 _NONE = "no row cache or push buffer for Cache to size"
 # accepted, but one side does nothing there
@@ -132,6 +148,18 @@ NO_EFFECT: dict[tuple[str, str], str] = {
     ("Cache", "NodeAggregate"): f"an aggregated table sends its pushes in rounds: {_NONE}",
     ("Cache", "filters"): f"filters need an asynchronous table, which has {_NONE}",
     ("Cache", "push_pull"): f"push_pull needs an asynchronous table, which has {_NONE}",
+    ("sparse", "shared memory"): "a sparse table sends each key to its range's node: its shards are not in "
+                                 "shared memory (only dense in-memory shards are)",
+    ("disk", "shared memory"): "a disk table's rows are in its files on disk, not in shared memory: keys of a "
+                               "co-located node's disk table travel as messages",
+    ("NodeAggregate", "shared memory"): "an aggregated table's rounds travel to the keys' managers as messages "
+                                        "(level 2 sums there); shared memory serves its other reads and its sets",
+    ("filters", "shared memory"): "keys served through shared memory travel in no message, so a table's filters "
+                                  "(key cache, compression, fp16/bf16) apply only to the keys that do",
+    ("backups", "shared memory"): "with backups every write goes to its range's head as a message and a pull reads "
+                                  "only rows held here or asks their head: nothing is served through shared memory "
+                                  "(the shards' files are made, nobody maps them); a node failure is handled as "
+                                  f"without it ({_SHM_FAULT})",
 }
 
 
