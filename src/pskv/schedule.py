@@ -16,7 +16,7 @@ its own, over pskv tables and worker clocks:
         ... compute on `chosen`, push what the round produced, wait for it ...
         sched.report(w, t, chosen, sizes)     # |change| per coordinate (one worker suffices)
         sched.end_round(w)                    # this worker's clock
-    sched.close()                             # node 0: the thread's end and its statistics
+    sched.stop(); sched.close()               # node 0: (stop: workers ended early) the thread's end
 
 Clocks order everything: a worker starts round t at clock t + 1 and `take` waits for the global
 clock t + 1, which means every worker ended round t - 1 (its pushes are applied) and the scheduler
@@ -25,9 +25,11 @@ so it chooses while the workers compute round t (pipelined), and it uses the siz
 round t - 2, which are in by then and not yet overwritten whatever the timing (reports go to one of
 three tables by round: round t's cannot overwrite them), so a run is deterministic for a seed. Policies: "cyclic" (P coordinates in order),
 "shotgun" (P uniformly at random, no dependency check: Bradley et al.'s Shotgun), "strads"
-(C candidates drawn with probability proportional to `priority(sizes)`, default |change| + eta x
-the largest |change| (eta = 0.01: a coordinate that stopped moving is still drawn now and then),
-then `dependencies(candidates)` keeps a safe subset, of which the first P go out).
+(C candidates drawn without replacement, each draw with probability proportional to
+`priority(sizes)` (by Efraimidis and Spirakis' keys: O(coords), no cumulative sums), default |change| + eta x
+the largest |change| (eta = 0.01: a coordinate that stopped moving is still drawn now and then;
+uniform once every last change is 0),
+then `dependencies(candidates)` keeps a safe subset, earlier draws first, of which the first P go out).
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ import threading
 import time
 from typing import Callable
 
+import numba
 import numpy as np
 
-from .errors import ConfigError, PskvError
+from .errors import ConfigError, PskvError, WaitTimeout
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,8 @@ class Scheduler:
         self.node, self.name, self.coords, self.per_round = node, name, int(coords), int(per_round)
         self.policy = policy
         self.candidates = min(int(candidates or 4 * per_round), self.coords)
-        self.priority = priority or (lambda sizes: sizes + eta * sizes.max())  # (exploration: eta of the largest)
+        self.priority = priority or (lambda sizes: sizes + eta * sizes.max() if sizes.max() > 0  # (exploration: eta
+                                     else np.ones_like(sizes))  # of the largest; nothing moves: uniform)
         self.dependencies = dependencies
         self.max_seconds = float(max_seconds)
         self._rng = np.random.default_rng(seed)
@@ -133,8 +137,9 @@ class Scheduler:
                     return
                 if t >= 2:
                     begun = time.perf_counter()
-                    w.wait_clock(t)  # every worker ended round t - 2 (and so read round t - 3's slot, and
-                    self.wait_seconds += time.perf_counter() - begun  # reported round t - 3, during t - 2)
+                    if not self._wait_clock(w, t):  # every worker ended round t - 2 (and so read round t - 3's
+                        return  # slot, and reported round t - 3, during t - 2); or stop() came first
+                    self.wait_seconds += time.perf_counter() - begun
                     self._learn(w, t - 3)
                 begun = time.perf_counter()
                 chosen = self._choose(t)
@@ -154,6 +159,21 @@ class Scheduler:
         finally:
             w.close()
 
+    def stop(self) -> None:
+        """Node 0, once every worker ended its last round: the thread stops publishing (workers that
+        stop before `rounds`, e.g. converged, call it; with all rounds run it changes nothing)."""
+        self._stop.set()
+
+    def _wait_clock(self, w, t: int) -> bool:
+        """wait_clock(t), watching for stop(): False if stopped first."""
+        while not self._stop.is_set():
+            try:
+                w.wait_clock(t, timeout=0.2)
+                return True
+            except WaitTimeout:
+                pass
+        return False
+
     def _learn(self, w, r: int) -> None:
         """Fold the sizes reported for round r into the priority model."""
         chosen = self._chosen.get(r)
@@ -172,8 +192,14 @@ class Scheduler:
         weights = np.asarray(self.priority(self._sizes.copy()), np.float64)
         if weights.shape != (p,) or not np.all(weights >= 0) or not weights.sum() > 0:
             raise ScheduleError(f"priority() returned {weights.shape} weights (need ({p},), >= 0, not all 0)")
-        candidates = self._rng.choice(p, self.candidates, replace=False, p=weights / weights.sum())
-        candidates = candidates[np.argsort(-weights[candidates], kind="stable")]  # highest priority first
+        with np.errstate(divide="ignore"):  # (weight 0: key inf, drawn last)
+            keys = self._rng.exponential(size=p) / weights  # Efraimidis-Spirakis: the C smallest keys are C draws
+        candidates = (np.argpartition(keys, self.candidates - 1)[:self.candidates] if self.candidates < p
+                      else np.arange(p))
+        # in the order drawn (without replacement, each draw ~ weight); not re-sorted by priority: taking
+        # the P highest of C > P candidates starved the coordinates whose last change was 0, and a zero
+        # coordinate that started to violate its optimality condition was then never updated (a stall)
+        candidates = candidates[np.argsort(keys[candidates], kind="stable")]
         if self.dependencies is None:
             return np.sort(candidates[:k]).astype(np.int64)
         begun = time.perf_counter()
@@ -277,3 +303,80 @@ def correlation_check(columns: Callable[[np.ndarray], np.ndarray], rho: float) -
         return candidates[kept]
 
     return safe
+
+
+def sparse_correlation_check(ptr: np.ndarray, rows: np.ndarray, vals: np.ndarray, n_rows: int,
+                             rho: float) -> Callable[[np.ndarray], np.ndarray]:
+    """correlation_check's rule for sparse columns, without a dense column or a Gram matrix: X by
+    columns (CSC: column j's nonzeros are rows[ptr[j]:ptr[j + 1]], values vals[...]) over all
+    `n_rows` rows. The centered correlation of columns i and j is (x_i . x_j - n m_i m_j) /
+    (|x~_i| |x~_j|): the dot products come from the candidates' nonzeros only (each kept column's
+    nonzeros go on per-row lists; a candidate walks the lists of its rows), the rest from the
+    columns' means and centered norms, computed once here. Per call: O(nonzeros of the candidates +
+    their overlaps + candidates x kept). Keeps the same sets as correlation_check, up to rounding."""
+    ptr, rows = np.asarray(ptr, np.int64), np.asarray(rows, np.int64)
+    vals = np.asarray(vals, np.float64)
+    p = len(ptr) - 1
+    col = np.repeat(np.arange(p), np.diff(ptr))
+    sums = np.bincount(col, weights=vals, minlength=p)
+    squares = np.bincount(col, weights=vals * vals, minlength=p)
+    mean = sums / n_rows
+    centered = squares - n_rows * mean * mean  # |x~_j|^2; a constant column correlates with nothing
+    inv = np.where(centered > 1e-12 * np.maximum(squares, 1e-300), 1.0 / np.sqrt(np.maximum(centered, 1e-300)), 0.0)
+    head = np.full(n_rows, -1, np.int64)  # per row: the last list entry of a kept column (scratch, reset per call)
+
+    def safe(candidates: np.ndarray) -> np.ndarray:
+        cand = np.asarray(candidates, np.int64)
+        return cand[_sparse_greedy(ptr, rows, vals, mean, inv, float(n_rows), cand, float(rho), head)]
+
+    return safe
+
+
+@numba.njit(cache=True, nogil=True)
+def _sparse_greedy(ptr, rows, vals, mean, inv, n, cand, rho, head):  # pragma: no cover - compiled
+    c_count = len(cand)
+    cap = 0
+    for i in range(c_count):
+        cap += ptr[cand[i] + 1] - ptr[cand[i]]
+    nxt, kid, kval = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap)
+    kept, load = np.empty(c_count, np.int64), np.zeros(c_count)
+    dot, corr = np.zeros(c_count), np.empty(c_count)
+    used, nk = 0, 0
+    for i in range(c_count):
+        ci = cand[i]
+        for e in range(ptr[ci], ptr[ci + 1]):  # x_i . x_j for the kept j sharing a row with i
+            q = head[rows[e]]
+            while q >= 0:
+                dot[kid[q]] += vals[e] * kval[q]
+                q = nxt[q]
+        ok, total = True, 0.0
+        for k in range(nk):
+            cj = cand[kept[k]]
+            c = abs((dot[k] - n * mean[ci] * mean[cj]) * inv[ci] * inv[cj])
+            dot[k] = 0.0
+            corr[k] = c
+            total += c
+            if not c < rho:
+                ok = False
+        if ok and total < 1.0:
+            for k in range(nk):
+                if not load[k] + corr[k] < 1.0:
+                    ok = False
+                    break
+        else:
+            ok = False
+        if ok:
+            for k in range(nk):
+                load[k] += corr[k]
+            load[nk] = total
+            for e in range(ptr[ci], ptr[ci + 1]):
+                nxt[used], kid[used], kval[used] = head[rows[e]], nk, vals[e]
+                head[rows[e]] = used
+                used += 1
+            kept[nk] = i
+            nk += 1
+    for k in range(nk):  # (the scratch back to empty for the next call)
+        ci = cand[kept[k]]
+        for e in range(ptr[ci], ptr[ci + 1]):
+            head[rows[e]] = -1
+    return kept[:nk]
