@@ -3,6 +3,14 @@ coordinates per round) against scikit-learn's Lasso (coordinate descent, cyclic 
 the same alpha, on the same data, in one run.
 
     python benchmarks/bench_lasso.py [--data all] [--alpha 0.05] [--nodes 2] [--epochs 60] [--plot lasso.png]
+    python benchmarks/bench_lasso.py --data wordnet-glosses --alpha 1e-5 [--runs strads:256,...]   # sparse
+    python benchmarks/bench_lasso.py --kernels                     # CSC against CSR for coordinate rounds
+
+Sparse data (a libsvm file, or `wordnet-glosses`: `pskv data fetch wordnet-glosses`, 117,659 x
+55,593 tf-idf rows; see bench_lasso_sparse.py): scikit-learn's load_svmlight_file + Lasso at its
+defaults (tol 1e-4), wall time of each and the objective, then each pskv run as a user starts it,
+`pskv run lasso --nodes N -- --data FILE ...`, timed from its start to its exit (starting the
+nodes and reading the file included), with its objective's relative gap to scikit-learn's.
 
 Data: `all` (Bioconductor's ALL, 128 patients x 12,625 genes from Debian's r-bioc-all; y planted on
 20 genes) or `synthetic:NxP:RHO` (blocks of 10 features correlated RHO). Each pskv run is
@@ -59,10 +67,16 @@ def main(argv=None) -> None:
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--nodes", type=int, default=2)
     p.add_argument("--epochs", type=int, default=60)
-    p.add_argument("--runs", default="strads:16,shotgun:16,strads:32,shotgun:32,shotgun:64,cyclic:16",
-                   help="POLICY:PER_ROUND,...")
+    p.add_argument("--runs", help="POLICY:PER_ROUND,... (dense: strads:16,shotgun:16,strads:32,shotgun:32,shotgun:64,"
+                                  "cyclic:16; sparse: strads:256,shotgun:32,shotgun:256,cyclic:256)")
     p.add_argument("--plot", type=Path)
+    p.add_argument("--kernels", action="store_true", help="CSC against CSR for coordinate rounds, then exit")
+    p.add_argument("--repeat", type=int, default=1, help="sparse: runs of each (the best wall time is printed)")
     args = p.parse_args(argv)
+    if args.kernels or not (args.data == "all" or args.data.startswith("synthetic:")):
+        import bench_lasso_sparse
+
+        return bench_lasso_sparse.main(args, argv)
 
     from pskv.apps.lasso import load
 
@@ -77,7 +91,7 @@ def main(argv=None) -> None:
     curves = {}
     print(f"\n{'run':<12} {'final objective':>16} {'gap':>10} {'<1e-3 at epoch':>15} {'s':>7}  scheduler")
     with tempfile.TemporaryDirectory() as tmp:
-        for run in args.runs.split(","):
+        for run in (args.runs or "strads:16,shotgun:16,strads:32,shotgun:32,shotgun:64,cyclic:16").split(","):
             policy, per_round = run.split(":")
             rows, tail = _pskv(args, policy, int(per_round), Path(tmp) / f"{policy}{per_round}.jsonl")
             curves[run] = rows

@@ -267,11 +267,11 @@ def _check(args: argparse.Namespace, *, orchestrating: bool = False) -> None:
         raise ConfigError(f"--scheduler {args.scheduler!r}: use strads, shotgun, cyclic or all (under `pskv run`)")
     for flag, value, low in (("--epochs", args.epochs, 1), ("--per-round", args.per_round, 1),
                              ("--eval-every", args.eval_every, 1), ("--candidates", args.candidates, 0),
-                             ("--planted", args.planted, 0)):
+                             ("--planted", args.planted, 0), ("--check-every", args.check_every, 0)):
         if value < low:
             raise ConfigError(f"{flag} {value} must be >= {low}")
-    if not args.alpha >= 0 or not 0 < args.rho <= 1:
-        raise ConfigError(f"--alpha {args.alpha:g} must be >= 0 and --rho {args.rho:g} in (0, 1]")
+    if not args.alpha >= 0 or not args.tol >= 0 or not 0 < args.rho <= 1:
+        raise ConfigError(f"--alpha {args.alpha:g} and --tol {args.tol:g} must be >= 0, --rho {args.rho:g} in (0, 1]")
     if args.data != "all" and not args.data.startswith("synthetic:"):
         lasso_design.check(args.data)
 
