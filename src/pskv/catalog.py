@@ -41,6 +41,7 @@ class TableState:
     codec: object = None  # node.table(filters=): this table's wire filters (a net.codec.Codec) when a call gives none
     next_sync: float = 0.0  # Replicate: when the pskv-replica thread syncs this table next
     declined_until: np.ndarray | None = None  # (rows,) monotonic time before which localize skips a key; lazily
+    intents: object = None  # a client.intents.NodeIntents once a worker signaled an intent (table.intent)
     pulls: int = 0  # calls
     pushes: int = 0
     local_keys: int = 0  # keys served from this node's memory without a message
@@ -76,11 +77,14 @@ class TableState:
             out.update(aggregated_rounds=self.aggregator.rounds, aggregated_messages=self.aggregator.messages)
         if getattr(self.shard, "disk", None) is not None:
             out.update(self.shard.disk.counters())
+        if self.intents is not None:
+            out.update(self.intents.counters())
         return out
 
     def parts(self) -> list[str]:
         """Its technique parts, for debug dumps."""
-        return [repr(x) for x in (self.buffer, self.cache, self.aggregator, self.shard.replicas) if x is not None]
+        return [repr(x) for x in (self.buffer, self.cache, self.aggregator, self.shard.replicas, self.intents)
+                if x is not None]
 
     def stages(self) -> dict[str, str]:
         """Each call's stages on this node ({"pull": "replica > local > shared > route", ...}; client.path)."""

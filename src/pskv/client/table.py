@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from ..catalog import TableState
-from ..errors import DTypeError, KeyOutOfRange, ShapeError
+from ..errors import DTypeError, KeyOutOfRange, ShapeError, TableError
 from ..net.future import Future
 from ..net.wire import ROWS, Kind
 from ..placement import route
@@ -164,6 +164,19 @@ class Table:
         self._ctx.check()
         keys = check_keys(self.spec, keys, "localize")
         return self._path.localize(self, np.unique(keys), _force)  # (m,) sorted, distinct
+
+    def intent(self, keys, start: int, end: int | None = None) -> None:
+        """Say that this worker will use `keys` in clocks [start, end) of its intent clock
+        (`worker.advance_clock()`; end: start + 1). Returns at once and sends nothing: at each
+        advance_clock the node tells the keys' managers about windows that come near, and moves here
+        ahead of time the keys no other node intends (client.intents, AdaPM). Changes placement,
+        never results. Raises KeyOutOfRange, or TableError for a table whose keys cannot move
+        (sparse, aggregated) and from the node's main-thread handle (no intent clock)."""
+        self._ctx.check()
+        if self._worker is None or self._worker.thread < 0:
+            raise TableError(f"intent on table {self.name!r}: only a worker of node.run() or node.worker() has an "
+                             "intent clock")
+        self._worker._intent_clock().signal(self, keys, start, end)
 
     def prepare_sample(self, n: int, *, scheme: str | None = None) -> "sampling.SampleHandle":
         """A handle that gives out at most `n` keys drawn from the table's distribution.

@@ -6,6 +6,7 @@ import threading
 
 from ..net.future import Future, wait as wait_futures
 from .context import Context
+from .intents import WorkerIntents
 from .sparse import SparseTable
 from .table import Table
 
@@ -22,6 +23,7 @@ class Worker:
         self._prune_at = self._prune_updates_at = 4096  # sizes at which _pending / _updates drop done futures
         self._lock = threading.Lock()  # guards _pending and _updates
         self._closed = False
+        self._intents: WorkerIntents | None = None  # the intent clock and windows, at the first intent
 
     def table(self, name: str) -> Table:
         """This worker's handle on table `name`. Raises UnknownTable."""
@@ -59,6 +61,26 @@ class Worker:
         with self._lock:
             updates, self._updates = self._updates, []
         return self._ctx.clocks.tick(self, [f for f in updates if not f.done()])
+
+    def advance_clock(self, ticks: int = 1) -> int:
+        """Move this worker's intent clock on by `ticks` and act on its intents (`table.intent`):
+        windows that come near are told to the keys' managers, one message per manager and table,
+        and keys they said move here start moving (asynchronously, as `table.localize`). Returns the
+        new intent clock. `ticks=0` acts on the intents signaled so far without moving the clock.
+        The intent clock is apart from clock() (BSP/SSP): it never makes a pull wait. Never blocks
+        but for a checkpoint in progress (as localize)."""
+        self._ctx.check()
+        return self._intent_clock().advance(int(ticks))
+
+    @property
+    def intent_clock(self) -> int:
+        """How often this worker advanced its intent clock (advance_clock)."""
+        return 0 if self._intents is None else self._intents.clock
+
+    def _intent_clock(self) -> WorkerIntents:
+        if self._intents is None:
+            self._intents = WorkerIntents(self)
+        return self._intents
 
     def wait_clock(self, clock: int, timeout: float | None = None) -> None:
         """Block until every worker of every node ended clock `clock - 1` and the pushes and sets it
@@ -109,6 +131,8 @@ class Worker:
             return
         self._closed = True
         try:
+            if self._intents is not None:
+                self._intents.close()  # its windows end: the managers hear of it
             # before leaving: a barrier of the others cannot pass before these are applied (it
             # settles the node's requests too, but only this worker can raise their errors)
             self.wait_all(timeout)

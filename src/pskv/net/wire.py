@@ -20,6 +20,8 @@ zero-copy frames and are read back with np.frombuffer; nothing on the data path 
                    from now on, 0 for rows returned to their manager); [header, keys] OWNERS (`part`:
                    the node that owns the keys); both answered by ACK
     replication    [header, keys, values] REPLICA_SYNC (answered by ACK)
+    intents        [header, keys] INTENT (`part`: how many of the keys are starts, the rest ends), answered by
+                   ACK whose positions are the starts that move to the sender (server.intents)
     backups        [header, keys, (positions), values] CHAIN: a write (flag SET: a set, else a push)
                    passed down a key range's chain of backups, keeping origin, id and part; the
                    chain's tail answers the origin with ACK.
@@ -56,9 +58,10 @@ import numpy as np
 from ..errors import ProtocolError
 
 MAGIC = b"PSKV"
-VERSION = 8  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups); 5: BATCH;
+VERSION = 9  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups); 5: BATCH;
 # 6: a batch's writes flag their positions; CHAIN and SNAPSHOT flag ROUNDS (aggregated BSP tables with backups);
 # 7: HANDOFF, OWNERS (a node leaving without backups); 8: RANGE, RANGE_REPLY, a PUSH with flag ROWS (push_pull)
+# 9: INTENT (client.intents, server.intents)
 COORDINATOR = -1  # the `sender`/destination rank of the coordinator
 
 
@@ -106,6 +109,7 @@ class Kind(enum.IntEnum):
     LEFT = 40  # coordinator -> node: the LEAVE was refused, and why; without backups: go (hand over), or done
     DRAINED = 41  # node -> coordinator: every request it made before membership epoch `epoch` is answered
     JOINED = 42  # coordinator -> a node that joins a running cluster (HELLO{join}): its rank and the cluster as it is
+    INTENT = 43  # node -> manager: keys its workers' intent windows start (`part` of them) and end (server.intents)
 
 
 _KINDS = {int(k): k for k in Kind}
@@ -131,7 +135,7 @@ FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRI
                               Kind.LEFT, Kind.JOINED})
 BACKUPS = frozenset({Kind.CHAIN, Kind.SNAPSHOT, Kind.SUBSCRIBE})
 _BATCHED = frozenset({Kind.CHAIN, Kind.ACK})  # the kinds a BATCH may be
-_WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS | {Kind.RANGE, Kind.RANGE_REPLY}
+_WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS | {Kind.RANGE, Kind.RANGE_REPLY, Kind.INTENT}
 _WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.RANGE_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH,
                           Kind.HANDOFF,
                           Kind.CHAIN, Kind.SNAPSHOT})

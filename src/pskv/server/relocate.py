@@ -110,6 +110,14 @@ class Relocation:
             else:
                 self._endpoint.send(int(o), handover, keys=sel)
 
+    def release(self, table: int, keys: np.ndarray) -> None:
+        """Manager: forget the leases and move counts of `keys`: one node alone intends to use them
+        (server.intents), so its localize moves them whoever held them last."""
+        lease = self._leases.get(table)
+        if lease is not None:
+            lease[keys] = -np.inf
+            self._moves[table][keys] = 0
+
     def handover(self, header: Header, p: Payload, shard: Shard) -> None:
         """Old owner: send the rows of the keys to `origin`."""
         self._hand_over(header, np.asarray(p.keys, np.int64), shard)

@@ -46,11 +46,12 @@ from ..placement.ranges import KeyRanges
 from ..store.shard import Shard, Store
 from . import handoff
 from .chain import Chain
+from .intents import IntentBoard
 from .relocate import Relocation
 
 log = logging.getLogger(__name__)
 HANDLES = REQUESTS | BACKUPS | {Kind.RANGE, Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC,
-                                Kind.AGG_PUSH, Kind.HANDOFF, Kind.OWNERS}
+                                Kind.AGG_PUSH, Kind.HANDOFF, Kind.OWNERS, Kind.INTENT}
 _HOP_SHIFT = 8  # flags bits 8..15 count forwards: a routing bug becomes an error, never an endless loop
 _MAX_HOPS = 32  # a relocation chain moves a key at most once per hop; 32 is far beyond any real chain
 
@@ -64,6 +65,7 @@ class Server:
         self.rank = endpoint.rank
         self._ranges = ranges  # table id -> the table's key ranges
         self.relocation = Relocation(endpoint, tracker, serve=self._serve, reject=self.reject, on_declined=on_declined)
+        self.intents = IntentBoard(endpoint, self.relocation.release)  # INTENT: which nodes intend each key
         self.aggregators: dict[int, Callable[[Header, Payload], None]] = {}  # table id -> AGG_PUSH handler
         self.chain: Chain | None = None  # with backups: chain replication and failover (set by the node)
         self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve, Kind.RANGE: self._range,
@@ -73,7 +75,8 @@ class Server:
                           Kind.REPLICA_SYNC: self._replica_sync,
                           Kind.AGG_PUSH: self._aggregate,
                           Kind.HANDOFF: self._handoff,
-                          Kind.OWNERS: lambda h, p, s: handoff.on_owners(endpoint, h, p, s)}
+                          Kind.OWNERS: lambda h, p, s: handoff.on_owners(endpoint, h, p, s),
+                          Kind.INTENT: self.intents.handle}
         self.remembered = codec.Remembered()  # key lists other nodes' threads cache here (key caching)
         self.requests = 0  # handled, for stats
         self.errors = 0
