@@ -18,9 +18,10 @@ its own shard's rows from memory (a stripe the victim held is freed after a seco
 the test reads every shard's final rows from its files, mapped before the signal. Either way each node prints `files dir=D table=T range=A,B pid=P` first
 and `storm running` once every worker made 100 pushes.
 
-    python shm_node.py storm OUT ROWS VICTIM    node VICTIM's worker 0, once OUT/die exists, takes
-        stripe 0's spinlock of node VICTIM + 1's shard (its files) and SIGKILLs its own process while
-        holding it: a dead holder for certain, where a signal from outside rarely meets one
+    python shm_node.py storm OUT ROWS VICTIM kill|stop    node VICTIM's worker 0, once OUT/die
+        exists, takes stripe 0's spinlock of node VICTIM + 1's shard (its files) and SIGKILLs or
+        SIGSTOPs its own process while holding it (a signal from outside rarely meets a holder);
+        stopped, it lets go once woken
 
     python shm_node.py idle        declare a table and close (a node's start sweeps dead processes' files)
 """
@@ -43,17 +44,20 @@ _AFTER_CHANGE = 300
 _MAX_SECONDS = 60.0  # a storm that neither saw a change nor failed by then stops (the test then fails)
 
 
-def _die_holding(node: pskv.Node, spec, owner: int) -> None:
-    """Take stripe 0's word of node `owner`'s shard (mapped from its files) and SIGKILL this process."""
+def _hold(node: pskv.Node, spec, owner: int, how: str) -> None:
+    """Take stripe 0's word of node `owner`'s shard (mapped from its files) and SIGKILL or SIGSTOP
+    this process; woken, let go."""
     found = shm.find_meta(node.store.segments.dir, owner, spec.table_id)
     assert found is not None, f"node {owner}'s shard is not in shared memory"
     words = shm.split_meta(found[1])[1]
     spin.acquire(words, 1, np.int32(os.getpid()))
-    print(f"dying holding stripe 0 of node {owner}'s shard", flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
+    print(f"{how} holding stripe 0 of node {owner}'s shard", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+    spin.release(words, 1)
+    print("woken: let go of the stripe", flush=True)
 
 
-def storm(out: Path, rows: int, holder: int = -1) -> None:
+def storm(out: Path, rows: int, holder: int = -1, how: str = "kill") -> None:
     node = pskv.init()
     n, backups = node.num_nodes, node.config.backups > 0
     if not backups:  # (the launcher stops a failed cluster's survivors 5 s after the death, with SIGKILL
@@ -102,7 +106,7 @@ def storm(out: Path, rows: int, holder: int = -1) -> None:
                         return
                 step += 1
                 if w.rank == holder and w.thread == 0 and step > 100 and (out / "die").exists():
-                    _die_holding(node, st.spec, (holder + 1) % n)
+                    _hold(node, st.spec, (holder + 1) % n, how)
                 if step == 100 and w.thread == 0:
                     print("storm running", flush=True)
         except pskv.NodeFailure as exc:
@@ -149,6 +153,6 @@ def idle() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "storm":
-        storm(Path(sys.argv[2]), int(sys.argv[3]), *(int(a) for a in sys.argv[4:]))
+        storm(Path(sys.argv[2]), int(sys.argv[3]), *((int(sys.argv[4]), sys.argv[5]) if len(sys.argv) > 4 else ()))
     else:
         idle()
