@@ -29,7 +29,30 @@ def _file(data: str) -> Path:
         from pskv.data.glosses import prepare
 
         return prepare() / "glosses.libsvm"
+    if data.startswith("sparse-synthetic:"):  # NxP:RHO: blocks of 10 features correlated RHO, |x| < 1.64 set to 0
+        return _synthetic(data)
     return Path(data)
+
+
+def _synthetic(data: str) -> Path:
+    """A libsvm file (in the temp dir, reused) of data.genes.correlated with about 90% of each
+    column set to 0 (|x| < 1.64), y planted on 20 features; values written exactly (repr)."""
+    import tempfile
+
+    from pskv.data import genes
+
+    shape, rho = data.split(":")[1:]
+    n, p = (int(v) for v in shape.split("x"))
+    path = Path(tempfile.gettempdir()) / f"pskv-bench-{data.replace(':', '-')}.libsvm"
+    if not path.is_file():
+        x = genes.correlated(n, p, float(rho), 10, 0)
+        x[np.abs(x) < 1.64] = 0.0
+        y = genes.planted(x, 20, 0)[0]
+        with open(path, "w") as f:
+            for i in range(n):
+                nz = np.flatnonzero(x[i])
+                f.write(repr(float(y[i])) + "".join(f" {j + 1}:{float(x[i, j])!r}" for j in nz) + "\n")
+    return path
 
 
 def _sklearn(path: Path, alpha: float) -> dict:
