@@ -196,7 +196,7 @@ def test_collective_no_node_joins_fails_on_every_node_naming_it(cluster):
         # started together, either call may reach the coordinator first (under load the table often did,
         # and the table declaration stalled instead): node 1 declares once node 0 waits at the barrier,
         # well within the 3 s that node 0 then waits (1 s was tight for a loaded machine)
-        wait_until(lambda: 0 in coordinator._barriers.get(0, ()), 20, "node 0 waiting at barrier #0")
+        wait_until(lambda: 0 in coordinator.collectives.barriers.get(0, ()), 20, "node 0 waiting at barrier #0")
         return nodes[1].table("t", rows=4)
 
     results = together(lambda: nodes[0].worker().barrier(), declare_after_node_0_waits, timeout=30)

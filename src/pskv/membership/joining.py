@@ -14,13 +14,13 @@ Why two epochs with backups: entering a chain means getting a SNAPSHOT of every 
 every write from then on, which a node can take only for tables it built. Until then the joiner
 is a member `outside` the chains (membership.view): it pushes and pulls through the heads like
 any member, and it is fenced, failed and counted in barriers like any member. Its declarations
-of the tables declared before it are answered at once (`_decl_specs`), so it enters as soon as
+of the tables declared before it are answered at once (`Collectives.decl_specs`), so it enters as soon as
 its program declared them; a table declared later is built by every node with the chains of its
 epoch. Its extra copies never make it a head, so nothing else changes at its entry (routes,
 heads, other copies): the chains' heads pass their rows down once more, to the new tail.
 
-Threads and ownership: the methods run in pskv-coord, as part of `Coordinator` (a mixin: it uses
-the coordinator's state, declared in `Coordinator.__init__`).
+Threads and ownership: pskv-coord only, as part of its `Coordinator`; members and their states
+are the shared `Members` record's, the chains and joiners outside them `Changes`'.
 """
 
 from __future__ import annotations
@@ -28,8 +28,11 @@ from __future__ import annotations
 import logging
 import time
 
-from ..net.wire import COORDINATOR, Kind, control
 from ..placement.chains import Chains
+from ..net.wire import Kind
+from .changes import Changes
+from .collectives import Collectives
+from .members import LIVE, Members
 
 log = logging.getLogger(__name__)
 
@@ -37,101 +40,75 @@ log = logging.getLogger(__name__)
 class Joining:
     """HELLO{join} and, with backups, the joiner's entry into the chains (pskv-coord)."""
 
-    def _join(self, address: str) -> None:
+    def __init__(self, members: Members, collectives: Collectives, changes: Changes) -> None:
+        self.members, self.collectives, self.changes = members, collectives, changes
+        self.next_rank = members.num_nodes  # the rank the next node that joins gets (ranks are never reused)
+
+    def join(self, address: str) -> None:
         """A node joins the running cluster: the next rank, a new epoch; it owes nothing to the barriers
         and table declarations before it (membership.join)."""
-        problem = self._join_problem()
+        m, changes = self.members, self.changes
+        problem = self.problem()
         if problem:
-            self._transport.send_once(address, control(Kind.ABORT, self.cluster, COORDINATOR, {"reason": problem},
-                                                       self.term))
+            m.refuse(address, problem)
             return
-        rank, self._next_rank = self._next_rank, self._next_rank + 1
-        live = sorted([r for r, s in self._state.items() if s in ("alive", "bye")] + [rank])
-        self._transport.set_address(rank, address)
-        self._addresses[rank] = address
-        self._last_seen[rank] = time.monotonic()
-        self._clocks[rank] = self._global_clock  # its workers start at the global clock
-        self._declared[rank] = 0
-        joiners = [[r, m] for r, (_, m) in self._joined.items() if self._state.get(r) in ("alive", "bye")]
-        self._joined[rank] = (self._barrier_top + 1, len(live))
-        tables = max([*self._decl_specs, *self._decls], default=-1) + 1  # declarations begun before it came
-        if self.config.backups:
-            self._outside[rank] = tables
-        self._epoch += 1
-        addresses = {str(r): self._addresses[r] for r in live}
-        payload = {"epoch": self._epoch, "alive": live, "dead": -1, "joined": rank, "reason": "it joined the cluster",
-                   "managers": self._managers, "addresses": addresses, **self._outside_field()}
+        rank, self.next_rank = self.next_rank, self.next_rank + 1
+        live = sorted([*m.live(), rank])
+        joiners = [[r, n] for r, (_, n) in self.collectives.joined.items() if m.state.get(r) in LIVE]
+        tables = self.collectives.join(rank, len(live))  # declarations begun before it came
+        m.add(rank, address, time.monotonic(), state="joining")  # (in no broadcast before its JOINED)
+        if m.config.backups:
+            changes.outside[rank] = tables
+        m.epoch += 1
+        addresses = {str(r): m.addresses[r] for r in live}
+        payload = {"epoch": m.epoch, "alive": live, "dead": -1, "joined": rank, "reason": "it joined the cluster",
+                   "managers": changes.managers, "addresses": addresses, **changes.outside_field()}
         log.warning("coordinator: node %d joined from %s; membership epoch %d goes on with nodes %s", rank, address,
-                    self._epoch, live)
-        self._broadcast(Kind.MEMBERSHIP, payload, states=("alive", "bye"))
-        self._state[rank] = "alive"
-        self._send(rank, Kind.JOINED, {**payload, "rank": rank, "num_nodes": self.num_nodes, "host": self.host_rank,
-                                       "decls": {str(q): spec for q, spec in self._decl_specs.items()},
-                                       "barrier": self._barrier_top + 1, "clock": self._global_clock,
-                                       "joiners": joiners, "tables": tables, "backups": self.config.backups})
-        self._enter_due()
+                    m.epoch, live)
+        m.broadcast(Kind.MEMBERSHIP, payload, states=LIVE)
+        m.state[rank] = "alive"
+        m.send(rank, Kind.JOINED, {**payload, "rank": rank, "num_nodes": m.num_nodes, "host": m.host_rank,
+                                   "decls": {str(q): spec for q, spec in self.collectives.decl_specs.items()},
+                                   "barrier": self.collectives.barrier_top + 1,
+                                   "clock": self.collectives.global_clock, "joiners": joiners, "tables": tables,
+                                   "backups": m.config.backups})
+        self.enter_due()
 
-    def _join_problem(self) -> str | None:
+    def problem(self) -> str | None:
         """Why a node cannot join now (None: it can)."""
-        if not self._welcomed:
+        m = self.members
+        if not m.welcomed:
             return "the cluster is still forming; join once it runs"
-        if self._stalled:
+        if m.stalled:
             return "the cluster is stopping"
-        if self._leaving:
-            return f"node(s) {sorted(self._leaving)} are leaving right now; try again in a moment"
-        if aggregated := self._aggregated():
+        if self.changes.leaving:
+            return f"node(s) {sorted(self.changes.leaving)} are leaving right now; try again in a moment"
+        if aggregated := self.collectives.aggregated():
             return (f"table(s) {aggregated} aggregate per node (NodeAggregate), which cannot take a node that joins "
                     "later; start the cluster with the nodes it needs")
         return None
 
-    def _enter_due(self) -> None:
+    def declared(self, rank: int, error: str | None) -> None:
+        """After each TABLE_DECL: a joiner whose late declaration differs from the others' never enters
+        the chains; the others that declared every table begun before they came enter them now."""
+        if error and rank in self.changes.outside:
+            self.changes.outside[rank] = 1 << 62  # its tables differ: it never enters the chains
+        self.enter_due()
+
+    def enter_due(self) -> None:
         """With backups: each joiner outside the chains that declared every table declared before it
         came enters them, in an epoch of its own (MEMBERSHIP{entered})."""
-        live = {r for r, s in self._state.items() if s in ("alive", "bye")}
-        for rank, tables in sorted(self._outside.items()):
-            if rank not in live or self._declared.get(rank, 0) < tables or self._stalled:
+        m, changes = self.members, self.changes
+        live = m.live()
+        for rank, tables in sorted(changes.outside.items()):
+            if rank not in live or self.collectives.declared.get(rank, 0) < tables or m.stalled:
                 continue
-            del self._outside[rank]
-            self._epoch += 1
-            self._chains = Chains(self.num_nodes, self.config.backups, live - set(self._outside))
-            ends = [r for r in range(self.num_nodes) if rank in self._chains.chain(r)]
-            payload = {"epoch": self._epoch, "alive": sorted(live), "dead": -1, "entered": rank,
-                       "reason": "it entered the chains", **self._outside_field()}
+            del changes.outside[rank]
+            m.epoch += 1
+            changes.chains = Chains(m.num_nodes, m.config.backups, live - set(changes.outside))
+            ends = [r for r in range(m.num_nodes) if rank in changes.chains.chain(r)]
+            payload = {"epoch": m.epoch, "alive": sorted(live), "dead": -1, "entered": rank,
+                       "reason": "it entered the chains", **changes.outside_field()}
             log.warning("coordinator: node %d, which joined, enters the chains of key range(s) %s; membership epoch %d",
-                        rank, ends, self._epoch)
-            self._broadcast(Kind.MEMBERSHIP, payload, states=("alive", "bye"))
-
-    def _outside_field(self) -> dict:
-        """What a MEMBERSHIP says of the members outside the chains (nothing when there are none)."""
-        return {"outside": sorted(self._outside)} if self._outside else {}
-
-    def _chain_members(self, live) -> set[int]:
-        """The live nodes in the chains: all but joiners that did not enter them yet."""
-        return set(live) - set(self._outside)
-
-    def _lost_copies(self, lost: list[int], live) -> str:
-        """Why key ranges `lost` cannot go on: who was still filling them, and joiners that hold them whole
-        (the coordinator's `_survivable`)."""
-        kept = sorted(set().union(*(self._whole[r] for r in lost)))  # (only joiners' copies can be left)
-        filling = sorted({n for r in lost for n in self._chains.chain(r) if n in live} - set(kept))
-        notes = ([f"node(s) {filling} had not finished copying them"] if filling else []) + (
-            [f"node(s) {kept} hold one, but a node that joined never heads a range"] if kept else [])
-        return (f"key range(s) {lost} had no whole copy left on a node that can head them"
-                + (f" ({'; '.join(notes)})" if notes else ""))
-
-    def _aggregated(self) -> list[str]:
-        """Tables that aggregate per node, declared or still being declared: either refuses a join (their
-        level-2 arrays are sized by the nodes the cluster started with)."""
-        specs = [*self._decl_specs.values(), *(spec for got in self._decls.values() for spec in got.values())]
-        return sorted({str(spec.get("name")) for spec in specs if spec.get("aggregate")})
-
-    def _refused(self, spec: dict) -> str | None:
-        """Why a table every node declared alike cannot be made in this cluster (None: it can): one that
-        aggregates per node, once a node that joined the running cluster is a member."""
-        joiners = sorted(r for r in self._joined if self._state.get(r) in ("alive", "bye"))
-        if not spec.get("aggregate") or not joiners:
-            return None
-        return (f"table {spec.get('name')!r} aggregates per node (NodeAggregate), which node(s) {joiners} that "
-                f"joined the running cluster cannot take part in (its per-node arrays are sized by the "
-                f"{self.num_nodes} nodes the cluster started with); declare it without aggregate=, or before any "
-                "node joins")
+                        rank, ends, m.epoch)
+            m.broadcast(Kind.MEMBERSHIP, payload, states=LIVE)

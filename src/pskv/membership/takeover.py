@@ -113,23 +113,21 @@ class ResumedCoordinator(Coordinator):
 
     def __init__(self, config: NodeConfig, view: View, term: int, dead: int) -> None:
         super().__init__(view.num_nodes, config.host, 0, config, host_rank=view.rank, term=term)
-        self.cluster = view.cluster
+        m = self.members
+        m.cluster = view.cluster
         now = time.monotonic()
         for rank, address in view.addresses.items():
-            self._transport.set_address(rank, address)
-            self._addresses[rank] = address
-            self._state[rank] = "alive" if rank in view.alive else "failed"
-            self._last_seen[rank] = now
-        self._welcomed = True
-        self._epoch = view.epoch
-        self._next_rank = view.ranks  # ranks are never reused, also by the nodes that joined
-        self._outside = {r: _UNTIL_REJOIN for r in view.outside}  # its REJOIN says how many tables it waits for
-        self._chains = Chains(self.num_nodes, self.config.backups, view.alive - view.outside)
+            m.add(rank, address, now, "alive" if rank in view.alive else "failed")
+        m.welcomed = True
+        m.epoch = view.epoch
+        self.joining.next_rank = view.ranks  # ranks are never reused, also by the nodes that joined
+        self.changes.outside = {r: _UNTIL_REJOIN for r in view.outside}  # its REJOIN says how many tables it owes
+        self.changes.chains = Chains(m.num_nodes, config.backups, view.alive - view.outside)
         self._dead = dead
         self._waiting = set(view.alive) - {dead}  # ranks whose REJOIN did not come yet
         self._filling: dict[int, set[int]] = {}  # rank -> the ranges it still fills (from REJOIN)
         self._released_upto = -1  # every barrier generation up to it was released by the old coordinator
-        self._deadline = now + self.config.failure_timeout
+        self._deadline = now + config.failure_timeout
         self._early: dict[int, list] = {}  # rank -> (handler, payload) that came before its REJOIN
 
     def _handlers(self) -> dict:
@@ -148,38 +146,25 @@ class ResumedCoordinator(Coordinator):
         if rank not in self._waiting:
             return
         self._waiting.discard(rank)
-        if int(p["epoch"]) > self._epoch:  # the old coordinator's last MEMBERSHIP reached it, not us
-            self._epoch = int(p["epoch"])
+        m, changes = self.members, self.changes
+        if int(p["epoch"]) > m.epoch:  # the old coordinator's last MEMBERSHIP reached it, not us
+            m.epoch = int(p["epoch"])
             alive = {int(r) for r in p["alive"]}
-            for r in self._state:
+            for r in m.state:
                 if r not in alive:
-                    self._state[r] = "failed"
+                    m.state[r] = "failed"
             outside = {int(r) for r in p.get("outside", ())}
-            self._outside = {r: self._outside.get(r, _UNTIL_REJOIN) for r in outside}
-            self._chains = Chains(self.num_nodes, self.config.backups, alive - outside)
-        for seq, spec in p["decls"].items():
-            seq = int(seq)
-            if seq not in self._decls_done:
-                self._decls.setdefault(seq, {})[rank] = spec
-                self._since.setdefault(("table", seq), time.monotonic())
-            self._declared[rank] = max(self._declared.get(rank, 0), seq + 1)
+            changes.outside = {r: changes.outside.get(r, _UNTIL_REJOIN) for r in outside}
+            changes.chains = Chains(m.num_nodes, self.config.backups, alive - outside)
+        self.collectives.restore(rank, p)
         self._released_upto = max(self._released_upto, int(p["released"]))
-        for gen in p["barriers"]:
-            self._barriers.setdefault(int(gen), set()).add(rank)
-            self._since.setdefault(("barrier", int(gen)), time.monotonic())
-        clock, seq = (int(x) for x in p["clock"])
-        if seq > self._clock_seq.get(rank, 0):
-            self._clocks[rank], self._clock_seq[rank] = clock, seq
         if "low" in p:
-            self._low[rank] = int(p["low"])
+            changes.low[rank] = int(p["low"])
         self._filling[rank] = {int(r) for r in p.get("filling", ())}
-        if "joined" in p:  # a node that joined the running cluster: its first barrier, the tables it owes
-            joined = p["joined"]
-            self._joined[rank] = (int(joined["barrier"]), int(joined["members"]))
-            if rank in self._outside:
-                self._outside[rank] = int(joined["tables"])
+        if "joined" in p and rank in changes.outside:  # a joiner outside the chains: the tables it owes
+            changes.outside[rank] = int(p["joined"]["tables"])
         if p.get("bye"):
-            self._state[rank] = "bye"
+            m.state[rank] = "bye"
         for handler, payload in self._early.pop(rank, []):
             handler(rank, payload)
         if not self._waiting:
@@ -187,32 +172,33 @@ class ResumedCoordinator(Coordinator):
 
     def _resume(self, why: str) -> None:
         """Every live node rejoined (or the rest stayed silent): go on without the old host."""
+        m, changes = self.members, self.changes
         missing = sorted(self._waiting)
         self._waiting = set()
-        log.info("coordinator (term %d) on node %d: %s; epoch %d", self.term, self.host_rank, why, self._epoch)
-        live = [r for r, s in self._state.items() if s in ("alive", "bye") and r != self._dead]
-        self._whole = [{n for n in self._chains.chain(r) if n in live and r not in self._filling.get(n, ())}
-                       for r in range(self.num_nodes)]
-        for gen in sorted(g for g in self._barriers if g <= self._released_upto):
-            del self._barriers[gen]  # the old coordinator released it to some nodes already
-            self._since.pop(("barrier", gen), None)
-            self._broadcast(Kind.BARRIER_RELEASE, {"gen": gen})
-        self._fail(self._dead, f"node {self._dead}, which ran the coordinator, went silent; node "
-                               f"{self.host_rank} took the coordinator over")
+        log.info("coordinator (term %d) on node %d: %s; epoch %d", self.term, self.host_rank, why, m.epoch)
+        live = m.live() - {self._dead}
+        changes.whole = [{n for n in changes.chains.chain(r) if n in live and r not in self._filling.get(n, ())}
+                         for r in range(m.num_nodes)]
+        for gen in sorted(g for g in self.collectives.barriers if g <= self._released_upto):
+            self.collectives.release(gen)  # the old coordinator released it to some nodes already
+        changes.fail(self._dead, f"node {self._dead}, which ran the coordinator, went silent; node "
+                                 f"{self.host_rank} took the coordinator over")
         for rank in missing:
-            self._fail(rank, "it did not rejoin the coordinator that took over")
-        self._enter_due()  # a joiner that declared its tables meanwhile
+            changes.fail(rank, "it did not rejoin the coordinator that took over")
+        self.joining.enter_due()  # a joiner that declared its tables meanwhile
 
-    def _join_problem(self) -> str | None:
+    def _join(self, address: str) -> None:
         if self._waiting:  # (what it rebuilds must not change under it)
-            return f"node {self.host_rank} is taking the coordinator over; try again in a moment"
-        return super()._join_problem()
+            self.members.refuse(address, f"node {self.host_rank} is taking the coordinator over; try again in a "
+                                         "moment")
+            return
+        super()._join(address)
 
     def _tick(self, now: float) -> None:
         if self._waiting:
             if now > self._deadline:
                 self._resume(f"node(s) {sorted(self._waiting)} did not rejoin within {self.config.failure_timeout:g} s")
             else:  # the nodes that rejoined must not find this one silent meanwhile (the others hold it)
-                self._broadcast(Kind.TICK, {"barriers": {}})
+                self.members.broadcast(Kind.TICK, {"barriers": {}})
             return
         super()._tick(now)

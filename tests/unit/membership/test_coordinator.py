@@ -204,7 +204,7 @@ def test_rendezvous_rank_joined_twice_aborts_second(make_coordinator, make_fake)
     results = {}
     t = threading.Thread(target=lambda: results.setdefault("first", _catch(first.join)), name="test-first-join")
     t.start()
-    wait_until(lambda: 0 in coord._addresses, what="first join")
+    wait_until(lambda: 0 in coord.members.addresses, what="first join")
     with pytest.raises(CoordinatorUnreachable,
                        match=f"rank 0 joined twice \\(first from {first.transport.address}, now from "
                              f"{second.transport.address}\\)"):
@@ -220,7 +220,7 @@ def test_rendezvous_rank_joined_twice_first_still_welcomed(make_coordinator, mak
     results = {}
     t = threading.Thread(target=lambda: results.setdefault("first", _catch(first.join)), name="test-first-join")
     t.start()
-    wait_until(lambda: 0 in coord._addresses, what="first join")
+    wait_until(lambda: 0 in coord.members.addresses, what="first join")
     assert isinstance(_catch(dup.join), CoordinatorUnreachable)
     assert isinstance(other.join(), dict)
     t.join(PATIENCE)  # the welcome comes at once; the deadline only bounds a join that never returns

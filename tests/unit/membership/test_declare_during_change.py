@@ -73,7 +73,7 @@ def test_a_join_while_an_aggregated_table_is_being_declared_is_refused(cluster):
     first = threading.Thread(target=lambda: declared.append(nodes[0].table("agg", **AGGREGATED)), daemon=True)
     first.start()
     coordinator = nodes[0]._coordinator
-    wait_until(lambda: coordinator._decls.get(0), what="node 0's declaration reaching the coordinator")
+    wait_until(lambda: coordinator.collectives.decls.get(0), what="node 0's declaration reaching the coordinator")
     with pytest.raises(ClusterError, match=rf"the cluster at {at} refused this node: table\(s\) \['agg'\] aggregate "
                                            r"per node \(NodeAggregate\), which cannot take a node that joins later"):
         cluster.started.append(pskv.init(join=at, **CONFIG))  # (shut down at teardown if it was let in)
@@ -140,8 +140,8 @@ def _declaring(nodes: list, name: str, **kw) -> tuple[list, list]:
     for t in threads:
         t.start()
     coordinator = next(n for n in nodes if n.rank == 0)._coordinator
-    seq = len(coordinator._decl_specs)
-    wait_until(lambda: len(coordinator._decls.get(seq, {})) == len(nodes), what="the declarations")
+    seq = len(coordinator.collectives.decl_specs)
+    wait_until(lambda: len(coordinator.collectives.decls.get(seq, {})) == len(nodes), what="the declarations")
     return tables, threads
 
 

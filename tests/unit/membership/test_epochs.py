@@ -67,7 +67,7 @@ def test_coordinator_goes_on_without_a_dead_node_once_copies_are_whole(make_coor
     for f in fakes[:3]:
         f.client.synced(2)
     together(*[lambda f=f: f.client.barrier(timeout=10) for f in fakes[:3]])  # node 3 is not waited for
-    wait_until(lambda: all(len(w) == 2 for w in coord._whole), what="SYNCED from every survivor")
+    wait_until(lambda: all(len(w) == 2 for w in coord.changes.whole), what="SYNCED from every survivor")
     coord.report_failure(1, "process was killed by SIGKILL")
     wait_until(lambda: len(seen[0]) == 2 and len(seen[2]) == 2, what="MEMBERSHIP epoch 3")
     assert seen[2][1]["epoch"] == 3 and seen[2][1]["alive"] == [0, 2]

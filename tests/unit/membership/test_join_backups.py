@@ -89,7 +89,7 @@ def test_a_joiner_enters_the_chains_with_current_copies_and_pulls_current_rows(c
              *(n.server.chain._backup[(tid, 0)].read(KEYS[:20])[1] for n in (nodes[1], joiner))]
     assert np.array_equal(state[0], state[1]) and np.array_equal(state[0], state[2])  # Adagrad's sums too
     coordinator = nodes[0]._coordinator
-    wait_until(lambda: coordinator._whole[0] == {0, 1, 3}, what="the joiner's copy counted as whole")
+    wait_until(lambda: coordinator.changes.whole[0] == {0, 1, 3}, what="the joiner's copy counted as whole")
 
 
 def test_a_joiner_reads_keys_before_and_after_it_enters_the_chains(cluster):
@@ -169,17 +169,17 @@ def test_coordinator_enters_a_joiner_once_it_declared_and_counts_it_once_synced(
         payload = joiner.ask()
         assert (payload["rank"], payload["tables"], payload["backups"], payload["outside"]) == (3, 1, 1, [3])
         wait_until(lambda: all(got for got in seen), what="MEMBERSHIP{joined}")
-        assert seen[0][0]["joined"] == 3 and seen[0][0]["outside"] == [3] and coord._chains.chain(0) == (0, 1)
+        assert seen[0][0]["joined"] == 3 and seen[0][0]["outside"] == [3] and coord.changes.chains.chain(0) == (0, 1)
         joiner.client.declare({"name": "t"})
         wait_until(lambda: all(len(got) == 2 for got in seen), what="MEMBERSHIP{entered}")
         assert seen[1][1]["entered"] == 3 and seen[1][1]["epoch"] == 3 and "outside" not in seen[1][1]
-        assert coord._chains.chain(0) == (0, 1, 3) and coord._whole[0] == {0, 1}
+        assert coord.changes.chains.chain(0) == (0, 1, 3) and coord.changes.whole[0] == {0, 1}
         joiner.client.synced(3)
-        wait_until(lambda: coord._whole[0] == {0, 1, 3}, what="the joiner's SYNCED")
+        wait_until(lambda: coord.changes.whole[0] == {0, 1, 3}, what="the joiner's SYNCED")
 
         coord.report_failure(0, "gone")
         wait_until(lambda: len(seen[1]) == 3 and len(seen[2]) == 3, what="MEMBERSHIP epoch 4")
-        assert coord._chains.chain(0) == (1, 2, 3)
+        assert coord.changes.chains.chain(0) == (1, 2, 3)
         fakes[1].client.synced(4)  # node 2 never says it: range 0 is still filling there
         coord.report_failure(1, "gone too")
         wait_until(lambda: fakes[2].failures and joiner.failures, what="NodeFailure on nodes 2 and 3")
