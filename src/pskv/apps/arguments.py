@@ -57,8 +57,8 @@ def parser(app: str, description: str, *, epochs: int = 10, techniques: bool = F
            resumable: bool = False) -> argparse.ArgumentParser:
     """An ArgumentParser for `pskv run APP` / `python -m pskv.apps.APP` with the common flags added:
     always --epochs, --seed, --plot, --log, --progress, --stall-timeout, --stats; with `techniques` the
-    Lapse/NuPS/Petuum flags (--localize, --lease, --location-caches, --replicate, --sampling,
-    --consistency); with `resumable` --checkpoint-dir, --checkpoint-every, --keep, --resume and
+    Lapse/NuPS/Petuum/AdaPM flags (--localize, --lease, --location-caches, --replicate, --intent,
+    --ahead, --sampling, --consistency); with `resumable` --checkpoint-dir, --checkpoint-every, --keep, --resume and
     --backups (an app that takes them resumes at its epoch and trains a dead node's data)."""
     p = Parser(prog=f"pskv run {app}", description=description, formatter_class=HelpFormatter, allow_abbrev=False)
     g = p.add_argument_group("common")
@@ -89,6 +89,11 @@ def _techniques(t) -> None:
     t.add_argument("--location-caches", choices=["on", "off"], default=None,
                    help="pskv.Relocate(location_caches=) (default: on with --localize or --sampling preloc/pool)")
     t.add_argument("--replicate", type=int, default=0, metavar="N", help="replicate the N hottest keys")
+    t.add_argument("--intent", action="store_true",
+                   help="signal each batch's keys --ahead batches early (pskv.data.Lookahead, AdaPM's intents): a "
+                        "key one node intends moves there ahead of use, a key several intend stays; needs no "
+                        "other technique flag")
+    t.add_argument("--ahead", type=int, default=4, metavar="K", help="--intent: batches read ahead")
     t.add_argument("--sampling", type=_scheme, default=None, metavar="{" + ",".join(SCHEMES) + "}",
                    help="sampling scheme for negative samples (default: naive, drawn by the app)")
     t.add_argument("--consistency", type=_consistency, default="async", metavar="{async,bsp,ssp:S}",

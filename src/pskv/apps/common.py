@@ -77,9 +77,9 @@ def add_prefetch(group, *, default: bool = True) -> None:
 
 def prefetches(args: argparse.Namespace) -> bool:
     """Whether a worker pulls the next batch's rows before training on this one. Not under BSP/SSP (the
-    pull of the next batch would read before this batch's clock), nor with --localize (the next
-    batch's keys are on their way here then, and its pulls become local once they land)."""
-    return args.prefetch and args.consistency == "async" and not args.localize
+    pull of the next batch would read before this batch's clock), nor with --localize or --intent (the
+    next batch's keys are on their way here then, and its pulls become local once they land)."""
+    return args.prefetch and args.consistency == "async" and not args.localize and not getattr(args, "intent", False)
 
 
 def relocation_note(app: str, p: np.ndarray, draws: int) -> str | None:
@@ -106,7 +106,8 @@ def placement(args: argparse.Namespace) -> pskv.Relocate:
     kw = {}
     if args.lease is not None:
         kw["lease"] = args.lease
-    moves = getattr(args, "localize", False) or getattr(args, "sampling", None) in ("preloc", "pool")
+    moves = getattr(args, "localize", False) or getattr(args, "intent", False) or \
+        getattr(args, "sampling", None) in ("preloc", "pool")
     kw["location_caches"] = moves if args.location_caches is None else args.location_caches == "on"
     return pskv.Relocate(**kw)
 

@@ -10,7 +10,9 @@ triples (a contiguous slice of a seeded shuffle; Lapse's toy data keeps its file
 it draws `--neg` negative entities per positive for each side (tail and head corruption), uniform
 over entities: by default the app draws them (the naive scheme) and pulls the batch's distinct
 entities in one pull when the batch starts (`--prefetch`: while the batch before trains, its
-rows one batch stale); `--sampling` takes them from pskv's sampling API (each handle prepared one
+rows one batch stale); `--intent` signals each batch's entities (negatives drawn then) and relations
+`--ahead` batches early (pskv.data.Lookahead), and the keys' managers move those one node intends;
+`--sampling` takes them from pskv's sampling API (each handle prepared one
 batch ahead so that preloc and pool localize meanwhile). It runs a numba kernel for scores, loss
 and gradients, and pushes the gradients. `--localize` moves the next
 batch's entities and relations to the worker's node ahead of use (Lapse), `--replicate N` keeps the
@@ -45,6 +47,7 @@ import pskv
 
 from ..data.fetch import DataError
 from ..data.kg import KG, Filter, load
+from ..data.lookahead import Lookahead
 from ..data.trained import Embeddings, load_embeddings, write_json, write_labelled  # noqa: F401 - the app's loader
 from . import common
 from .kge_model import batch_grads, compose, evaluate  # noqa: F401 - compose: the app's model, for users
@@ -232,7 +235,9 @@ def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress
     if args.localize and batches:
         _localize(ent, rel, batches[0])
     loss, coming = 0.0, None
-    for i, tri in enumerate(batches):
+    stream = Lookahead(batches, lambda t: _intended(ent, rel, t, negatives, n), ahead=args.ahead) \
+        if args.intent else batches
+    for i, tri in enumerate(stream):
         if args.localize and i + 1 < len(batches):
             _localize(ent, rel, batches[i + 1])  # Lapse's pre-localization: the next batch moves here meanwhile
         if i + 1 < len(batches) or more:  # every epoch's batches have the same sizes
@@ -284,6 +289,13 @@ class Rows:
         rows = self._ent.wait()[self._inverse]  # (2b + b*2n, dim)
         cut = len(self.pos_ids)
         return rows[:cut], self._rel.wait(), rows[cut:]
+
+
+def _intended(ent, rel, tri: np.ndarray, negatives: Negatives, n: int) -> dict:
+    """--intent: the keys a coming batch will use (pskv.data.Lookahead calls it `--ahead` batches early):
+    its entities, with the negatives the app draws for it drawn now, and its relations."""
+    negs = negatives.predraw(len(tri) * 2 * n) if negatives.scheme is None else np.zeros(0, np.int64)
+    return {ent: np.concatenate([tri[:, 0], tri[:, 2], negs]), rel: tri[:, 1]}
 
 
 def _localize(ent, rel, tri: np.ndarray) -> None:

@@ -17,7 +17,8 @@ distinct items of the batch once, runs sequential SGD over the batch on that loc
 numba nogil kernel, so threads run in parallel), and pushes the change of each row (or, with
 `--item-updater adagrad`, the batch's gradient to a server-side Adagrad: concurrent changes of a
 very hot item otherwise add up and diverge). `--schedule dsgd` is Lapse's DSGD: item blocks
-rotate over the workers, so with `--localize` every item access is local. Train RMSE is
+rotate over the workers, so with `--localize` every item access is local. `--intent` signals each
+batch's items `--ahead` batches early (pskv.data.Lookahead): those one node intends move there. Train RMSE is
 measured during the epoch, test RMSE after it; sums go through common.Reducer. `--schedule ccd`
 is model-parallel instead: CCD++ on the STRADS-style scheduler (apps.mf_ccd).
 """
@@ -34,7 +35,7 @@ import numpy as np
 
 import pskv
 
-from ..data import DataError, fetch, lapse_toy_dir, ratings
+from ..data import DataError, Lookahead, fetch, lapse_toy_dir, ratings
 from ..data.trained import Factors, load_factors, write_json, write_labelled  # noqa: F401 - the app's loader
 from ..errors import ConfigError
 from . import common, mf_ccd
@@ -239,7 +240,10 @@ def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr
     prefetch = common.prefetches(args)
     coming = None  # (keys, slots, Future of the rows): the next batch's, pulled ahead
     last = None  # (keys, change) pushed by the batch before
-    for lo in range(0, len(order), args.batch):
+    starts = range(0, len(order), args.batch)
+    if getattr(args, "intent", False):  # each batch's items signaled --ahead batches early (AdaPM's intents)
+        starts = Lookahead(starts, lambda lo: {items: part.train.items[order[lo:lo + args.batch]]}, ahead=args.ahead)
+    for lo in starts:
         b = order[lo:lo + args.batch]
         if ahead and lo + args.batch < len(order):
             items.localize(np.unique(part.train.items[order[lo + args.batch:lo + 2 * args.batch]]))

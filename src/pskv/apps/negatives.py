@@ -3,6 +3,7 @@
     negatives = Negatives(table, scheme="pool")              # pskv's sampling API (the table has a pskv.Sampling)
     negatives = Negatives(table, draw=unigram.draw, rng=rng)  # the app draws; the caller pulls the rows
     negatives.ahead(n)                     # prepare the sample of a coming draw of n (preloc/pool work meanwhile)
+    keys = negatives.predraw(n)            # the app draws: draw a coming draw of n now (its keys, for intents)
     keys, rows = negatives.draw(n)         # (n,) int64 keys; (n, dim) rows, or None when the app drew them
     negatives.close()                      # release what was prepared and not drawn
 """
@@ -36,6 +37,7 @@ class Negatives:
             raise ConfigError("Negatives(scheme=None) draws the keys itself: give draw=(rng, n) -> keys and rng=")
         self.table, self.scheme, self._draw, self.rng = table, scheme, draw, rng
         self._ready: collections.deque = collections.deque()  # (n, handle) prepared for the coming draws
+        self._drawn: collections.deque = collections.deque()  # (n,) keys predrawn for the coming draws
 
     def ahead(self, n: int) -> None:
         """Prepare the sample of a coming draw of n keys (in the order of the draws); a no-op when the
@@ -43,9 +45,22 @@ class Negatives:
         if self.scheme is not None:
             self._ready.append((n, self.table.prepare_sample(n, scheme=self.scheme)))
 
+    def predraw(self, n: int) -> np.ndarray:
+        """The app draws: draw the keys of a coming draw of n now (the draws take them in order, so
+        the sequence is the same), e.g. to signal them as intents (pskv.data.Lookahead)."""
+        if self.scheme is not None:
+            raise ConfigError(f"Negatives.predraw: pskv's {self.scheme} scheme draws when the batch comes")
+        keys = np.asarray(self._draw(self.rng, n), np.int64)
+        self._drawn.append(keys)
+        return keys
+
     def draw(self, n: int) -> tuple[np.ndarray, np.ndarray | None]:
         """(n,) int64 keys and, from the sampling API, their (n, dim) rows (else None)."""
         if self.scheme is None:
+            if self._drawn:
+                keys = self._drawn.popleft()
+                assert len(keys) == n, f"a draw of {n} took a predraw of {len(keys)}"
+                return keys, None
             return np.asarray(self._draw(self.rng, n), np.int64), None
         size, handle = self._ready.popleft() if self._ready else (n, None)
         if size != n:  # prepared for another draw size: would give too few or leave keys unused

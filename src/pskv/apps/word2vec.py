@@ -27,7 +27,9 @@ pull_sample pulls one row per draw, about 15x the distinct rows of a batch here 
 2 nodes). `--sampling {naive,preloc,pool,onlylocal}` takes them from pskv's sampling API instead,
 each batch's sample prepared one batch ahead so that preloc and pool localize in the meantime
 (`--reuse` for pool). `--localize` moves the next batch's words here ahead (Lapse's localize_pos),
-except the `--replicate N` hottest, which every node keeps a replica of.
+except the `--replicate N` hottest, which every node keeps a replica of. `--intent` signals each
+batch's context words (syn0) and centres and negatives (syn1neg, drawn then) `--ahead` batches
+early (pskv.data.Lookahead): the keys' managers move those one node intends.
 
 At the end node 0 reports WordSim-353 Spearman and analogy accuracy (3CosAdd) over the
 in-vocabulary questions; `--compare-gensim` trains gensim's Word2Vec alike and prints both. The test
@@ -54,6 +56,7 @@ import numpy as np
 import pskv
 
 from ..data.fetch import DataError, cache_dir, fetch, lapse_toy_dir
+from ..data.lookahead import Lookahead
 from ..data.text import (Corpus, Score, Unigram, Vocab, analogy_accuracy, keep_probabilities, read_analogies,
                          read_corpus_path, read_vectors, read_wordsim, wordsim_spearman, write_vectors)
 from . import common
@@ -216,8 +219,10 @@ def _train(w: pskv.Worker, run: _Run) -> None:
         """One pass over `corpus`; the learning rate decays over this worker's own words (pieces take the current one)."""
         nonlocal done
         loss, pairs = 0.0, 0
-        for words, centres, contexts in ahead(batches(corpus, run.keep, args.window, args.batch_words, rng),
-                                              step.prepare if step.prepares else None):
+        stream = batches(corpus, run.keep, args.window, args.batch_words, rng)
+        if args.intent:  # each batch's keys signaled --ahead batches early (AdaPM's intents)
+            stream = Lookahead(stream, lambda b: _intended(syn0, syn1, b, negatives, args.neg), ahead=args.ahead)
+        for words, centres, contexts in ahead(stream, step.prepare if step.prepares else None):
             a0 = args.alpha - (args.alpha - args.min_alpha) * done / total
             done += words if corpus is shard else 0
             a1 = args.alpha - (args.alpha - args.min_alpha) * done / total
@@ -255,6 +260,17 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     w.barrier()
     if common.is_leader(w):
         run.seconds = time.monotonic() - start
+
+
+def _intended(syn0, syn1, batch: tuple, negatives: Negatives, neg: int) -> dict:
+    """--intent: the keys a coming batch will use (pskv.data.Lookahead calls it `--ahead` batches
+    early): its context words' syn0 rows; its centres' and negatives' syn1neg rows, the negatives the
+    app draws for it drawn now (Step draws for a batch with pairs only, and so does this)."""
+    _, centres, contexts = batch
+    if not len(centres):
+        return {}
+    negs = negatives.predraw(len(centres) * neg) if negatives.scheme is None else np.zeros(0, np.int64)
+    return {syn0: contexts, syn1: np.concatenate([centres, negs])}
 
 
 def _tables(node: pskv.Node, args, vocab: Vocab, unigram: Unigram) -> pskv.Table:

@@ -2,6 +2,7 @@
 
     from pskv.data import fetch
     path = fetch("ml-100k")          # a directory holding ml-100k.inter, .item, .user
+    for b in Lookahead(batches, lambda b: {table: keys_of(b)}, ahead=4): ...   # intents (lookahead.py)
 """
 
 from .fetch import DATASETS as DATASETS
@@ -10,5 +11,6 @@ from .fetch import Dataset as Dataset
 from .fetch import cache_dir as cache_dir
 from .fetch import fetch as fetch
 from .fetch import lapse_toy_dir as lapse_toy_dir
+from .lookahead import Lookahead as Lookahead
 
-__all__ = ["DATASETS", "DataError", "Dataset", "cache_dir", "fetch", "lapse_toy_dir"]
+__all__ = ["DATASETS", "DataError", "Dataset", "Lookahead", "cache_dir", "fetch", "lapse_toy_dir"]

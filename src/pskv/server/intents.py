@@ -5,7 +5,11 @@ client.intents). The node tells each key's manager when its first window holding
 near (a start) and when its last one ends (an end): INTENT, [header, keys] with `part` = how many of
 the keys are starts (the rest are ends), one message per manager and round. The manager counts
 per key the nodes that intend it and answers each INTENT with ACK, whose positions are the starts
-it says move: the key's only intending node is the sender. That node then localizes them
+it says move: the key's only intending node is the sender, and no other node started or ended
+an intent of it within the last TURN seconds (a key that nodes take turns at, a hot item or a
+uniform negative, would otherwise move on nearly every batch and be read and written remotely by
+the others all the same: measured, mf on Zipf ratings on 2 emulated hosts moved 22,000 keys per
+node in 2 epochs for no byte saved). That node then localizes them
 (client.intents), under no lease: the manager forgets the keys' leases and move counts here
 (`Relocation.release`), since no other node means to use them. A key several nodes intend stays
 where it is and is read and updated there; a key no node intends any more stays where it was
@@ -20,12 +24,16 @@ Threads and ownership: everything here runs in pskv-server, which alone touches 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
 from ..net.wire import Header, Kind, Payload
 from ..store.shard import Shard
+
+TURN = 1.0  # seconds after another node's intent of a key started or ended during which it moves to none
 
 
 class IntentBoard:
@@ -36,6 +44,8 @@ class IntentBoard:
         self._release = release  # (table id, keys): forget their leases (server.relocate.Relocation.release)
         self._count: dict[int, np.ndarray] = {}  # table -> (rows,) int32 nodes intending each key
         self._held: dict[int, dict[int, np.ndarray]] = {}  # table -> origin -> (rows,) bool: keys it intends
+        self._last: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # table -> (rows,) the node whose intent of
+        # each key started or ended last, and when (monotonic seconds)
         self.moves = 0  # keys this manager told their only intending node to take
         self.shares = 0  # starts it answered with "stay": another node intends the key too
 
@@ -50,6 +60,7 @@ class IntentBoard:
         if count is None:
             count = self._count[header.table] = np.zeros(rows, np.int32)
             self._held[header.table] = {}
+            self._last[header.table] = (np.full(rows, -1, np.int32), np.full(rows, -np.inf))
         mine = self._held[header.table].get(header.origin)
         if mine is None:
             mine = self._held[header.table][header.origin] = np.zeros(rows, bool)
@@ -61,7 +72,12 @@ class IntentBoard:
         fresh = np.unique(starts[~mine[starts]])
         mine[fresh] = True
         count[fresh] += 1
-        move = (count[starts] == 1) & (shard.owner[starts] >= 0)  # only the sender, and managed here
+        now = time.monotonic()
+        node, when = self._last[header.table]
+        turn = (node[starts] != header.origin) & (when[starts] > now - TURN)  # another node's, lately
+        move = (count[starts] == 1) & ~turn & (shard.owner[starts] >= 0)  # the sender alone, and managed here
+        for keys in (ends, fresh):
+            node[keys], when[keys] = header.origin, now
         pos = np.flatnonzero(move)
         if len(pos):
             self._release(header.table, starts[pos])
