@@ -9,6 +9,7 @@ from __future__ import annotations
 import faulthandler
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -135,6 +136,151 @@ def exact(node: pskv.Node, threads: int, variant: str) -> None:
     if variant not in ("backups", "replicate") or node.num_nodes > 1:
         assert s["intent_moves"] > 0, s
     print(f"exact ok {variant} {s}")
+
+
+OPTIONS = {  # table -> node.table() keywords (where: the run's directory, for disk tables)
+    "dense": lambda where, rank: {},
+    "disk": lambda where, rank: {"storage": "disk", "cache_rows": 16, "path": where / f"rows-{rank}"},
+    "caches": lambda where, rank: {"placement": pskv.Relocate(location_caches=True)},
+    "replicate": lambda where, rank: {"replicate": pskv.Replicate(keys=[1, 2, 400], syncs_per_sec=20)},
+    "sampling": lambda where, rank: {"sampling": pskv.Sampling(np.ones(ROWS), scheme="pool", reuse=2)},
+    "bsp": lambda where, rank: {"consistency": pskv.BSP(), "cache": pskv.Cache(rows=32, buffer_rows=16)},
+    "filters": lambda where, rank: {"filters": "keycache,fp16"},  # (ones: fp16 holds them exactly)
+}
+STEPS = 40
+
+
+def _train(w: pskv.Worker, names, steps: range) -> int:
+    """Every table: intents two steps ahead, pushes of ones in column 0 (push_pull on dense, draws
+    on sampling); returns the ones this worker pushed per table."""
+    rng = np.random.default_rng([w.rank, w.thread, steps.start])
+    keys = [rng.choice(ROWS, 6, replace=False) for _ in steps]
+    pushed = 0
+    for name in names:
+        t = w.table(name)
+        t.intent(keys[0], steps.start)
+        t.intent(keys[1], steps.start + 1)
+    w.advance_clock(0)
+    for i, step in enumerate(steps):
+        for name in names:
+            t = w.table(name)
+            if i + 2 < len(keys):
+                t.intent(keys[i + 2], step + 2, step + 3)
+            if name == "sampling":
+                h = t.prepare_sample(6)
+                drawn, _ = t.pull_sample(h, 6)
+                t.finish_sample(h)
+                t.push(drawn, np.column_stack([np.ones(6), np.zeros(6)]))
+            elif name == "dense" and i % 4 == 0:
+                rows = t.push_pull(keys[i], np.column_stack([np.ones(6), np.zeros(6)])).wait(60)
+                assert (rows[:, 0] >= 1).all(), rows
+            else:
+                t.push(keys[i], np.column_stack([np.ones(6), np.zeros(6)]))
+            if i % 3 == 0:
+                t.pull(keys[i])
+        pushed += 6
+        w.clock()  # (the BSP table's; the others' clock only counts)
+        w.advance_clock()
+    return pushed
+
+
+def _totals(w: pskv.Worker, names) -> dict:
+    return {name: float(w.table(name).pull(np.arange(ROWS))[:, 0].sum()) for name in names}
+
+
+def compose(node: pskv.Node, threads: int, where: str, ckpt: str) -> None:
+    """Intents on a table per option, trained by every thread of every node with exact sums; intents on
+    a sparse and an aggregated table are taken and ignored; then a checkpoint (restored by `restored`)."""
+    where_ = Path(where)
+    for name, kw in OPTIONS.items():
+        node.table(name, rows=ROWS, dim=2, **kw(where_, node.rank))
+    node.table("sparse", rows=None, dim=2, key_space="uint64")
+    node.table("agg", rows=ROWS, dim=2, aggregate=pskv.NodeAggregate())
+
+    def work(w: pskv.Worker) -> None:
+        w.table("sparse").intent(np.array([2**40, 7], np.uint64), 0, 3)  # no effect: sparse keys stay
+        w.table("agg").intent(np.array([1, 2]), 0, 3)  # nor do an aggregated table's
+        w.barrier()
+        _train(w, list(OPTIONS), range(STEPS))
+        w.wait_replica_sync()
+        w.barrier()
+        expected = STEPS * 6 * w.num_nodes * threads
+        totals = _totals(w, OPTIONS)
+        assert all(v == expected for v in totals.values()), (expected, totals)
+        w.barrier()
+
+    node.run(work, threads=threads)
+    stats = node.stats()["tables"]
+    assert node.catalog.get("sparse").intents is None and node.catalog.get("agg").intents is None
+    moved = {name: stats[name].get("intent_localized", 0) for name in OPTIONS}
+    assert all(stats[name]["intent_starts"] == stats[name]["intent_ends"] > 0 for name in OPTIONS), stats
+    shared = sum(node.catalog.get(name).shared_keys for name in OPTIONS)
+    assert shared > 0, "no key was served from a co-located node's shard"
+    node.checkpoint(ckpt)
+    print(f"compose ok moved={moved} shared={shared}")
+
+
+def restored(node: pskv.Node, threads: int, where: str, ckpt: str, saved: str) -> None:
+    """The checkpoint of `compose` restored onto this cluster (another node count): the sums are there;
+    intents and pushes go on, exactly."""
+    names = list(OPTIONS)
+    for name, kw in OPTIONS.items():
+        node.table(name, rows=ROWS, dim=2, **kw(Path(where), node.rank))
+    before = int(saved) * STEPS * 6
+
+    def work(w: pskv.Worker) -> None:
+        w.barrier()
+        assert all(v == before for v in _totals(w, names).values()), (before, _totals(w, names))
+        w.barrier()
+        _train(w, names, range(STEPS, 2 * STEPS))
+        w.barrier()
+        expected = before + STEPS * 6 * w.num_nodes * threads
+        assert all(v == expected for v in _totals(w, names).values()), (expected, _totals(w, names))
+        w.barrier()
+
+    node.run(work, threads=threads)
+    print(f"restored ok {node.stats()['tables']['dense'].get('intent_localized', 0)}")
+
+
+def elastic(node: pskv.Node, threads: int, out: str) -> None:
+    """Intents on nodes 0 and 1; node 2 joins and all three train with intents; node 1 leaves (it hands
+    its keys over); nodes 0 and 2 read exact sums and go on with intents."""
+    out_dir = Path(out)
+    joined = node.config.join is not None
+    node.table("e", rows=ROWS, dim=2)
+    w = node.worker()
+    a, b = range(STEPS), range(STEPS, 2 * STEPS)
+    if not joined:
+        w.barrier()
+        _train(w, ["e"], a)
+        (out_dir / f"ready-{node.rank}").touch()
+        _wait(lambda: (out_dir / "joined").exists(), f"node {node.rank}: no node joined")
+    else:
+        (out_dir / "joined").touch()
+    _train(w, ["e"], b)
+    w.barrier()
+    if node.rank == 1:
+        w.close()
+        node.leave()
+        print("node 1 left", flush=True)
+        return
+    _wait(lambda: 1 not in node.members, f"node {node.rank}: node 1 never left ({node.members})")
+    expected = (2 * len(a) + 3 * len(b)) * 6
+    assert _totals(w, ["e"])["e"] == expected, (expected, _totals(w, ["e"]))
+    w.barrier()
+    _train(w, ["e"], range(2 * STEPS, 3 * STEPS))  # intents after the leave: the managers of its ranges changed
+    w.barrier()
+    assert _totals(w, ["e"])["e"] == expected + 2 * STEPS * 6
+    w.barrier()
+    w.close()
+    print(f"elastic ok node={node.rank} {node.stats()['tables']['e']}", flush=True)
+
+
+def _wait(done, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
 def main() -> None:

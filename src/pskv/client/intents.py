@@ -18,6 +18,8 @@ falls back to 0 an end. Each manager gets one INTENT with its starts and ends pe
 several nodes intend stays where it is; a key no longer intended stays where it was last moved.
 
 Exactness: intents only ever cause relocations, so every push is applied once, wherever the key is.
+A table whose keys do not move (sparse, aggregated: its localize is refused) takes intents and
+ignores them, so that one Lookahead can name every table a batch uses.
 
 Threads and ownership: a `WorkerIntents` belongs to its worker's thread. `NodeIntents` is shared by
 the node's workers under `_lock`; the INTENT replies land in pskv-server (`_answered`), which only
@@ -141,11 +143,14 @@ def _count(active: np.ndarray, windows: list[np.ndarray], step: int) -> np.ndarr
     return keys[before == 0] if step > 0 else keys[active[keys] == 0]
 
 
-def of(state: TableState, ctx: Context, h) -> NodeIntents:
-    """The table's NodeIntents on this node, made at its first intent; TableError for a table that
-    cannot move keys (its localize is refused: sparse, aggregated)."""
+def of(state: TableState, ctx: Context, h) -> NodeIntents | None:
+    """The table's NodeIntents on this node, made at its first intent; None for a table whose keys
+    do not move (its localize is refused: sparse, aggregated), whose intents have no effect."""
     if state.intents is None:
-        state.path.localize(h, np.zeros(0, np.int64), False)  # a refused localize raises its TableError
+        try:
+            state.path.localize(h, np.zeros(0, np.int64), False)  # a refused localize raises its TableError
+        except TableError:
+            return None
         with _create:
             if state.intents is None:
                 state.intents = NodeIntents(state, ctx)
@@ -174,6 +179,8 @@ class WorkerIntents:
         if end <= start:
             raise TableError(f"intent on table {h.name!r}: the window [{start}, {end}) is empty; end must be > start")
         node = of(st, h._ctx, h)
+        if node is None:
+            return  # its keys do not move: nothing to do
         self._tables[id(node)] = h
         node.signaled += 1
         if end <= self.clock or not len(keys):

@@ -170,8 +170,8 @@ class Table:
         (`worker.advance_clock()`; end: start + 1). Returns at once and sends nothing: at each
         advance_clock the node tells the keys' managers about windows that come near, and moves here
         ahead of time the keys no other node intends (client.intents, AdaPM). Changes placement,
-        never results. Raises KeyOutOfRange, or TableError for a table whose keys cannot move
-        (sparse, aggregated) and from the node's main-thread handle (no intent clock)."""
+        never results; no effect on a table whose keys do not move (sparse, aggregated). Raises
+        KeyOutOfRange, or TableError from the node's main-thread handle (it has no intent clock)."""
         self._ctx.check()
         if self._worker is None or self._worker.thread < 0:
             raise TableError(f"intent on table {self.name!r}: only a worker of node.run() or node.worker() has an "
