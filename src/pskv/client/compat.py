@@ -8,7 +8,8 @@ call or cluster event, with where it is refused and why; and the matrix docs/com
 `on` is the set of names that apply to a table: its kind ("dense", "sparse", "disk"), its options
 ("Relocate": location caches; "Replicate", "Sampling", "NodeAggregate", "BSP/SSP", "filters") and
 the cluster's facts ("backups"; "join": this node joined the running cluster; "shared memory", which
-nothing refuses: the matrix shows where it has an effect). Refusals enforced
+nothing refuses: the matrix shows where it has an effect). "intent" (table.intent, client.intents)
+is refused nowhere either: a table whose keys do not move ignores it. Refusals enforced
 elsewhere (`by`) are listed here too, so that the matrix is whole: the coordinator's join
 refusals, node.elastic.check_leave, and options.TableOptions (which no longer sees its pairs:
 node.table checks them first).
@@ -22,7 +23,7 @@ from ..errors import ConfigError, TableError
 
 KINDS = ("dense", "sparse", "disk")
 OPTIONS = ("Relocate", "Replicate", "Sampling", "NodeAggregate", "BSP/SSP", "Cache", "filters")
-EVENTS = ("push_pull", "backups", "shared memory", "checkpoint", "restore", "join", "leave")
+EVENTS = ("push_pull", "intent", "backups", "shared memory", "checkpoint", "restore", "join", "leave")
 CALLS = {"localize": "Relocate", "prepare_sample": "Sampling", "push_pull": "push_pull", "pull_if_local": None}
 
 # how an error message names each side (what the user wrote)
@@ -34,7 +35,7 @@ LABEL = {
     "backups": "backups (pskv.init(backups=B))", "shared memory": "shared memory (PSKV_SHARED_MEMORY=1)",
     "join": "a node that joined the running cluster",
     "leave": "node.leave()", "localize": "localize", "prepare_sample": "prepare_sample",
-    "push_pull": "push_pull", "pull_if_local": "pull_if_local",
+    "push_pull": "push_pull", "pull_if_local": "pull_if_local", "intent": "table.intent",
 }
 
 

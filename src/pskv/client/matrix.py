@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .compat import CALLS, EVENTS, KINDS, OPTIONS, REFUSED, Refusal
 
-ROWS = KINDS + OPTIONS + ("backups", "shared memory")
+ROWS = KINDS + OPTIONS + ("intent", "backups", "shared memory")
 COLUMNS = OPTIONS + EVENTS
 MEANS = {
     "dense": "a dense table in memory (`rows=N`), Async, no option",
@@ -28,6 +28,8 @@ MEANS = {
     "Cache": "`cache=pskv.Cache(rows=, buffer_rows=)`: sizes a BSP/SSP table's row cache and push buffer",
     "filters": "`node.table(filters=...)`: the table's wire filters (key cache, compression, fp16/bf16)",
     "push_pull": "the call `table.push_pull`",
+    "intent": "intent signaling (AdaPM): `table.intent(keys, start, end)` and `worker.advance_clock()`, or "
+              "`pskv.data.Lookahead`: keys one node intends move there ahead of use (client.intents, server.intents)",
     "backups": "`pskv.init(backups=B)`: chain replication and failover",
     "shared memory": "the nodes of one host serve each other's keys from their shards in shared memory "
                      "(store.shm, store.peer; on unless `PSKV_SHARED_MEMORY=0` / `pskv launch --no-shared-memory`); "
@@ -55,6 +57,8 @@ _BACKUPS = "tests/fault/test_backups.py::"
 _SHM = _T + "test_shared_memory.py::"
 _SHM_FAULT = "tests/stress/test_shm_stress.py::test_shm_failure_slice"
 _COMPOSE = "tests/stress/test_compose.py::test_compose_stress"  # make stress: every kind, checkpoints, events
+_INTENTS = _T + "test_intents.py::"
+_INTENT_ALL = _INTENTS + "test_intents_on_every_option_then_a_checkpoint_restores_onto_three_nodes"
 
 # (row, column) -> the test(s) that show it works; a pair of rows once, either way round
 WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
@@ -139,6 +143,19 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     ("shared memory", "restore"): _PAIRS,
     ("shared memory", "join"): _ELASTIC,
     ("shared memory", "leave"): _ELASTIC,
+    # intents: each test asserts exact sums while intents move keys
+    ("dense", "intent"): (_INTENTS + "test_keys_move_to_their_only_intending_node_and_shared_keys_stay",
+                          _INTENTS + "test_intents_keep_sums_exact"),
+    ("disk", "intent"): _INTENT_ALL,
+    ("intent", "Relocate"): (_INTENTS + "test_keys_move_to_their_only_intending_node_and_shared_keys_stay",
+                             _INTENT_ALL),
+    ("intent", "Replicate"): (_INTENTS + "test_intents_keep_sums_exact", _INTENT_ALL),
+    ("intent", "BSP/SSP"): (_INTENTS + "test_intents_keep_sums_exact", _INTENT_ALL),
+    **{("intent", b): _INTENT_ALL for b in ("Sampling", "Cache", "filters", "push_pull", "shared memory",
+                                            "checkpoint", "restore")},
+    ("intent", "backups"): _INTENTS + "test_intents_with_backups_keep_sums_exact",
+    ("intent", "join"): _INTENTS + "test_intents_while_a_node_joins_and_another_leaves",
+    ("intent", "leave"): _INTENTS + "test_intents_while_a_node_joins_and_another_leaves",
 }
 _NONE = "no row cache or push buffer for Cache to size"
 # accepted, but one side does nothing there
@@ -156,6 +173,8 @@ NO_EFFECT: dict[tuple[str, str], str] = {
                                         "(level 2 sums there); shared memory serves its other reads and its sets",
     ("filters", "shared memory"): "keys served through shared memory travel in no message, so a table's filters "
                                   "(key cache, compression, fp16/bf16) apply only to the keys that do",
+    ("sparse", "intent"): "a sparse table keeps each key at its range's node: its intents are taken and ignored",
+    ("NodeAggregate", "intent"): "an aggregated table keeps its static placement: its intents are taken and ignored",
     ("backups", "shared memory"): "with backups every write goes to its range's head as a message and a pull reads "
                                   "only rows held here or asks their head: nothing is served through shared memory "
                                   "(the shards' files are made, nobody maps them); a node failure is handled as "
