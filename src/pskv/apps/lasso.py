@@ -276,8 +276,16 @@ def _check(args: argparse.Namespace, *, orchestrating: bool = False) -> None:
         lasso_design.check(args.data)
 
 
+def check(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and check lasso's arguments (`pskv run lasso` calls it before any node starts, each node's
+    main again): a wrong flag or a --data file that is not what it claims (its first lines) ends the
+    run in one line with status 2 (common.arguments)."""
+    return common.arguments("lasso", _parser(), argv, lambda args: _check(args, orchestrating=True))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run lasso on this node (or as a 1-node cluster); returns the exit status."""
+    args = check(argv)
     if args.scheduler == "all":
         raise ConfigError("--scheduler all runs one cluster per scheduler: start it with `pskv run lasso`")
     try:
@@ -289,14 +297,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def orchestrate(argv: list[str], nodes: int | None, threads: int | None, launch) -> int | None:
     """`pskv run lasso -- --scheduler all ...`: one cluster per scheduler, then their objectives in one
-    plot (--plot). None: not that case (run as usual). First, before any node starts, the checks of
-    _check: a wrong flag or a file that is not what it claims ends the run here, status 2."""
+    plot (--plot). None: not that case (run as usual). (`pskv run` called check(argv) before.)"""
     args, _ = _parser().parse_known_args(argv)
-    try:
-        _check(args, orchestrating=True)
-    except (DataError, ConfigError) as exc:
-        print(f"pskv run lasso: error: {exc}", file=sys.stderr)
-        return 2
     if args.scheduler != "all":
         return None
     rest = [a for i, a in enumerate(argv) if not (a == "--scheduler" or i and argv[i - 1] == "--scheduler"
