@@ -100,7 +100,7 @@ def test_unpack_header_wrong_version_raises(version):
         unpack_header(patched(Header(Kind.ACK), VERSION_AT, bytes([version])))
 
 
-@pytest.mark.parametrize("kind", [0, 43, 50, 99, 255])  # kinds no Kind names
+@pytest.mark.parametrize("kind", [0, 44, 50, 99, 255])  # kinds no Kind names (43: INTENT)
 def test_unpack_header_unknown_kind_raises(kind):
     """A kind byte that names no Kind is rejected with its value."""
     with pytest.raises(ProtocolError, match=f"unknown message kind {kind}"):
