@@ -12,7 +12,9 @@ A request stage serves what it can of a request and hands the rest to the stage 
     gpos    (n,) where each key's row goes in `out`; None: 0..n-1
     copy    the caller may change its arrays once the call returns (so they are copied to be sent)
     fresh   `out` was allocated for this pull: a large reply may become the result (client.request)
-    direct  the caller waits at once, in its thread: replies come to its reply box
+    direct  True: the caller waits at once, in its thread: replies come to its reply box; False: it
+            may wait later (Route may hold a small pull to send it merged, client.coalesce); None:
+            a callback may be all that reads the result (never held)
     rows    a push that wants the rows after it in `out` (push_pull)
     codec   how remote parts travel (net.codec), or None
 

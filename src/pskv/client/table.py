@@ -4,7 +4,9 @@ A `Table` call checks its input and hands it to the table's path (client.path): 
 options put in, composed once when the table was declared (client.front, client.stages). They
 serve the local part from the store in memory; the last, `Route` (here), partitions the rest by
 owner (counting sort, no full sort) and sends one message per remote owner straight from the
-calling thread. The call returns a `Future` that the pskv-server thread completes as replies arrive.
+calling thread; a small `pull_async` for one remote owner may instead wait to leave merged with
+the thread's next ones (client.coalesce). The call returns a `Future` that the pskv-server thread
+completes as replies arrive (or the waiting thread, for replies that come to its reply box).
 
 Threads and ownership: a `Worker` belongs to the thread it was made for, but its methods are
 thread-safe. Arrays passed to push/set are copied before the call returns unless
@@ -26,7 +28,7 @@ from ..net.wire import ROWS, Kind
 from ..placement import route
 from ..store.spec import TableSpec, check_keys, check_values
 from ..tensors import from_numpy, is_tensor, to_numpy
-from . import sampling
+from . import coalesce, sampling
 from .context import Context
 from .filters import codec_of
 from .request import Request
@@ -67,11 +69,13 @@ class Table:
         worker is more than the staleness behind this worker's clock (see pskv.consistency).
         Raises KeyOutOfRange / ShapeError / DTypeError before sending; the Future fails with
         NodeFailure if a node holding some keys dies."""
-        return self._pull(keys, out, callback, direct=False, codec=self._state.codec)
+        return self._pull(keys, out, callback, direct=False if callback is None else None, codec=self._state.codec)
 
-    def _pull(self, keys, out, callback, *, direct: bool, codec=None) -> Future:
-        """pull/pull_async; `direct`: the caller waits at once, in this thread (see pull). Given
-        tensors (keys or out), the Future gives a tensor: `out`, or one on the result's memory."""
+    def _pull(self, keys, out, callback, *, direct: bool | None, codec=None) -> Future:
+        """pull/pull_async; `direct`: the caller waits at once, in this thread (see pull); False:
+        it may wait later (a small pull may be held to leave merged, client.coalesce); None: a
+        callback may be all that reads it (never held). Given tensors (keys or out), the Future
+        gives a tensor: `out`, or one on the result's memory."""
         self._ctx.check()
         tensor = out if is_tensor(out) else is_tensor(keys)
         keys = check_keys(self.spec, keys, "pull")
@@ -271,7 +275,8 @@ def serve_local(h, shard, kind: Kind, keys: np.ndarray, values, out, pos, rows: 
 
 class Route:
     """The keys left to where each lives (placement.route), one message per destination from the
-    calling thread; keys that reach this node after all are served here."""
+    calling thread (a small pull_async for one remote node: client.coalesce); keys that reach this
+    node after all are served here."""
 
     name = "route"
     next = None
@@ -288,14 +293,19 @@ class Route:
         if not len(keys):
             return Future.completed(out, h._desc(kind))
         ctx, st = self.ctx, self.state
-        req = Request(h, kind, out, fresh)
-        req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=h._desc(kind))
-        if direct:
-            req.reply_to = ctx.endpoint.reply_box()
         ranges = st.ranges  # (read once: a membership change puts a new one in its place)
         # nothing moved here and one manager holds every key: skip per-key routing (correct even if
         # other nodes moved some of the keys: their manager forwards them)
         dest = ranges.one_manager(keys) if st.shard.static and not st.loc_cache.size else -1
+        if direct is False and kind == Kind.PULL and codec is None and 0 <= dest < ranges.nodes and \
+                dest != ctx.rank and len(keys) <= coalesce.CAP_KEYS and ctx.neighbors.view(st.spec, dest) is None:
+            fut = coalesce.pull(h, ctx, dest, keys, out, gpos, fresh)  # a small pull_async: maybe held, merged
+            h._track(fut)
+            return fut
+        req = Request(h, kind, out, fresh)
+        req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=h._desc(kind))
+        if direct:
+            req.reply_to = ctx.endpoint.reply_box()
         if dest >= 0:
             self._part(h, req, dest, keys, values, gpos, copy, ranges.nodes, rows, codec)
         else:  # each key to where it lives (or may live); `ranges.nodes`: on its way here

@@ -6,7 +6,9 @@ message reaches its handler, `admit(header)` (handed in by the node, from its me
 says whether it comes from this cluster (`ACCEPT`), must wait until this node is welcomed
 (`HOLD`: a peer was welcomed before us), or is garbage (`DROP`). `every` adds a duty that runs
 on each turn of the loop (heartbeats, request expiry); the loop turns at least every 50 ms, and
-after at most _BURST messages that were waiting (they are taken without a poll each).
+after at most _BURST messages that were waiting (they are taken without a poll each). At most
+every _SWEEP seconds a turn also takes in the replies waiting in reply boxes whose threads are
+not receiving (`Transport.sweep`): replies to a thread's pull_async wait there until it waits.
 
 A burst is taken whole, then dispatched in arrival order. A handler registered as a `Batched`
 gets each run of consecutive messages of its kinds in one call (`many`, a list of (header,
@@ -44,6 +46,7 @@ from .wire import Header, Kind, frame_bytes, unpack_header
 log = logging.getLogger(__name__)
 _MAX_HELD = 100_000  # messages held ahead of our view; more means its change never came: the node fails
 _BURST = 64  # messages dispatched per turn of the loop at most, so the duties still run while busy
+_SWEEP = 0.01  # seconds between sweeps of the reply boxes (Transport.sweep) at most
 
 
 class Verdict(enum.Enum):
@@ -85,6 +88,7 @@ class Dispatcher:
         self.overflowed = 0  # messages dropped because _MAX_HELD were held already (the node failed at the first)
         self.dropped = 0  # messages dropped as garbage or from another cluster
         self.fenced = 0  # messages dropped because their sender is no member any more
+        self._sweep_at = 0.0  # monotonic time of the next sweep of the reply boxes
 
     def register(self, kinds: Iterable[Kind], handler: Callable[[Header, list], None]) -> None:
         for kind in kinds:
@@ -129,9 +133,21 @@ class Dispatcher:
                 now = time.monotonic()
                 for duty in self._duties:
                     duty(now)
+                if now >= self._sweep_at:
+                    self._sweep(now)
                 self._flush()
             except Exception as exc:  # garbage must never kill the server thread
                 self._error(exc, None)
+
+    def _sweep(self, now: float) -> None:
+        """Replies waiting in threads' reply boxes while those threads do not wait (a pull_async
+        sent to its thread's box, client.coalesce): delivered here, so they complete (callbacks,
+        other threads' waits) and none expires unread."""
+        self._sweep_at = now + _SWEEP
+        sweep = getattr(self._transport, "sweep", None)  # (a stand-in transport has none)
+        swept = sweep() if sweep is not None else None
+        if swept:
+            self.dispatch_burst(swept)
 
     def _receive(self) -> list | None:
         try:

@@ -10,20 +10,30 @@ Threads and ownership: any thread may send (Transport gives each thread its own 
 are taken in by pskv-server, except those to a reply box, which the thread that owns the box takes
 in itself while it waits (`pump`). Endpoint holds no lock and no state of its own but a counter
 of garbage that reached a reply box (also counted in the transport's `drops`, which logs at most
-one line per peer per minute).
+one line per peer per minute), and per thread the holds of coalesced pulls (client.coalesce) to
+send before any other message of that thread to their node, so that its messages keep their order.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from typing import Callable
 
 from ..errors import ProtocolError, RemoteError
 from .drops import peer_of
 from .requests import RequestTracker
+from .outbox import Outbox
 from .transport import Transport
 from .wire import BATCH, REPLIES, Header, Kind, encode, frame_bytes, split, unpack, unpack_header
 
 HANDLES = REPLIES  # the kinds `on_reply` takes
+
+
+class _Holds(threading.local):
+    # (class defaults: a missing attribute of a threading.local costs a raise inside getattr)
+    by_dest: dict | None = None  # {rank: [hold]}
+    by_table: dict | None = None  # {(table id, rank): hold}
 
 
 class Endpoint:
@@ -36,20 +46,51 @@ class Endpoint:
         self._epoch = epoch  # this node's membership epoch, stamped on every message
         self._admit = admit  # whether a reply in a reply box comes from a live member (the dispatcher's gate)
         self.dropped = 0  # garbage that reached a reply box
+        self._holds = _Holds()  # the calling thread's holds (see `hold`)
 
     # ---- sending ------------------------------------------------------------------------------------
     def request(self, dest: int, kind: Kind, table: int, rid: int, *, part: int = 0, dim: int = 0, copy: bool = False,
-                reply_to: int = 0, flags: int = 0, codec=None, **arrays) -> None:
+                reply_to: int = 0, flags: int = 0, codec=None, via: Outbox | None = None, **arrays) -> None:
         """Send part `part` of this node's tracked request `rid` to node `dest`; its replies come to
         this node's inbox, or with `reply_to`, to that reply box (see `pump`). `codec` (a
-        net.codec.Codec): key caching, compression, 16-bit values on the way (the server decodes)."""
+        net.codec.Codec): key caching, compression, 16-bit values on the way (the server decodes).
+        `via`: the outbox of the thread whose coalesced pulls these are (client.coalesce); without
+        it, what the calling thread holds for `dest` leaves first."""
+        if via is None:
+            self._unhold(dest)
         self.tracker.sent_to(rid, dest)
         header = self._stamp(Header(kind, table=table, request_id=rid, part=part, dim=dim, flags=flags,
                                     origin=self.rank, reply_to=reply_to))
         frames = encode(header, **arrays)
         if codec is not None:
             frames = codec.encode(frames, header, dest)
-        self._transport.send(dest, frames, copy=copy)
+        if via is None:
+            self._transport.send(dest, frames, copy=copy)
+        else:
+            self._transport.send(dest, frames, copy=copy, via=via)
+
+    def outbox(self, dest: int) -> Outbox:
+        """The calling thread's outbox to `dest`, for `request(via=)`."""
+        return self._transport.outbox(dest)
+
+    def hold(self, table: int, dest: int, hold) -> None:
+        """Register the calling thread's `hold` of coalesced pulls of `table` to `dest`
+        (client.coalesce.Hold): its `flush()` runs before any other message of this thread leaves for `dest`."""
+        if self._holds.by_dest is None:
+            self._holds.by_dest, self._holds.by_table = {}, {}
+        self._holds.by_dest.setdefault(dest, []).append(hold)
+        self._holds.by_table[(table, dest)] = hold
+
+    def held(self, table: int, dest: int):
+        """The calling thread's hold for (`table`, `dest`), or None."""
+        by_table = self._holds.by_table
+        return None if by_table is None else by_table.get((table, dest))
+
+    def _unhold(self, dest: int) -> None:
+        by_dest = self._holds.by_dest
+        if by_dest:
+            for hold in by_dest.get(dest, ()):
+                hold.flush()  # (also waits for one that another thread is sending now)
 
     def reply(self, to: Header, kind: Kind, *, n_keys: int = 0, **arrays) -> None:
         """Answer the request `to` at its origin (ACK, PULL_REPLY, or a TRANSFER a HANDOVER causes),
@@ -78,6 +119,7 @@ class Endpoint:
         self.send(dest, h, **arrays)
 
     def send(self, dest: int, header: Header, *, copy: bool = False, port: int = 0, **arrays) -> None:
+        self._unhold(dest)
         self._transport.send(dest, encode(self._stamp(header), **arrays), copy=copy, port=port)
 
     def reply_header(self, to: Header, kind: Kind, n_keys: int) -> Header:
@@ -94,13 +136,31 @@ class Endpoint:
         box = self._transport.reply_box()
         return 0 if box is None else box.port
 
-    def pump(self, seconds: float) -> None:
-        """The thread that waits on its own requests: receive one reply from its reply box (waiting
-        up to `seconds` for it) and deliver it, as pskv-server does with the inbox. Garbage, and
-        replies of other clusters or kinds, are dropped."""
-        frames = self._transport.reply_box().recv(seconds)
-        if frames is None:
+    @property
+    def pump(self) -> Callable[[float], None]:
+        """The calling thread's reply box's pump, for `Future.pumped_by`: pump(seconds) receives one
+        reply from that box (waiting up to `seconds` for it) and delivers it, as pskv-server does
+        with the inbox. Any thread may call it (a thread that waits on another's request takes the
+        box's lock). Garbage, and replies of other clusters or kinds, are dropped."""
+        box = self._transport.reply_box()
+        if box is None:  # (no box: nothing of this thread's comes to one)
+            return None
+        if box.pumper is None:
+            box.pumper = functools.partial(self._pump, box)
+        return box.pumper
+
+    def _pump(self, box, seconds: float) -> None:
+        if not box.lock.acquire(True, seconds):
             return
+        try:
+            frames = box.recv(seconds)
+        finally:
+            box.lock.release()
+        if frames is not None:
+            self.deliver(frames)
+
+    def deliver(self, frames: list) -> None:
+        """A message that came to a reply box: a reply of this cluster's members goes to `on_reply`."""
         try:
             header = unpack_header(frame_bytes(frames[0]))
         except ProtocolError:

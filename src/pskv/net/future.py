@@ -3,6 +3,10 @@
 A Future resolves exactly once; its callbacks run in the thread that resolves it (usually
 pskv-server), after the result is in place, so they must be short and must not block on pskv. A
 thread that receives its own replies (`pump`) reads its reply box while it waits.
+
+Before a wait blocks, it sends what is held back for it (client.coalesce: small pulls wait to
+leave merged): the waiting thread's own held requests (`holding.flush`, set per thread), and the
+Future's own held request (`kick`), whichever thread waits.
 """
 
 from __future__ import annotations
@@ -21,6 +25,13 @@ _POLL = 0.2  # seconds between checks of the owner's health while waiting withou
 _PUMP = 0.02  # seconds a thread that receives its own replies waits on its box between looks at the Future
 
 
+class _Holding(threading.local):
+    flush: Callable[[], None] | None = None  # sends every request the calling thread holds back (client.coalesce)
+
+
+holding = _Holding()
+
+
 class Future:
     """The result of an asynchronous pull, push or set.
 
@@ -28,7 +39,7 @@ class Future:
     None otherwise) or raises its error. Thread-safe."""
 
     __slots__ = ("_done", "_gate", "_result", "_error", "_tb", "_callbacks", "_lock", "_health", "_deadline",
-                 "_on_stall", "_pump", "_pump_thread", "desc")
+                 "_on_stall", "_pump", "kick", "desc")
 
     def __init__(self, desc: str = "", health: Callable[[], None] | None = None) -> None:
         # Done-ness is a flag plus a gate: a bare lock, held while pending and released once by
@@ -47,7 +58,7 @@ class Future:
         self._lock = threading.Lock()  # guards _callbacks against resolve; never held while calling them
         self._health = health  # raises if the node can no longer complete this (closed, failed)
         self._pump: Callable[[float], None] | None = None  # see pumped_by()
-        self._pump_thread = 0
+        self.kick: Callable[[], None] | None = None  # sends the held request this Future waits for (client.coalesce)
         self.desc = desc
 
     @classmethod
@@ -58,21 +69,29 @@ class Future:
         fut._gate.release()
         return fut
 
+    def _unhold(self) -> None:
+        """About to block: send what is held back for this wait (see the module docstring)."""
+        flush = holding.flush
+        if flush is not None:
+            flush()
+        if self.kick is not None:
+            self.kick()
+
     def done(self) -> bool:
         return self._done
 
-    def pumped_by(self, pump: Callable[[float], None]) -> "Future":
-        """Replies to this request come to the calling thread's reply box: when this thread waits,
-        it runs pump(seconds) (receive and deliver them) instead of sleeping. Other threads that
-        wait sleep as usual (the owner thread, or the request timeout, completes it)."""
-        self._pump, self._pump_thread = pump, threading.get_ident()
+    def pumped_by(self, pump: Callable[[float], None] | None) -> "Future":
+        """Replies to this request come to a reply box (net.endpoint's `pump` of the calling thread):
+        a thread that waits runs pump(seconds) (receive and deliver them) instead of sleeping; the
+        owner thread usually, any other under the box's lock (pskv-server sweeps the boxes too)."""
+        self._pump = pump
         return self
 
     def _sleep(self, seconds: float) -> bool:
         """Block until done or `seconds` passed; True if done."""
         if self._done:
             return True
-        if self._pump is not None and threading.get_ident() == self._pump_thread:
+        if self._pump is not None:
             # at most _PUMP at a time: a failure (fail_all, expiry) resolves us without a reply
             self._pump(min(seconds, _PUMP))
             return self._done
@@ -84,6 +103,7 @@ class Future:
     def wait(self, timeout: float | None = None) -> Any:
         """Block until done; return the result or raise the error. TimeoutError after `timeout` seconds."""
         if not self._done:
+            self._unhold()
             deadline = None if timeout is None else time.monotonic() + timeout
             while not self._sleep(_POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))):
                 if self._health is not None and not self._done:
@@ -123,7 +143,8 @@ class Future:
         fn runs in the thread that resolves this Future; if it raises, the new Future fails with
         that error. This is how pull_async(callback=) runs a callback before wait() returns."""
         nxt = Future(self.desc, self._health)
-        nxt._pump, nxt._pump_thread = self._pump, self._pump_thread  # it completes when this one does
+        nxt._pump = self._pump  # it completes when this one does
+        nxt.kick = self.kick
 
         def chain(f: "Future") -> None:
             if f._error is not None:
@@ -143,7 +164,8 @@ class Future:
         """A Future that resolves with fn(result) once this one resolved (fails as this one does).
         fn runs in the thread that resolves this Future: keep it short."""
         nxt = Future(self.desc, self._health)
-        nxt._pump, nxt._pump_thread = self._pump, self._pump_thread
+        nxt._pump = self._pump
+        nxt.kick = self.kick
 
         def chain(f: "Future") -> None:
             if f._error is not None:

@@ -15,7 +15,9 @@ than the payload of any small request. Packing costs one copy of at most PACK_BY
 would make anyway for frames that small.
 
 Threads and ownership: an Outbox belongs to the thread that made it (Transport keeps them
-thread-local); nothing is shared. Held messages follow send's `copy`: with copy=True they are
+thread-local); the one exception is a coalesced request (client.coalesce) that another thread
+sends on its owner's outbox, so that the owner's messages to that node keep their order: every
+send takes the outbox's `lock` (Transport.send). Held messages follow send's `copy`: with copy=True they are
 copies (bytes) and callers may reuse their arrays at once; with copy=False the frames are kept as
 given (packing copies them once, when they leave) and must not change meanwhile.
 """
@@ -23,6 +25,7 @@ given (packing copies them once, when they leave) and must not change meanwhile.
 from __future__ import annotations
 
 import struct
+import threading
 
 import numpy as np
 
@@ -37,10 +40,11 @@ _COUNT = struct.Struct("<4sI")
 class Outbox:
     """One thread's PUSH socket to one destination, with the messages held back for it."""
 
-    __slots__ = ("sock", "rank", "url", "held", "held_bytes", "batches")
+    __slots__ = ("sock", "rank", "url", "held", "held_bytes", "batches", "lock")
 
     def __init__(self, sock, rank: int, url: str = "") -> None:  # sock: a zmq PUSH socket
         self.sock = sock
+        self.lock = threading.Lock()  # held while sending: another thread may send a coalesced request on it
         self.rank = rank  # the destination node
         self.url = url  # where sock is connected
         self.held: list[list[bytes]] = []  # messages not sent yet, in order

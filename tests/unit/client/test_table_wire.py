@@ -106,9 +106,12 @@ def _reply_threads(node, monkeypatch):
 
 def test_a_blocking_pull_takes_its_reply_in_its_own_thread(nodes, monkeypatch):
     """pull() names the caller's reply box in its request; the owner answers there and the caller
-    receives the reply itself: no hand-off through pskv-server. pull_async() replies still come
-    through pskv-server (its Future may be waited on anywhere, or only carry a callback)."""
+    receives the reply itself: no hand-off through pskv-server. So does a small pull_async that
+    its thread waits for (client.coalesce); one with a callback, or larger than
+    coalesce.CAP_KEYS, comes through pskv-server (nobody may ever wait for it)."""
     import threading
+
+    from pskv.client import coalesce
     pair, t = nodes
     names = _reply_threads(pair[0], monkeypatch)
     keys = remote_keys(300, seed=3)
@@ -116,7 +119,12 @@ def test_a_blocking_pull_takes_its_reply_in_its_own_thread(nodes, monkeypatch):
     assert names == [threading.current_thread().name]
     names.clear()
     np.testing.assert_array_equal(t.pull_async(keys).wait(10), expected(keys))
-    assert len(names) == 1 and names[0].startswith("pskv-server")
+    assert names == [threading.current_thread().name]
+    for call in (lambda: t.pull_async(keys, callback=lambda rows: None),
+                 lambda: t.pull_async(remote_keys(coalesce.CAP_KEYS + 1))):
+        names.clear()
+        call().wait(10)
+        assert len(names) == 1 and names[0].startswith("pskv-server")
 
 
 def test_threads_pulling_at_once_each_get_their_own_rows(nodes):
@@ -137,9 +145,10 @@ def test_threads_pulling_at_once_each_get_their_own_rows(nodes):
     assert together(*[lambda s=s: body(s) for s in range(8)]) == [True] * 8
 
 
-def test_a_late_reply_in_the_reply_box_is_delivered_with_the_next_wait(nodes):
-    """A reply that comes after the caller stopped waiting (WaitTimeout) waits in the caller's
-    box and is delivered by its next wait: the old request completes, the next pull is exact."""
+def test_a_late_reply_in_the_reply_box_is_delivered_without_a_wait(nodes):
+    """A reply that comes after the caller stopped waiting (WaitTimeout) lands in the caller's
+    box; pskv-server's sweep of the boxes (net.dispatch) delivers it: the old request completes
+    without another wait, and the next pull is exact."""
     import time
 
     from pskv import WaitTimeout, _hooks
@@ -156,7 +165,8 @@ def test_a_late_reply_in_the_reply_box_is_delivered_with_the_next_wait(nodes):
     with _hooks.installed("server.handle", slow):
         with pytest.raises(WaitTimeout):
             t.pull(keys, timeout=0.05)
-        time.sleep(0.6)  # the late reply is in our box by now
-    assert slowed and len(pair[0].tracker) == 1  # still waiting for its reply
+        deadline = time.monotonic() + 10
+        while len(pair[0].tracker) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert slowed and len(pair[0].tracker) == 0  # the late reply completed the old request
     np.testing.assert_array_equal(t.pull(keys, timeout=10), expected(keys))
-    assert len(pair[0].tracker) == 0  # the late reply completed the old request
