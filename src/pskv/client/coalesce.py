@@ -102,7 +102,7 @@ class Hold:
         self.inflight = 0  # this hold's requests sent and not complete
         self.sent = 0  # requests sent, for stats and tests
         self.merged = 0  # calls that left in a request with others
-        self.port = ctx.endpoint.reply_box()  # the owner's reply box, where every reply goes (0: none, the inbox)
+        self.port = ctx.endpoint.reply_box(swept=True)  # the owner's, where every reply goes (0: none, the inbox)
         self.pump = ctx.endpoint.pump if self.port else None  # receives from it (any thread: net.endpoint)
         ctx.endpoint.hold(table.spec.table_id, dest, self)
 

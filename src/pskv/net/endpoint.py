@@ -130,11 +130,15 @@ class Endpoint:
         return header
 
     # ---- replies ------------------------------------------------------------------------------------
-    def reply_box(self) -> int:
+    def reply_box(self, *, swept: bool = False) -> int:
         """The port of the calling thread's reply box for requests it will wait on itself; 0: none
-        (its replies come through the inbox)."""
+        (its replies come through the inbox). `swept`: replies may wait there while the thread does
+        not wait (client.coalesce): pskv-server takes them in (`Transport.sweep`)."""
         box = self._transport.reply_box()
-        return 0 if box is None else box.port
+        if box is None:
+            return 0
+        box.swept = box.swept or swept
+        return box.port
 
     @property
     def pump(self) -> Callable[[float], None]:
