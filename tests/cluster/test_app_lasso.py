@@ -109,7 +109,8 @@ def test_sparse_gives_the_dense_coefficients_on_one_node_and_two(tmp_path):
     """The same file held sparse (CSC per worker, numba) on 2 nodes and on 1, and dense (--dense):
     the same coefficients and intercept to 1e-10, and the printed objective is theirs."""
     _libsvm(tmp_path / "s.libsvm")
-    common = ("--data", str(tmp_path / "s.libsvm"), "--alpha", "0.02", "--epochs", "3", "--tol", "0")
+    common = ("--data", str(tmp_path / "s.libsvm"), "--alpha", "0.02", "--epochs", "3", "--tol", "0",
+              "--per-round", "16")
     runs = {"sparse2": _run(*common, "--out", str(tmp_path / "sparse2.npz")),
             "dense2": _run(*common, "--dense", "--out", str(tmp_path / "dense2.npz")),
             "sparse1": _run(*common, "--out", str(tmp_path / "sparse1.npz"), nodes=1)}
@@ -133,7 +134,7 @@ def test_sparse_matches_sklearn_with_its_intercept_and_stops_at_its_tol(tmp_path
     sklearn = pytest.importorskip("sklearn.linear_model")
     x, y = _libsvm(tmp_path / "s.libsvm", seed=1)
     proc = _run("--data", str(tmp_path / "s.libsvm"), "--alpha", "0.15", "--epochs", "100", "--tol", "1e-9",
-                "--out", str(tmp_path / "m.npz"))
+                "--per-round", "16", "--out", str(tmp_path / "m.npz"))
     assert re.search(r"converged after \d+ rounds", proc.stdout), proc.stdout[-1500:]
     rounds = int(re.search(r"converged after (\d+) rounds", proc.stdout).group(1))
     assert rounds < 100 * 25  # (100 epochs of 400 / 16 rounds)

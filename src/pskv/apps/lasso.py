@@ -2,7 +2,7 @@
 
     pskv run lasso --nodes 2 -- --data all --alpha 0.05 --scheduler strads
     pskv run lasso --nodes 2 -- --data synthetic:400x2000:0.9 --scheduler all --plot schedulers.png
-    pskv run lasso --nodes 2 -- --data rating.train.libsvm --alpha 0.001 --per-round 256   # sparse, your own
+    pskv run lasso --nodes 2 -- --data rating.train.libsvm --alpha 0.001     # sparse, your own file
 
 Minimizes scikit-learn's Lasso objective (1/(2n)) |y - X beta - b|^2 + alpha |beta|_1 with a
 fitted intercept b (b = mean(y) - mean(X) beta, so the centered problem is solved), and prints
@@ -59,7 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--dense", action="store_true", help="hold a --data file dense (small files only)")
     g.add_argument("--alpha", type=float, default=0.05, help="L1 weight (scikit-learn's alpha)")
     g.add_argument("--scheduler", default="strads", help="strads, shotgun, cyclic, or all (one run each)")
-    g.add_argument("--per-round", type=int, default=16, help="coordinates updated in parallel per round")
+    g.add_argument("--per-round", type=int, default=0, help="coordinates updated in parallel per round (0: 16 for all "
+                                                             "/ synthetic, 256 for a file: sparse columns of distinct "
+                                                             "features are mostly uncorrelated)")
     g.add_argument("--candidates", type=int, default=0, help="strads: candidates drawn per round (0: 4 x per-round)")
     g.add_argument("--rho", type=float, default=0.5, help="strads: the largest |correlation| of two coordinates of one "
                                                           "round (and each one's summed |correlation| with the others < 1)")
@@ -88,7 +90,8 @@ def setup(s: common.Session) -> State:
     _check(args)
     x, y = load(args.data, args.planted, args.seed, dense=args.dense)
     n, p = x.shape
-    per_round = min(args.per_round, p)
+    built_in = args.data == "all" or args.data.startswith("synthetic:")
+    per_round = min(args.per_round or (16 if built_in else 256), p)
     rounds = args.epochs * -(-p // per_round)
     dependencies = None
     if args.scheduler == "strads" and node.rank == 0:  # the scheduler reads whole columns (node 0 holds X)
@@ -265,7 +268,7 @@ def _check(args: argparse.Namespace, *, orchestrating: bool = False) -> None:
     lines only), so `pskv run lasso` runs it before any node starts (orchestrate) and each node again."""
     if args.scheduler not in schedule.POLICIES and not (orchestrating and args.scheduler == "all"):
         raise ConfigError(f"--scheduler {args.scheduler!r}: use strads, shotgun, cyclic or all (under `pskv run`)")
-    for flag, value, low in (("--epochs", args.epochs, 1), ("--per-round", args.per_round, 1),
+    for flag, value, low in (("--epochs", args.epochs, 1), ("--per-round", args.per_round, 0),
                              ("--eval-every", args.eval_every, 1), ("--candidates", args.candidates, 0),
                              ("--planted", args.planted, 0), ("--check-every", args.check_every, 0)):
         if value < low:
