@@ -36,8 +36,9 @@ _ALIGN = 64
 
 
 class SparseData:
-    """Rows of sparse examples: `labels` (n,) float32 in {0, 1} (or float64 regression targets), CSR `indptr` (n + 1,) int64 into
-    `keys` (nnz,) uint64 and `values` (nnz,) float32 (None: all ones). Arrays may be memory maps."""
+    """Rows of sparse examples: `labels` (n,) float32 in {0, 1} (or float64 regression targets), CSR
+    `indptr` (n + 1,) int64 into `keys` (nnz,) uint64 and `values` (nnz,) float32 (None: all ones).
+    Arrays may be memory maps."""
 
     def __init__(self, labels, indptr, keys, values=None, meta: dict | None = None, path: Path | None = None):
         self.labels, self.indptr, self.keys, self.values = labels, indptr, keys, values
@@ -249,7 +250,8 @@ def load(path, *, cache_dir: Path | None = None, real_labels: bool = False) -> S
         return read_libsvm(path, real_labels=real_labels)
     st = path.stat()  # the cached copy is named after the file's full path, size and time: another
     # train.libsvm elsewhere, or this one rewritten, is converted again, never read from a stale copy
-    tag = hashlib.sha1(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}{real_labels * ' real'}".encode()).hexdigest()[:16]
+    named = f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}{real_labels * ' real'}"
+    tag = hashlib.sha1(named.encode()).hexdigest()[:16]
     cached = Path(cache_dir) / f"{path.name}.{tag}.pskvsp"
     if not cached.is_file():
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
