@@ -58,6 +58,7 @@ class NodeIntents:
         self._lock = threading.Lock()  # guards active, _moves, lead and the counters
         self._moves: list[tuple[float, np.ndarray]] = []  # (when told, keys) the managers said move here
         self.lead = 0.0  # seconds from telling the managers to the moved keys being here (EMA; 0: none yet)
+        self._seq = 0  # numbers the rounds in the order of their counts (INTENT `dim`): threads' sends may overtake
         self.signaled = self.starts = self.ends = self.verdicts = self.moved = 0
 
     # ---- a worker's advance_clock --------------------------------------------------------------
@@ -69,10 +70,12 @@ class NodeIntents:
             ends = _count(self.active, ended, -1)
             self.starts += len(starts)
             self.ends += len(ends)
+            self._seq += 1
+            seq = self._seq
         if len(starts) or len(ends):
-            self._send(starts, ends)
+            self._send(starts, ends, seq)
 
-    def _send(self, starts: np.ndarray, ends: np.ndarray) -> None:
+    def _send(self, starts: np.ndarray, ends: np.ndarray, seq: int) -> None:
         st, ctx = self.state, self.ctx
         ms, me = st.ranges.manager_of(starts), st.ranges.manager_of(ends)
         dests = np.union1d(ms, me).astype(np.int64)
@@ -101,7 +104,8 @@ class NodeIntents:
                                          desc=f"intents of table {st.spec.name!r}")  # (a hint: nobody waits)
         for d in asked:
             keys = np.concatenate([asked[d], ends[me == d]])
-            ctx.endpoint.request(d, Kind.INTENT, st.spec.table_id, rid, part=len(asked[d]), keys=keys)
+            ctx.endpoint.request(d, Kind.INTENT, st.spec.table_id, rid, part=len(asked[d]), dim=seq & 0xFFFFFFFF,
+                                 keys=keys)
 
     def take_moves(self) -> tuple[float, np.ndarray]:
         """(when the oldest was told, keys) the managers said move here that are still intended and

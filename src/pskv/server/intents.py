@@ -3,7 +3,9 @@
 A node's workers say which keys they will use in which window of their clocks (`table.intent`,
 client.intents). The node tells each key's manager when its first window holding a key becomes
 near (a start) and when its last one ends (an end): INTENT, [header, keys] with `part` = how many of
-the keys are starts (the rest are ends), one message per manager and round. The manager counts
+the keys are starts (the rest are ends) and `dim` = the round's number on that node and table, one
+message per manager and round. Rounds of different worker threads may arrive out of order: a key's
+start or end is applied only if its round is newer than the last one applied to that key. The manager counts
 per key the nodes that intend it and answers each INTENT with ACK, whose positions are the starts
 it says move: the key's only intending node is the sender, and no other node started or ended
 an intent of it within the last TURN seconds (a key that nodes take turns at, a hot item or a
@@ -44,6 +46,7 @@ class IntentBoard:
         self._release = release  # (table id, keys): forget their leases (server.relocate.Relocation.release)
         self._count: dict[int, np.ndarray] = {}  # table -> (rows,) int32 nodes intending each key
         self._held: dict[int, dict[int, np.ndarray]] = {}  # table -> origin -> (rows,) bool: keys it intends
+        self._round: dict[int, dict[int, np.ndarray]] = {}  # table -> origin -> (rows,) int64 last round applied
         self._last: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # table -> (rows,) the node whose intent of
         # each key started or ended last, and when (monotonic seconds)
         self.moves = 0  # keys this manager told their only intending node to take
@@ -60,22 +63,29 @@ class IntentBoard:
         if count is None:
             count = self._count[header.table] = np.zeros(rows, np.int32)
             self._held[header.table] = {}
+            self._round[header.table] = {}
             self._last[header.table] = (np.full(rows, -1, np.int32), np.full(rows, -np.inf))
         mine = self._held[header.table].get(header.origin)
         if mine is None:
             mine = self._held[header.table][header.origin] = np.zeros(rows, bool)
+            self._round[header.table][header.origin] = np.zeros(rows, np.int64)
+        seen = self._round[header.table][header.origin]
         ends = np.unique(keys[n:])
+        ends = ends[seen[ends] < header.dim]  # (an older round that overtook this one is ignored)
+        seen[ends] = header.dim
         ends = ends[mine[ends]]
         mine[ends] = False
         count[ends] -= 1
         starts = keys[:n]
-        fresh = np.unique(starts[~mine[starts]])
+        late = seen[starts] >= header.dim  # a newer round decided these already
+        seen[starts[~late]] = header.dim
+        fresh = np.unique(starts[~mine[starts] & ~late])
         mine[fresh] = True
         count[fresh] += 1
         now = time.monotonic()
         node, when = self._last[header.table]
         turn = (node[starts] != header.origin) & (when[starts] > now - TURN)  # another node's, lately
-        move = (count[starts] == 1) & ~turn & (shard.owner[starts] >= 0)  # the sender alone, and managed here
+        move = (count[starts] == 1) & ~turn & ~late & (shard.owner[starts] >= 0)  # the sender alone, managed here
         for keys in (ends, fresh):
             node[keys], when[keys] = header.origin, now
         pos = np.flatnonzero(move)

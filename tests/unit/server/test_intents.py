@@ -26,11 +26,16 @@ class Board:
         self.endpoint, self.transport = recording_endpoint(0)
         self.released: list = []
         self.board = intents.IntentBoard(self.endpoint, lambda table, keys: self.released.append((table, keys.tolist())))
+        self.rounds: dict[int, int] = {}
 
-    def intent(self, origin: int, starts, ends=()) -> list[int]:
-        """The starts node `origin` is told to take (the ACK's positions, as keys)."""
+    def intent(self, origin: int, starts, ends=(), round_: int | None = None) -> list[int]:
+        """The starts node `origin` is told to take (the ACK's positions, as keys); `round_`: the
+        node's round number (default: its next)."""
         keys = np.array(list(starts) + list(ends), np.int64)
-        header = Header(Kind.INTENT, table=3, request_id=9, part=len(starts), origin=origin, n_keys=len(keys))
+        if round_ is None:
+            round_ = self.rounds[origin] = self.rounds.get(origin, 0) + 1
+        header = Header(Kind.INTENT, table=3, request_id=9, part=len(starts), origin=origin, n_keys=len(keys),
+                        dim=round_)
         self.board.handle(header, Payload(keys, None, None, None), self.shard)
         rank, frames = self.transport.sent[-1]
         reply = unpack_header(bytes(frames[0]))
@@ -68,6 +73,18 @@ def test_ends_of_keys_never_started_and_repeated_starts_count_once():
     assert b.board.intending(3, [7]).tolist() == [1]
     b.intent(1, [], ends=[7])
     assert b.board.intending(3, [7]).tolist() == [0]
+
+
+def test_a_round_that_overtook_an_older_one_wins():
+    """Two worker threads' rounds of one node may arrive out of order: round 2 (an end) before round 1
+    (the start it ended). The start is then ignored: the node intends nothing."""
+    b = Board()
+    assert b.intent(1, [], ends=[9], round_=2) == []
+    assert b.intent(1, [9], round_=1) == []
+    assert b.board.intending(3, [9]).tolist() == [0]
+    assert b.intent(1, [9], round_=3) == [9]  # a newer start counts
+    assert b.intent(1, [], ends=[9], round_=3) == []  # the same round again: already applied
+    assert b.board.intending(3, [9]).tolist() == [1]
 
 
 def test_more_starts_than_keys_is_a_protocol_error():
