@@ -112,6 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("source", type=Path, metavar="FILE.libsvm")
     convert.add_argument("out", type=Path, metavar="OUT.pskvsp")
     convert.add_argument("--quiet", action="store_true", help="no progress bar")
+    convert.add_argument("--real-labels", action="store_true",
+                         help="keep the label column as real-valued targets (float64: lasso), not 0/1 classes (lr)")
     convert.set_defaults(run=_data_convert)
 
     ckpt = sub.add_parser("checkpoint", help="list the checkpoints in a directory, or inspect and verify one")
@@ -267,10 +269,11 @@ def _data_fetch(args: argparse.Namespace, rest: list[str]) -> int:
 def _data_convert(args: argparse.Namespace, rest: list[str]) -> int:
     from .data.sparse import convert
 
-    data = convert(args.source, args.out, quiet=args.quiet)
+    data = convert(args.source, args.out, quiet=args.quiet, real_labels=args.real_labels)
     keys = len(data.distinct_keys())
-    print(f"{args.out}: {data.rows:,} examples, {data.nnz:,} non-zeros, {keys:,} distinct features, "
-          f"{float(data.labels.mean()):.1%} positive")
+    labels = (f"targets {float(data.labels.min()):g}..{float(data.labels.max()):g}" if args.real_labels
+              else f"{float(data.labels.mean()):.1%} positive")
+    print(f"{args.out}: {data.rows:,} examples, {data.nnz:,} non-zeros, {keys:,} distinct features, {labels}")
     return 0
 
 

@@ -91,3 +91,15 @@ def test_a_file_that_is_no_sparse_file_is_a_data_error(tmp_path):
     with pytest.raises(DataError, match="convert it again"):
         SparseData.open(tmp_path / "x.pskvsp")
     assert cli.main(["data", "convert", str(tmp_path / "missing.libsvm"), str(tmp_path / "o")]) == 2
+
+
+def test_convert_real_labels_keeps_regression_targets(tmp_path, capsys):
+    """`pskv data convert --real-labels`: the label column as float64 targets (lasso), exactly as written."""
+    path = tmp_path / "r.libsvm"
+    path.write_text("2.5 1:1 3:0.5\n-0.125 2:2\n7 1:1\n")
+    assert cli.main(["data", "convert", str(path), str(tmp_path / "r.pskvsp"), "--quiet", "--real-labels"]) == 0
+    assert "3 examples, 4 non-zeros, 3 distinct features, targets -0.125..7" in capsys.readouterr().out
+    from pskv.data.sparse import SparseData
+
+    labels = SparseData.open(tmp_path / "r.pskvsp").labels
+    assert labels.dtype == np.float64 and labels.tolist() == [2.5, -0.125, 7.0]
