@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from ..errors import PskvError
 from ..net.future import Future, wait as wait_futures
 from .context import Context
 from .intents import WorkerIntents
@@ -132,7 +133,10 @@ class Worker:
         self._closed = True
         try:
             if self._intents is not None:
-                self._intents.close()  # its windows end: the managers hear of it
+                try:
+                    self._intents.close()  # its windows end: the managers hear of it
+                except PskvError:
+                    pass  # (hints only; a failed node's error comes from wait_all below)
             # before leaving: a barrier of the others cannot pass before these are applied (it
             # settles the node's requests too, but only this worker can raise their errors)
             self.wait_all(timeout)
