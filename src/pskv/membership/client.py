@@ -1,4 +1,13 @@
-"""CoordinatorClient: a node's side of the coordinator protocol (join, declare, barrier, clocks, heartbeats)."""
+"""CoordinatorClient: a node's side of the coordinator protocol (join, declare, barrier, clocks, heartbeats).
+
+What the coordinator sends comes in through `on_message` (pskv-server), one handler per kind; what
+the node must do about it goes out through one `Events` object (membership.events), which the
+node's composition root makes from its parts.
+
+Threads and ownership: pskv-server feeds it (`on_message`, `check`); any thread calls `declare`,
+`barrier`, `bye`, `leave` and waits in them. Its state is guarded by `_cond`, which is never held
+while sending or while calling the node's events.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +20,7 @@ from ..config import NodeConfig
 from ..errors import (BarrierTimeout, ClusterError, CollectiveStalled, ConfigError, CoordinatorUnreachable, Fenced,
                       NodeFailure, TableMismatch)
 from ..net.wire import FROM_COORDINATOR, Header, Kind, control, control_payload
+from .events import Events
 from .view import View
 from .waiting import Patience, missing
 
@@ -20,24 +30,19 @@ HANDLES = FROM_COORDINATOR | {Kind.MOVED}  # the kinds `on_message` takes (MOVED
 class CoordinatorClient:
     """A node's side of the coordinator. `on_message()` and `check()` are fed by pskv-server."""
 
-    def __init__(self, send: Callable[[list], None], view: View, config: NodeConfig,
-                 on_failure: Callable[[NodeFailure], None], on_clock: Callable[[int], None] | None = None,
-                 health: Callable[[], None] | None = None, on_welcome: Callable[[], None] | None = None,
-                 on_membership: Callable[[dict], None] | None = None,
-                 low_watermark: Callable[[], int] | None = None,
-                 on_low: Callable[[dict[int, int]], None] | None = None, succession=None) -> None:
+    def __init__(self, send: Callable[[list], None], view: View, config: NodeConfig, events: Events | None = None,
+                 succession=None) -> None:
         self._send_frames = send
         self.view = view  # written here on WELCOME
         self.rank = view.rank
         self.config = config
-        self._on_welcome = on_welcome  # pskv-server, right after WELCOME (addresses, held messages)
-        self._on_failure = on_failure  # the node records the failure before any waiter here sees it
-        self._health = health  # raises the node's own failure (so every call raises the same error)
-        self._on_clock = on_clock  # receives the global clock (pskv-server thread)
-        self._on_membership = on_membership  # a new epoch: pskv-server; + "unfinished" (_unfinished)
-        self._low_watermark = low_watermark  # this node's oldest pending request id, sent with heartbeats
-        self._on_low = on_low  # every node's low watermark, from TICKs (pskv-server)
-        self._succession = succession  # membership.takeover.Succession: backups and the coordinator in a node
+        self.events = events or Events()  # what the node does with the news (set before pskv-server starts)
+        self.succession = succession  # membership.takeover.Succession: backups and the coordinator in a node
+        self._handlers = {Kind.WELCOME: self._welcome, Kind.TABLE_OK: self._table_ok,
+                          Kind.BARRIER_RELEASE: self._barrier_release, Kind.SHUTDOWN_OK: self._shutdown_ok_in,
+                          Kind.TICK: self._tick, Kind.ABORT: self._aborted, Kind.LEFT: self._left,
+                          Kind.MEMBERSHIP: self._membership, Kind.GLOBAL_CLOCK: self._global_clock,
+                          Kind.STALLED: self._stalled, Kind.NODE_FAILED: self._node_failed}
         self._cond = threading.Condition()  # guards everything below; never held while sending
         self.failure: Exception | None = None
         self._abort: str | None = None
@@ -164,8 +169,8 @@ class CoordinatorClient:
         with self._cond:
             self._leave, self._plan = "asked", None
         self._send(Kind.LEAVE, {"phase": "ask"})
-        self._wait(lambda: self._leave != "asked", timeout,
-                   lambda: ClusterError(f"node {self.rank}: the coordinator did not answer its leave within {timeout} s"))
+        self._wait(lambda: self._leave != "asked", timeout, lambda: ClusterError(
+            f"node {self.rank}: the coordinator did not answer its leave within {timeout} s"))
         with self._cond:
             if self._leave != "go":
                 error, self._leave = self._leave, None
@@ -225,8 +230,7 @@ class CoordinatorClient:
                         self._cond.acquire()
                 if self._abort is not None:
                     raise CoordinatorUnreachable(f"node {self.rank}: the coordinator aborted: {self._abort}")
-                if self._health is not None:
-                    self._health()
+                self.events.check()
                 if self.failure is not None:
                     raise copy.copy(self.failure) from self.failure
                 left = None if deadline is None else deadline - time.monotonic()
@@ -240,68 +244,99 @@ class CoordinatorClient:
         or a peer's MOVED."""
         if header.kind == Kind.MOVED:
             self._moved(control_payload(header, frames))
-            return
-        self.handle(header, control_payload(header, frames))
-        if header.kind == Kind.WELCOME and self._on_welcome is not None:
-            self._on_welcome()
+        else:
+            self.handle(header, control_payload(header, frames))
 
     def handle(self, header: Header, payload: dict) -> None:
-        kind = header.kind
+        """The coordinator's message `header` with its `payload`: any message says it is alive."""
         with self._cond:
             self._last_heard = time.monotonic()
-            if kind == Kind.WELCOME:
-                host = payload.get("host")
-                self.view.welcome(header.cluster, {int(r): a for r, a in payload["addresses"].items()},
-                                  None if host is None else int(host))
-            elif kind == Kind.TABLE_OK and int(payload["seq"]) not in self._answered:
-                self._decl_results[int(payload["seq"])] = (payload.get("error"), bool(payload.get("config")))
-            elif kind == Kind.BARRIER_RELEASE:
-                self._released.add(int(payload["gen"]))
-            elif kind == Kind.SHUTDOWN_OK:
-                self._shutdown_ok = True
-            elif kind == Kind.TICK:
-                self._arrivals = payload.get("barriers", {})
-                self._declaring = payload.get("tables", {})
-                self._clocks = payload.get("clocks", {})
-            elif kind == Kind.ABORT:
-                self._abort = str(payload.get("reason", "unknown reason"))
-            elif kind == Kind.LEFT and self._leave == "asked":
-                if "go" in payload:
-                    self._leave, self._plan = "go", [int(m) for m in payload["go"]]
-                else:
-                    self._leave = str(payload.get("error", "refused"))
-            elif kind == Kind.LEFT and payload.get("done") and self._leave in ("handed", "left"):
-                self._leave = "done"
-            elif kind == Kind.MEMBERSHIP and payload.get("left") and int(payload["dead"]) == self.rank:
-                self._leave = "left" if self._leave == "asked" else self._leave
-            elif kind == Kind.MEMBERSHIP and payload.get("entered") == self.rank:
-                self._entered = int(payload["epoch"])
+        handler = self._handlers.get(header.kind)
+        if handler is not None:
+            handler(header, payload)
+
+    def _welcome(self, header: Header, p: dict) -> None:
+        host = p.get("host")
+        with self._cond:
+            self.view.welcome(header.cluster, {int(r): a for r, a in p["addresses"].items()},
+                              None if host is None else int(host))
             self._cond.notify_all()
-        if kind == Kind.GLOBAL_CLOCK and self._on_clock is not None:
-            self._on_clock(int(payload["clock"]))
-        if kind == Kind.TICK and "low" in payload and self._on_low is not None:
-            self._on_low({int(r): int(w) for r, w in payload["low"].items()})
-        if kind == Kind.MEMBERSHIP and self._leave in ("left", "done"):
-            return  # we left: the others went on without us, as we asked
-        if kind == Kind.MEMBERSHIP:
-            alive = [int(r) for r in payload["alive"]]
-            if self.rank not in alive and self.rank not in payload.get("leaving", ()):
-                self._fail(Fenced(f"node {self.rank} was taken out of the cluster in membership epoch "
-                                  f"{payload['epoch']} ({payload.get('reason')}); the others went on without it, "
-                                  "so it must not serve or change anything any more", self.rank))
-            elif self._on_membership is not None and self.failure is None:
-                unfinished = self._unfinished()
-                self._on_membership({**payload, "unfinished": unfinished} if unfinished else payload)
-        if kind == Kind.STALLED:
-            missing = [int(r) for r in payload.get("missing", [])]
-            self._fail(CollectiveStalled(f"node {self.rank}: {payload.get('reason')}", missing))
-        if kind == Kind.NODE_FAILED and int(payload["rank"]) == self.rank:
-            self._fail(Fenced(f"node {self.rank} was declared failed ({payload.get('reason')}) and is out of the "
+        self.events.welcomed()
+
+    def _table_ok(self, header: Header, p: dict) -> None:
+        seq = int(p["seq"])
+        with self._cond:
+            if seq not in self._answered:  # (a coordinator that took over may answer again)
+                self._decl_results[seq] = (p.get("error"), bool(p.get("config")))
+                self._cond.notify_all()
+
+    def _barrier_release(self, header: Header, p: dict) -> None:
+        with self._cond:
+            self._released.add(int(p["gen"]))
+            self._cond.notify_all()
+
+    def _shutdown_ok_in(self, header: Header, p: dict) -> None:
+        with self._cond:
+            self._shutdown_ok = True
+            self._cond.notify_all()
+
+    def _tick(self, header: Header, p: dict) -> None:
+        with self._cond:
+            self._arrivals = p.get("barriers", {})
+            self._declaring = p.get("tables", {})
+            self._clocks = p.get("clocks", {})
+        if "low" in p:
+            self.events.low_watermarks({int(r): int(w) for r, w in p["low"].items()})
+
+    def _aborted(self, header: Header, p: dict) -> None:
+        with self._cond:
+            self._abort = str(p.get("reason", "unknown reason"))
+            self._cond.notify_all()
+
+    def _left(self, header: Header, p: dict) -> None:
+        """LEFT: the coordinator's answer to this node's leave (go, an error, or done)."""
+        with self._cond:
+            if self._leave == "asked" and "go" in p:
+                self._leave, self._plan = "go", [int(m) for m in p["go"]]
+            elif self._leave == "asked":
+                self._leave = str(p.get("error", "refused"))
+            elif p.get("done") and self._leave in ("handed", "left"):
+                self._leave = "done"
+            self._cond.notify_all()
+
+    def _global_clock(self, header: Header, p: dict) -> None:
+        self.events.global_clock(int(p["clock"]))
+
+    def _membership(self, header: Header, p: dict) -> None:
+        """A new membership epoch: this node left (as it asked), was taken out (Fenced), or goes on."""
+        with self._cond:
+            if p.get("left") and int(p["dead"]) == self.rank and self._leave == "asked":
+                self._leave = "left"
+            if p.get("entered") == self.rank:
+                self._entered = int(p["epoch"])
+            self._cond.notify_all()
+            if self._leave in ("left", "done"):
+                return  # we left: the others went on without us, as we asked
+        if self.rank not in [int(r) for r in p["alive"]] and self.rank not in p.get("leaving", ()):
+            self._fail(Fenced(f"node {self.rank} was taken out of the cluster in membership epoch {p['epoch']} "
+                              f"({p.get('reason')}); the others went on without it, so it must not serve or change "
+                              "anything any more", self.rank))
+        elif self.failure is None:
+            unfinished = self._unfinished()
+            self.events.membership({**p, "unfinished": unfinished} if unfinished else p)
+
+    def _stalled(self, header: Header, p: dict) -> None:
+        missing = [int(r) for r in p.get("missing", [])]
+        self._fail(CollectiveStalled(f"node {self.rank}: {p.get('reason')}", missing))
+
+    def _node_failed(self, header: Header, p: dict) -> None:
+        rank = int(p["rank"])
+        if rank == self.rank:
+            self._fail(Fenced(f"node {self.rank} was declared failed ({p.get('reason')}) and is out of the "
                               "cluster; it must not serve or change anything any more", self.rank))
-        elif kind == Kind.NODE_FAILED:
-            self._fail(NodeFailure(f"node {payload['rank']} ({payload.get('address', '?')}) failed: "
-                                   f"{payload.get('reason')}; this cluster cannot continue without it",
-                                   int(payload["rank"]), str(payload.get("address", ""))))
+        else:
+            self._fail(NodeFailure(f"node {rank} ({p.get('address', '?')}) failed: {p.get('reason')}; this cluster "
+                                   "cannot continue without it", rank, str(p.get("address", ""))))
 
     def check(self, now: float) -> None:
         """Send a heartbeat when due; declare the coordinator dead after failure_timeout of silence."""
@@ -314,23 +349,17 @@ class CoordinatorClient:
         self._last_check = now
         if now - self._last_beat >= self.config.heartbeat_interval:
             self._last_beat = now
-            self._send(Kind.HEARTBEAT, None if self._low_watermark is None else {"low": self._low_watermark()})
+            low = self.events.low_watermark()
+            self._send(Kind.HEARTBEAT, None if low is None else {"low": low})
         silent = now - self._last_heard
         if silent <= self.config.failure_timeout:
             return
-        succession = self._succession
-        if succession is not None and succession.possible():
-            order = succession.candidates()
-            turn = order.index(self.rank) if self.rank in order else len(order)
-            if turn < len(order) and silent > (turn + 1) * self.config.failure_timeout:
-                address, term = succession.take_over(silent)  # this node runs the coordinator from now on
-                self._moved({"address": address, "term": term, "host": self.rank})
-                return
-            if silent <= (len(order) + 1) * self.config.failure_timeout:
-                return  # a candidate takes over; its MOVED comes
-            self._fail(NodeFailure(
-                f"the coordinator on node {self.view.coordinator_host} has been silent for {silent:.1f} s and none of "
-                f"nodes {order} took it over; this cluster cannot continue", -1, self.config.coordinator or ""))
+        if self.succession is not None and self.succession.possible():
+            step = self.succession.after_silence(silent)
+            if isinstance(step, dict):  # this node took the coordinator over: it runs it from now on
+                self._moved(step)
+            elif step is not None:
+                self._fail(step)
             return
         self._fail(NodeFailure(
             f"the coordinator ({self.config.coordinator or 'in-process'}) has been silent for {silent:.1f} s; "
@@ -350,7 +379,7 @@ class CoordinatorClient:
         term = int(p["term"])
         if term <= self.view.coordinator_term or self.failure is not None:
             return  # old news
-        self._succession.redirect(str(p["address"]), term, int(p["host"]))
+        self.succession.redirect(str(p["address"]), term, int(p["host"]))
         with self._cond:  # after the redirect: what went to the old address before is in here
             self._last_heard = time.monotonic()
             pending_barriers = sorted(set(range(self._barrier_gen)) - self._released)
@@ -360,15 +389,15 @@ class CoordinatorClient:
                      "clock": list(self._clock_report), "bye": self._bye_sent, "outside": sorted(self.view.outside)}
             if self._joined is not None:
                 state["joined"] = dict(self._joined)
-        self._send(Kind.REJOIN, {**state, **self._succession.rejoin_state()})
-        self._succession.release_held()
+        self._send(Kind.REJOIN, {**state, **self.events.rejoin_state()})
+        self.succession.release_held()
 
     def _fail(self, exc: NodeFailure) -> None:
         with self._cond:
             if self.failure is not None or self._failing:
                 return
             self._failing = True
-        self._on_failure(exc)  # first: a waiter that wakes up below finds the node failed already
+        self.events.failed(exc)  # first: a waiter that wakes up below finds the node failed already
         with self._cond:
             self.failure = exc
             self._cond.notify_all()
@@ -377,7 +406,8 @@ class CoordinatorClient:
         """The collectives this node waits in, for debug dumps."""
         with self._cond:
             barriers = sorted(set(range(self._barrier_gen)) - self._released)
-            return [f"coordinator {self.config.coordinator or 'in-process'}: heard {time.monotonic() - self._last_heard:.1f} s "
+            heard = time.monotonic() - self._last_heard
+            return [f"coordinator {self.config.coordinator or 'in-process'}: heard {heard:.1f} s "
                     f"ago; {self._decl_seq} table declaration(s), {self._barrier_gen} barrier(s) sent; "
                     f"barrier generations not released: {barriers[-5:]}; arrivals seen: {self._arrivals}; "
                     f"failure: {self.failure}" + self._describe_entry()]

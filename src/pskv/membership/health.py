@@ -33,6 +33,10 @@ class Health:
         if self.failure is not None:
             raise self.failed()
 
+    def has_failed(self) -> bool:
+        """Whether a failure was recorded (any thread; never raises)."""
+        return self.failure is not None
+
     def fail(self, error: NodeFailure) -> bool:
         """Record the node's first failure and tell the listeners; False if one was recorded before."""
         with self._lock:

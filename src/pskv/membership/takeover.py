@@ -32,7 +32,7 @@ import time
 from typing import Callable
 
 from ..config import NodeConfig
-from ..errors import TransportError
+from ..errors import NodeFailure, TransportError
 from ..net.transport import Transport
 from ..net.wire import COORDINATOR, Kind, control
 from ..placement.chains import Chains
@@ -60,13 +60,11 @@ def next_term(epoch: int, term: int, turn: int) -> int:
 class Succession:
     """A node's part in moving the coordinator to a survivor."""
 
-    def __init__(self, view: View, config: NodeConfig, transport: Transport, release_held: Callable[[], None],
-                 rejoin_state: Callable[[], dict]) -> None:
+    def __init__(self, view: View, config: NodeConfig, transport: Transport, release_held: Callable[[], None]) -> None:
         self.view = view
         self.config = config
         self._transport = transport
         self.release_held = release_held  # the dispatcher's: the new coordinator's messages held until MOVED
-        self.rejoin_state = rejoin_state  # what else this node tells the new coordinator (copies it fills)
         self.coordinator: Coordinator | None = None  # the one this node took over, if any; the node closes it
 
     def possible(self) -> bool:
@@ -78,6 +76,21 @@ class Succession:
         """Who takes the coordinator over, in turn: candidate k does after (k + 1) failure_timeouts of
         silence (an earlier one may have died with the host, unnoticed: only the coordinator noticed deaths)."""
         return sorted(r for r in self.view.alive if r != self.view.coordinator_host)
+
+    def after_silence(self, silent: float) -> dict | NodeFailure | None:
+        """The coordinator has been silent for `silent` s (more than failure_timeout): this node's turn
+        came (it takes over: the MOVED payload it tells itself), a candidate's may still come (None),
+        or none of them took over (the node's failure)."""
+        order, timeout = self.candidates(), self.config.failure_timeout
+        turn = order.index(self.view.rank) if self.view.rank in order else len(order)
+        if turn < len(order) and silent > (turn + 1) * timeout:
+            address, term = self.take_over(silent)
+            return {"address": address, "term": term, "host": self.view.rank}
+        if silent <= (len(order) + 1) * timeout:
+            return None  # a candidate takes over; its MOVED comes
+        return NodeFailure(f"the coordinator on node {self.view.coordinator_host} has been silent for {silent:.1f} s "
+                           f"and none of nodes {order} took it over; this cluster cannot continue", -1,
+                           self.config.coordinator or "")
 
     def take_over(self, silent: float) -> tuple[str, int]:
         """Start a coordinator in this process and tell every node; returns its address and term."""

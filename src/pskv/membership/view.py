@@ -95,6 +95,28 @@ class View:
     def address(self, rank: int) -> str:
         return (self.addresses or {}).get(rank, "")
 
+    def members(self) -> list[int]:
+        """The ranks of the live nodes, in order (any thread: `alive` is replaced whole)."""
+        return sorted(self.alive)
+
+    # Read-only accessors for the parts that take a callable (net.endpoint, server.chain, client.context,
+    # checkpoint): bound methods of the view, instead of closures over the node that holds it.
+    def current_epoch(self) -> int:
+        """The membership epoch now."""
+        return self.epoch
+
+    def current_cluster(self) -> int:
+        """The cluster id (0 until welcomed)."""
+        return self.cluster
+
+    def current_chains(self) -> Chains | None:
+        """With backups, who holds each key range now (None without)."""
+        return self.chains
+
+    def answers(self, header: Header) -> bool:
+        """Whether a reply's sender may still answer this node: a member, or a node still leaving."""
+        return header.sender in self.alive or header.sender in self.leaving
+
     @property
     def ranks(self) -> int:
         """The rank space: every rank that was ever a member is below it."""

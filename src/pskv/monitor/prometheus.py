@@ -6,7 +6,7 @@
 
 Threads and ownership: the Node starts the `Exporter` in its constructor and closes it in its
 teardown. The exporter's thread (pskv-metrics-R) is prometheus_client's HTTP server; each scrape
-runs in a short-lived thread of that server and calls `sample()` (the node's `_monitor_sample`:
+runs in a short-lived thread of that server and calls `sample()` (node.diagnostics' `Report.sample`:
 `stats()` plus the `RequestTracker` latency histograms), so every value is read at scrape time
 from counters the data path keeps anyway (GIL-atomic `+=`, approximate under threads) and nothing
 is added to the data path but the histograms' counting (net/requests.py). The registry holds
@@ -92,7 +92,7 @@ class NodeCollector:
 
 
 def families(sample: dict) -> list:
-    """The metric families of one node's sample (stats() and the extras of Node._monitor_sample)."""
+    """The metric families of one node's sample (stats() and the extras of diagnostics.Report.sample)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     node = str(sample["rank"])

@@ -3,8 +3,9 @@
     python -c "import pskv; node = pskv.init(); print(node)"        # a private 1-node cluster
     pskv launch -n 2 --threads 2 -- python examples/quickstart.py    # a 2-node cluster
 
-Nothing below this module imports it; each part gets what it needs through its constructor
-(docs/design.md shows the layers and a request's life). The pieces, bottom up:
+Nothing below this module imports it; each part gets what it needs through its constructor, the
+membership view read-only (its bound accessors), never the Node; no Node method is on the data
+path (docs/design.md shows the layers and a request's life). The pieces, bottom up:
 
     net         Transport (sockets), Endpoint (every header and send; replies in), Dispatcher
                 (pskv-server's receive loop, one handler per Kind), RequestTracker
@@ -13,6 +14,9 @@ Nothing below this module imports it; each part gets what it needs through its c
     store       Store of Shards; catalog: the tables, each with its technique parts
     server      Server (requests, forwards, relocation, replica syncs, aggregation owners)
     client      Worker and Table (the user API), Aggregator, ReplicaSync (pskv-replica thread)
+    node        NodeEvents (the coordinator's news to the parts), SharedMemory, Workers (node.run),
+                TableBuilder and Declarations (node.table), MembershipChanges (elastic), Report
+                (stats, the metrics sample, debug_state, request expiry: diagnostics)
 
 Threads and ownership: the thread that calls `init()` owns the Node's lifecycle (`table()`,
 `run()`, `shutdown()`). pskv-server runs `Dispatcher.run`: it dispatches what arrives, sends
@@ -30,14 +34,13 @@ import atexit
 import dataclasses
 import functools
 import logging
-import resource
 import threading
 import weakref
 from typing import Callable
 
 import numpy as np
 
-from .. import _hooks, updaters
+from .. import updaters
 from ..catalog import Catalog
 from ..checkpoint import format as checkpoint_format
 from ..checkpoint.collective import Checkpointer
@@ -50,7 +53,7 @@ from ..client.table import Table
 from ..client.worker import Worker
 from ..config import NodeConfig
 from ..consistency.clocks import Clocks
-from ..errors import BarrierTimeout, ClosedError, ClusterError, NodeFailure, PskvError, ShapeError
+from ..errors import ClosedError, ClusterError, NodeFailure, PskvError, ShapeError
 from ..membership import client as coordinator_client
 from ..membership import join
 from ..membership.barrier import LocalBarrier
@@ -70,12 +73,13 @@ from ..options import TableOptions, as_consistency
 from ..server import serve
 from ..server.chain import Chain
 from ..server.serve import Server
-from ..store import shm
 from ..store.peer import Neighbors
 from ..store.shard import Store
 from ..store.spec import SPARSE_ROWS, TableSpec, as_init
-from . import diagnostics, elastic
-from .tables import TableBuilder
+from . import diagnostics, elastic, workers
+from .events import NodeEvents
+from .sharing import SharedMemory
+from .tables import Declarations, TableBuilder
 
 log = logging.getLogger(__name__)
 
@@ -93,94 +97,100 @@ class Node:
             except BaseException:
                 self._transport.close()
                 raise
-            config = dataclasses.replace(config, rank=int(self._joined["rank"]), num_nodes=int(self._joined["num_nodes"]),
-                                         coordinator=config.join, external_coordinator=True,
-                                         backups=int(self._joined.get("backups", 0)))  # the cluster's, not ours
-        self.config = config
+            # the cluster's rank, size and backups, not ours
+            config = dataclasses.replace(config, rank=int(self._joined["rank"]),
+                                         num_nodes=int(self._joined["num_nodes"]), coordinator=config.join,
+                                         external_coordinator=True, backups=int(self._joined.get("backups", 0)))
         self.rank = config.rank
         # a checkpoint to start from: checked whole on every node before anything starts (CheckpointError)
         self._restorer = Restorer(config.restore, self.rank) if config.restore else None
         self.health = Health(self.rank)
-        self.view = View(self.rank, self.config.num_nodes, config.backups)
+        self.view = View(self.rank, config.num_nodes, config.backups)
         if self._joined is not None:
             self.view.joined(cluster, self._joined)
-        self._coordinator, self.config = start_coordinator(self.config)  # here if a private cluster or node 0
+        self._coordinator, self.config = start_coordinator(config)  # here if a private cluster or node 0
         self._transport.set_address(COORDINATOR, self.config.coordinator)
-        self.tracker = RequestTracker(health=self.health.check)
-        self.endpoint = Endpoint(self.rank, self._transport, self.tracker, lambda: self.view.cluster,
-                                 epoch=lambda: self.view.epoch,
-                                 admit=lambda h: h.sender in self.view.alive or h.sender in self.view.leaving)
-        self.store = Store()
-        self.neighbors = Neighbors()  # co-located nodes' shards, once welcomed (store.peer)
-        self._sharing = threading.Lock()  # guards _shared (set up at WELCOME, or at the first table if sooner)
-        self._shared = False
-        self.catalog = Catalog(self.rank)
+        self._build()
+        self._start()
+        log.info("node %d/%d up at %s", self.rank, self.config.num_nodes, self._transport.address)
+
+    def _build(self) -> None:
+        """Every part of the node, bottom up; each gets what it uses (the view read-only), none the Node."""
+        config, view, health, transport = self.config, self.view, self.health, self._transport
+        self.tracker = tracker = RequestTracker(health=health.check)
+        self.endpoint = endpoint = Endpoint(self.rank, transport, tracker, view.current_cluster,
+                                            epoch=view.current_epoch, admit=view.answers)
+        self.store, self.neighbors = Store(), Neighbors()  # (neighbors: co-located nodes' shards, store.peer)
+        self._sharing = SharedMemory(config, view, self.store, self.neighbors, joined=self._joined is not None)
+        self.catalog = catalog = Catalog(self.rank)
         self.consistency = as_consistency(config.consistency)  # the default of this node's tables
-        self.clocks = Clocks(lambda clock, seq: self.client.report_clock(clock, seq), self.catalog.flush_buffers,
-                             self.health.check)
-        self.server = Server(self.store, self.endpoint, self.tracker, lambda table_id: self.catalog.by_id(table_id).ranges,
-                             on_declined=lambda table, keys, owner, seconds: self.catalog.by_id(table).note_declined(
+        self.client = client = CoordinatorClient(functools.partial(transport.send, COORDINATOR), view, config)
+        self.clocks = Clocks(client.report_clock, catalog.flush_buffers, health.check)
+        self.server = Server(self.store, endpoint, tracker, lambda table_id: catalog.by_id(table_id).ranges,
+                             on_declined=lambda table, keys, owner, seconds: catalog.by_id(table).note_declined(
                                  keys, owner, seconds))
-        chain = None
+        self._dispatcher = Dispatcher(transport, self.rank, view.admit, on_refused=health.fail)
+        chain = self.succession = None
         if config.backups:
-            chain = self.server.chain = Chain(self.endpoint, lambda: self.view.chains,
-                                              lambda: self.view.epoch, self.server.forward,
-                                              lambda epoch: self.client.synced(epoch))
-        self._exporter: Exporter | None = None  # PSKV_METRICS_PORT: started below, closed in _teardown
-        self._dispatcher = Dispatcher(self._transport, self.rank, self.view.admit, on_refused=self.health.fail)
-        if chain is not None:
+            chain = self.server.chain = Chain(endpoint, view.current_chains, view.current_epoch, self.server.forward,
+                                              client.synced)
             self._dispatcher.at_burst_end(chain.batches.flush)
-        self.succession = None
-        if chain is not None:
-            self.succession = Succession(self.view, self.config, self._transport, self._dispatcher.release_held,
-                                         lambda: {"low": self.tracker.low_watermark(), "filling": chain.filling()})
-        self._membership = elastic.MembershipChanges(self.rank, self.view, self._transport, self.server, self.store,
-                                                     self.catalog, self.tracker, self._dispatcher.release_held,
-                                                     lambda epoch: self.client.drained(epoch))
-        self.client = CoordinatorClient(lambda frames: self._transport.send(COORDINATOR, frames), self.view,
-                                        self.config, self.health.fail, self.clocks.on_global, health=self.health.check,
-                                        on_welcome=self._welcomed, on_membership=self._membership.changed,
-                                        low_watermark=self.tracker.low_watermark if chain else None,
-                                        on_low=chain.prune if chain else None, succession=self.succession)
-        self._barrier = LocalBarrier(self.client.barrier, self.catalog.clear_caches, self._settle, rank=self.rank,
+            client.succession = self.succession = Succession(view, config, transport, self._dispatcher.release_held)
+        self._membership = elastic.MembershipChanges(self.rank, view, transport, self.server, self.store, catalog,
+                                                     tracker, self._dispatcher.release_held, client.drained)
+        client.events = NodeEvents(health=health, view=view, transport=transport, dispatcher=self._dispatcher,
+                                   sharing=self._sharing, clocks=self.clocks, changes=self._membership,
+                                   tracker=tracker, chain=chain)
+        settle = functools.partial(workers.settle, rank=self.rank, catalog=catalog, tracker=tracker,
+                                   check=health.check, default=config.collective_timeout)
+        self._barrier = LocalBarrier(client.barrier, catalog.clear_caches, settle, rank=self.rank,
                                      log_every=config.wait_log_interval, patience=config.collective_timeout)
-        self.clocks.waiting = diagnostics.clock_waits(self.rank, config.wait_log_interval, self.clocks, self.client)
+        self.clocks.waiting = diagnostics.clock_waits(self.rank, config.wait_log_interval, self.clocks, client)
         self._stop = threading.Event()
-        self._replica_sync = ReplicaSync(self.endpoint, self.config.num_nodes, self.catalog, self._stop,
-                                         lambda: self.health.failure is not None, lambda: self.members)
-        self._checkpointer = Checkpointer(self.rank, self.catalog, self.tracker, self.health.check,
-                                          members=lambda: self.members, barrier=self.client.barrier,
-                                          flush_replicas=self._replica_sync.flush, clock=lambda: self.clocks.global_clock,
-                                          epoch=lambda: self.view.epoch)
-        self._ctx = Context(self.rank, self.config.num_nodes, self.endpoint, self.tracker, self.catalog, self.health.check,
-                            self.clocks, self._barrier, self._replica_sync, config.collective_timeout,
-                            lambda: self.view.chains, lambda: sorted(self.view.alive), self._checkpointer.gate,
-                            self.neighbors)
-        self._tables = TableBuilder(self.rank, self.config, self.view, self.store, self.server, self.endpoint, self._ctx,
+        self._replica_sync = ReplicaSync(endpoint, config.num_nodes, catalog, self._stop, health.has_failed,
+                                         view.members)
+        clocks = self.clocks
+        self._checkpointer = Checkpointer(self.rank, catalog, tracker, health.check, members=view.members,
+                                          barrier=client.barrier, flush_replicas=self._replica_sync.flush,
+                                          clock=lambda: clocks.global_clock, epoch=view.current_epoch)
+        self._ctx = Context(self.rank, config.num_nodes, endpoint, tracker, catalog, health.check, self.clocks,
+                            self._barrier, self._replica_sync, config.collective_timeout, view.current_chains,
+                            view.members, self._checkpointer.gate, self.neighbors)
+        self._tables = TableBuilder(self.rank, config, view, self.store, self.server, endpoint, self._ctx,
                                     joined=self._joined is not None)
-        self.health.on_failure(self.tracker.fail_all)
-        self.health.on_failure(self._barrier.break_)
         self._main_worker = Worker(self._ctx, -1)  # the main thread's handle; takes no part in barriers
-        self._next_thread = 0
-        self._lock = threading.Lock()  # guards _next_thread
-        self._dispatcher.register(coordinator_client.HANDLES, self.client.on_message)
-        self._dispatcher.register(endpoint_.HANDLES, self.endpoint.on_reply)
-        self._dispatcher.register(serve.HANDLES, self.server.handle)
-        self._dispatcher.every(self.client.check)
-        self._next_expiry = 0.0  # pskv-server: when to look for stalled requests next
-        self._dispatcher.every(self._expire)
-        self._dispatcher.every(self._membership.drained)
-        self._thread = threading.Thread(target=self._dispatcher.run, args=(self._stop,), name=f"pskv-server-{self.rank}",
+        self._declarations = Declarations(self._tables, client, self._sharing, self._main_worker,
+                                          restorer=self._restorer, joined=self._joined)
+        self._workers = workers.Workers(self._ctx, self._barrier, self.clocks)
+        self._report = diagnostics.Report(config=config, view=view, health=health, transport=transport,
+                                          dispatcher=self._dispatcher, endpoint=endpoint, tracker=tracker,
+                                          server=self.server, client=client, barrier=self._barrier,
+                                          clocks=self.clocks, catalog=catalog, changes=self._membership)
+
+    def _start(self) -> None:
+        """Wire failures and pskv-server's handlers, start it, then join the cluster (or, for a node
+        that joined a running one, take part at once)."""
+        health, dispatcher = self.health, self._dispatcher
+        health.on_failure(self.tracker.fail_all)
+        health.on_failure(self._barrier.break_)
+        dispatcher.register(coordinator_client.HANDLES, self.client.on_message)
+        dispatcher.register(endpoint_.HANDLES, self.endpoint.on_reply)
+        dispatcher.register(serve.HANDLES, self.server.handle)
+        dispatcher.every(self.client.check)
+        dispatcher.every(self._report.expire)
+        dispatcher.every(self._membership.drained)
+        self._exporter: Exporter | None = None  # PSKV_METRICS_PORT: started below, closed in _teardown
+        self._thread = threading.Thread(target=dispatcher.run, args=(self._stop,), name=f"pskv-server-{self.rank}",
                                         daemon=True)
         if self._joined is not None:  # the cluster runs: start as if welcomed, where the others are
             self.clocks.start_at(int(self._joined["clock"]))
             self.client.joined(self._joined)
-            self._welcomed()
+            self.client.events.welcomed()
         self._thread.start()
         try:
             if self.config.metrics_port:  # before joining: a port in use fails this node alone
                 self._exporter = Exporter(self.config.host, self.config.metrics_port + self.rank, self.rank,
-                                          self._monitor_sample)
+                                          self._report.sample)
             if self._joined is None:
                 self.client.join(self._transport.address, self.config.num_nodes)
             else:  # with backups and no table yet: into the chains at once (membership.joining)
@@ -192,7 +202,6 @@ class Node:
         diagnostics.live.add(self)
         diagnostics.install_dump_handler()
         diagnostics.install_excepthook(self.config.full_tracebacks)
-        log.info("node %d/%d up at %s", self.rank, self.config.num_nodes, self._transport.address)
 
     @property
     def cluster(self) -> int:
@@ -201,7 +210,7 @@ class Node:
     @property
     def members(self) -> list[int]:
         """The ranks of the live nodes: all of them until a node dies (backups), leaves or joins."""
-        return sorted(self.view.alive)
+        return self.view.members()
 
     @property
     def num_nodes(self) -> int:
@@ -216,30 +225,7 @@ class Node:
     @property
     def dropped(self) -> int:
         """Messages dropped as garbage or from another cluster (malformed packed frames count once)."""
-        return self._dispatcher.dropped + self._transport.dropped + self.endpoint.dropped
-
-    def _welcomed(self) -> None:
-        """pskv-server, at WELCOME: learn the others' addresses, then take what they sent us early."""
-        for rank, address in self.view.addresses.items():
-            self._transport.set_address(rank, address)
-        self._share_memory()
-        self._dispatcher.release_held()
-
-    def _share_memory(self) -> None:
-        """Shards in shared memory with the nodes of this host (store.shm), unless PSKV_SHARED_MEMORY=0
-        or this is a private 1-node cluster (no other process could use it)."""
-        cfg = self.config
-        if not cfg.shared_memory or (cfg.num_nodes == 1 and not cfg.external_coordinator and self._joined is None):
-            return
-        with self._sharing:  # (pskv-server at WELCOME, or the first table() if it comes sooner: once)
-            if self._shared:
-                return
-            self._shared = True
-            shm.sweep()  # (files of processes that died here)
-            directory = shm.host_dir(self.view.cluster, cfg.host)
-            if directory is not None:
-                self.store.share(shm.Segments(directory, self.rank))
-                self.neighbors.open(directory, self.rank)
+        return self._report.dropped()
 
     # ---- public API -----------------------------------------------------------------------------
     def table(self, name: str, rows: int | None, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
@@ -294,33 +280,7 @@ class Node:
             raise ShapeError(f"table {name!r}: rows=None is for key_space='uint64' tables; give the row count")
         spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
                          table_id=self.catalog.next_id(name), key_space=key_space)
-        saved, mismatch = self._restorer.match(spec.config()) if self._restorer is not None else (None, None)
-        disk = self._tables.disk(spec, storage, cache_rows, path)
-        self._share_memory()  # (WELCOME's pskv-server may not have got to it yet)
-        state, config = self._tables.build(spec, options, consistency, fill=saved is None, disk=disk)
-        state.codec = codec
-        _hooks.reach("node.built", node=self.rank, table=name)
-        self.catalog.add(state)
-        self._tables.current_ranges(state)
-        if state.shard.replicas is not None:
-            self._replica_sync.start()
-        try:
-            self.client.declare(config)
-            if mismatch is not None:  # after the collective: every node gets here, and raises it
-                raise mismatch
-        except PskvError:
-            self.catalog.discard(name)
-            raise
-        if self._joined is not None:
-            localize = functools.partial(self._main_worker.table(name).localize, _force=True)
-            elastic.take_share(state, self._joined, localize, self.rank, self.config.collective_timeout)
-            self._replica_sync.catch_up(state, self.config.collective_timeout)  # its replicas: the cluster's values
-        if saved is not None:  # every node loads its range (and its backup copies), then all go on together
-            copies = self.server.chain.copies(spec.table_id) if self.server.chain is not None else []
-            loaded = sum(self._restorer.load(saved, shard) for shard in [state.shard, *copies])
-            log.info("node %d restored %d rows of table %r from %s", self.rank, loaded, name, self._restorer.path)
-            self.client.barrier()
-        return self._main_worker.table(name)
+        return self._declarations.declare(spec, options, consistency, codec, disk=(storage, cache_rows, path))
 
     def checkpoint(self, directory, keep: int | None = None, *, extra: dict | None = None,
                    timeout: float | None = None) -> checkpoint_format.CheckpointInfo:
@@ -376,88 +336,17 @@ class Node:
         the first exception a worker raised, or a failure of one of those requests (the others
         then fail fast with it)."""
         self.health.check()
-        again = self.clocks.started
-        workers = [self._new_worker(thread, restart=True) for thread in range(threads or self.config.threads)]
-        if again and any(s.consistency.synchronous for s in self.catalog.tables()):
-            # a later run: the workers' clocks restart at 0 on every node; no node's workers may
-            # race ahead before the others registered theirs (their nodes count as done till then)
-            self.client.barrier()
-        errors: list[BaseException] = []
-
-        def body(w: Worker) -> None:
-            try:
-                fn(w)
-                w.close()  # its pushes and sets complete; a failed one is the worker's error
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
-                errors.append(exc)
-                self._abort(f"worker thread {w.thread} raised {exc!r}", exc)
-            finally:
-                try:
-                    w.close()  # after an error: leaves (the node failed: its requests fail at once)
-                except BaseException:  # noqa: BLE001 - the worker's first error is the one run() raises
-                    pass
-
-        threads_ = [threading.Thread(target=body, args=(w,), name=f"pskv-worker-{self.rank}.{w.thread}", daemon=True)
-                    for w in workers]
-        for t in threads_:
-            t.start()
-        for t in threads_:
-            while t.is_alive():
-                t.join(0.2)
-        if errors:
-            raise errors[0]
+        self._workers.run(fn, threads or self.config.threads, self._abort, self.client.barrier)
 
     def worker(self) -> Worker:
         """A new Worker for a thread you made; it takes part in barriers until `worker.close()`."""
         self.health.check()
-        with self._lock:
-            thread = self._next_thread
-            self._next_thread += 1
-        return self._new_worker(thread)
-
-    def _settle(self, timeout: float | None) -> None:
-        """The last of this node's workers to reach a barrier, before the cluster-wide one: send the
-        BSP/SSP push buffers and wait until every request this node issued so far is answered,
-        whichever handle issued it (a worker that closed, the main thread's, another worker), so
-        the barrier covers them. Their errors are their issuers' (each Future keeps its own)."""
-        self.catalog.flush_buffers()
-        wait = self.config.collective_timeout if timeout is None else timeout
-        if not self.tracker.drain(self.health.check, wait):
-            raise BarrierTimeout(f"barrier on node {self.rank}: the requests this node issued before it were not "
-                                 f"all answered within {wait:g} s; node.debug_state() lists them", [])
-
-    def _new_worker(self, thread: int, restart: bool = False) -> Worker:
-        w = Worker(self._ctx, thread)
-        self._barrier.join(w)
-        self.clocks.register(w, restart=restart)  # node.run: its workers' clocks start at 0
-        return w
+        return self._workers.new()
 
     def stats(self) -> dict:
         """Counters of this node: per table calls, local and remote keys; messages and bytes sent to other
         nodes (coordinator traffic such as heartbeats is not counted)."""
-        tables = {s.spec.name: {**s.counters(), "forwards": s.shard.forwards, "relocated_in": s.shard.relocated_in,
-                                "replica_syncs": s.shard.replicas.syncs if s.shard.replicas else 0}
-                  for s in self.catalog.tables()}
-        return {"rank": self.rank, "epoch": self.view.epoch, "members": self.members, "tables": tables,
-                "messages_sent": self._transport.messages_sent,
-                "bytes_sent": self._transport.bytes_sent, "requests_served": self.server.requests,
-                "request_errors": self.server.errors, "dropped": self.dropped, "fenced": self._dispatcher.fenced,
-                "forwards": self.server.forwards,
-                "relocated_in": self.server.relocation.relocated_in,
-                "declined": self.server.relocation.declined, "clock": self.clocks.global_clock,
-                "clock_waits": self.clocks.waits, "clock_wait_seconds": round(self.clocks.wait_seconds, 6),
-                "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # (Linux: KiB)
-                "rss_bytes": diagnostics.rss_now()}
-
-    def _monitor_sample(self) -> dict:
-        """stats() and what only the metrics exporter reads (pskv.monitor): request latencies, queue
-        depths, membership changes. Any thread (a scrape's); never blocks on the cluster."""
-        return {**self.stats(), "latency": self.tracker.latency(), "messages_received": self._transport.messages_received,
-                "bytes_received": self._transport.bytes_received,
-                "pending_requests": len(self.tracker), "deferred_requests": self.server.relocation.waiting(),
-                "held_messages": self._dispatcher.held(), "membership_changes": self._membership.count,
-                "failed": self.health.failure is not None,
-                "staleness": {s.spec.name: s.consistency.staleness for s in self.catalog.tables()}}
+        return self._report.stats()
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Leave the cluster: wait until every node called shutdown (they may still need this
@@ -521,31 +410,10 @@ class Node:
             self.succession.close()
         self.store.close()  # (shared memory: its files go; peers fall back to messages)
 
-    # ---- liveness ------------------------------------------------------------------------------
-    def _expire(self, now: float) -> None:
-        """pskv-server: fail requests without progress for request_timeout; log why, once per batch."""
-        if now < self._next_expiry:
-            return
-        timeout = self.config.request_timeout
-        self._next_expiry = now + min(1.0, timeout / 4)
-        stalled = self.tracker.expire(now, timeout, functools.partial(diagnostics.stalled, timeout=timeout,
-                                                                      address=self.view.address))
-        if stalled:
-            log.error("node %d: %d request(s) made no progress for %g s (PSKV_REQUEST_TIMEOUT); the first: %s\n%s",
-                      self.rank, len(stalled), timeout, stalled[0], self.debug_state())
-
     def debug_state(self) -> str:
         """What this node waits for, as text: outstanding and deferred requests, collectives, clocks,
         worker barrier, queues. Any thread; never blocks on the cluster. Also logged on SIGUSR1."""
-        lines = [f"pskv node {self.rank}/{self.config.num_nodes} ({self.health!r}) at {self._transport.address}"]
-        lines += ["  " + line for line in self.tracker.describe()]
-        lines += ["  " + line for line in self.server.describe()]
-        lines += ["  " + line for line in self.client.describe()]
-        lines.append(f"  {self._barrier!r}")
-        lines.append(f"  {self.clocks!r} waits={self.clocks.waits}")
-        lines += [f"  table {s.spec.name!r}: {' '.join(s.parts())}" for s in self.catalog.tables() if s.parts()]
-        lines.append(f"  transport: {self._transport!r}; early messages held: {self._dispatcher.held()}")
-        return "\n".join(lines)
+        return self._report.debug_state()
 
 
 def init(**overrides) -> Node:

@@ -1,6 +1,8 @@
 """A table's parts on this node: the shard, the technique parts its options ask for, its request
-path (client.path, composed from them), and what every node must agree on. `Node.table()` calls
-it; it holds no state of its own. Which options compose is client.compat's to say, before.
+path (client.path, composed from them), and what every node must agree on (`TableBuilder`, which
+holds no state of its own); and the rest of `Node.table()` once its arguments are checked
+(`Declarations`: build, add to the catalog, declare on every node, then a joiner's share of the
+rows or a checkpoint's). Which options compose is client.compat's to say, before.
 
     builder = TableBuilder(rank, config, view, store, server, endpoint, ctx, joined=False)
     state, agreed = builder.build(spec, options, consistency, fill=True, disk=builder.disk(...))
@@ -13,19 +15,25 @@ for a table built meanwhile).
 
 from __future__ import annotations
 
+import functools
+import logging
 import zlib
 
 import numpy as np
 
-from .. import updaters
+from .. import _hooks, updaters
 from ..catalog import TableState
+from ..checkpoint.restore import Restorer
 from ..client.aggregate import Aggregator
 from ..client.context import Context
 from ..client.path import compose
+from ..client.table import Table
+from ..client.worker import Worker
 from ..config import NodeConfig
 from ..consistency.buffer import PushBuffer
 from ..consistency.cache import RowCache
-from ..errors import ConfigError
+from ..errors import ConfigError, PskvError
+from ..membership.client import CoordinatorClient
 from ..membership.view import View
 from ..net.endpoint import Endpoint
 from ..options import TableOptions
@@ -37,6 +45,10 @@ from ..store.disk import DiskRows
 from ..store.replicas import Replicas
 from ..store.shard import Store
 from ..store.spec import TableSpec
+from . import elastic
+from .sharing import SharedMemory
+
+log = logging.getLogger(__name__)
 
 
 class TableBuilder:
@@ -131,3 +143,46 @@ class TableBuilder:
             state.ranges = self.view.key_ranges(state.spec.rows)
             if self.view.epoch == epoch:
                 return
+
+
+class Declarations:
+    """node.table() once its arguments are checked: the table's parts, the collective declaration, then
+    a joiner's share of the rows or a checkpoint's (the thread that owns the Node)."""
+
+    def __init__(self, builder: TableBuilder, client: CoordinatorClient, sharing: SharedMemory, main: Worker, *,
+                 restorer: Restorer | None, joined: dict | None) -> None:
+        self.builder, self.client, self.sharing, self.main = builder, client, sharing, main
+        self.restorer, self.joined = restorer, joined  # (joined: the JOINED payload of a node that joined)
+
+    def declare(self, spec: TableSpec, options: TableOptions, consistency, codec, *, disk: tuple) -> Table:
+        """Build table `spec` here, declare it on every node (blocks), fill it; the main thread's handle."""
+        builder, ctx, name = self.builder, self.builder.ctx, spec.name
+        catalog, replica_sync, timeout = ctx.catalog, ctx.replica_sync, ctx.collective_timeout
+        saved, mismatch = self.restorer.match(spec.config()) if self.restorer is not None else (None, None)
+        rows = builder.disk(spec, *disk)
+        self.sharing.start()  # (WELCOME's pskv-server may not have got to it yet)
+        state, config = builder.build(spec, options, consistency, fill=saved is None, disk=rows)
+        state.codec = codec
+        _hooks.reach("node.built", node=builder.rank, table=name)
+        catalog.add(state)
+        builder.current_ranges(state)
+        if state.shard.replicas is not None:
+            replica_sync.start()
+        try:
+            self.client.declare(config)
+            if mismatch is not None:  # after the collective: every node gets here, and raises it
+                raise mismatch
+        except PskvError:
+            catalog.discard(name)
+            raise
+        if self.joined is not None:
+            localize = functools.partial(self.main.table(name).localize, _force=True)
+            elastic.take_share(state, self.joined, localize, builder.rank, timeout)
+            replica_sync.catch_up(state, timeout)  # its replicas: the cluster's values
+        if saved is not None:  # every node loads its range (and its backup copies), then all go on together
+            chain = builder.server.chain
+            copies = chain.copies(spec.table_id) if chain is not None else []
+            loaded = sum(self.restorer.load(saved, shard) for shard in [state.shard, *copies])
+            log.info("node %d restored %d rows of table %r from %s", builder.rank, loaded, name, self.restorer.path)
+            self.client.barrier()
+        return self.main.table(name)

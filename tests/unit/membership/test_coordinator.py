@@ -17,6 +17,7 @@ import pskv
 from pskv.config import NodeConfig
 from pskv.membership.client import CoordinatorClient
 from pskv.membership.coordinator import Coordinator
+from pskv.membership.events import Events
 from pskv.membership.view import View
 from pskv.errors import BarrierTimeout, CoordinatorUnreachable, NodeFailure, TableMismatch
 from pskv.net.wire import COORDINATOR, Header, Kind, control, control_payload, frame_bytes, unpack_header
@@ -35,6 +36,20 @@ FAST = dict(failure_timeout=1.0, heartbeat_interval=0.1, rendezvous_timeout=20.0
 REAL = FAST | dict(failure_timeout=10.0)
 
 
+class Recorder(Events):
+    """A fake node's side of the coordinator's news: the failures and membership changes, in order."""
+
+    def __init__(self) -> None:
+        self.failures: list[NodeFailure] = []
+        self.memberships: list[dict] = []
+
+    def failed(self, exc: NodeFailure) -> None:
+        self.failures.append(exc)
+
+    def membership(self, payload: dict) -> None:
+        self.memberships.append(payload)
+
+
 class FakeNode:
     """A node without tables: the coordinator client of rank `rank`, fed by its own receive loop."""
 
@@ -42,9 +57,10 @@ class FakeNode:
         self.config = NodeConfig(coordinator=coordinator, num_nodes=num_nodes, rank=rank, **(FAST | config))
         self.transport = Transport("127.0.0.1")
         self.transport.set_address(COORDINATOR, coordinator)
-        self.failures: list[NodeFailure] = []
         self.last_sent = 0.0  # monotonic time of our last message to the coordinator
-        self.client = CoordinatorClient(self._send, View(rank, num_nodes), self.config, self.failures.append)
+        self.events = Recorder()
+        self.failures = self.events.failures
+        self.client = CoordinatorClient(self._send, View(rank, num_nodes), self.config, self.events)
         self._stop = threading.Event()
         self._thread = threading.Thread()
         self.resume()

@@ -18,6 +18,7 @@ from pskv.config import NodeConfig
 from pskv.errors import ClusterError
 from pskv.membership.client import CoordinatorClient
 from pskv.membership.view import View
+from test_coordinator import Recorder
 from pskv.net.wire import COORDINATOR, Header, Kind
 
 from helpers import PATIENCE, free_port, together, wait_until
@@ -105,9 +106,9 @@ def test_an_aggregated_table_declared_after_a_join_is_refused_on_every_node(clus
 def test_a_membership_change_tells_the_node_which_declarations_are_under_way():
     """The node's side of MEMBERSHIP (the client, in pskv-server's order) adds "unfinished": the tables it
     declared whose TABLE_OK has not come, which no write reached yet (none: the payload as it came)."""
-    changes: list = []
-    client = CoordinatorClient(lambda frames: None, View(1, 3), NodeConfig(**CONFIG), lambda exc: None,
-                               on_membership=changes.append)
+    events = Recorder()
+    changes = events.memberships
+    client = CoordinatorClient(lambda frames: None, View(1, 3), NodeConfig(**CONFIG), events)
     coordinator = Header(Kind.TABLE_OK, sender=COORDINATOR)
     first = threading.Thread(target=client.declare, args=({"name": "a"},), daemon=True)
     first.start()

@@ -48,9 +48,7 @@ def test_view_holds_newer_epochs_and_fences_non_members():
 
 
 def _membership(fake):
-    got = []
-    fake.client._on_membership = got.append
-    return got
+    return fake.events.memberships
 
 
 def test_coordinator_goes_on_without_a_dead_node_once_copies_are_whole(make_coordinator, make_fake):

@@ -159,9 +159,7 @@ def test_coordinator_enters_a_joiner_once_it_declared_and_counts_it_once_synced(
     range 0 whole: a joiner's copy never heads a range."""
     coord = make_coordinator(3, backups=1)
     fakes = [make_fake(coord.address, r, 3, backups=1) for r in range(3)]
-    seen = [[] for _ in fakes]
-    for f, got in zip(fakes, seen):
-        f.client._on_membership = got.append
+    seen = [f.events.memberships for f in fakes]
     together(*[f.join for f in fakes])
     together(*[lambda f=f: f.client.declare({"name": "t"}) for f in fakes])
     joiner = FakeJoiner(coord.address, 3)
