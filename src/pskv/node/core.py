@@ -121,7 +121,8 @@ class Node:
         self.endpoint = endpoint = Endpoint(self.rank, transport, tracker, view.current_cluster,
                                             epoch=view.current_epoch, admit=view.answers)
         self.store, self.neighbors = Store(), Neighbors()  # (neighbors: co-located nodes' shards, store.peer)
-        self._sharing = SharedMemory(config, view, self.store, self.neighbors, joined=self._joined is not None)
+        self._sharing = SharedMemory(config, view, self.store, self.neighbors, joined=self._joined is not None,
+                                     check=health.check)
         self.catalog = catalog = Catalog(self.rank)
         self.consistency = as_consistency(config.consistency)  # the default of this node's tables
         self.client = client = CoordinatorClient(functools.partial(transport.send, COORDINATOR), view, config)
@@ -408,6 +409,7 @@ class Node:
             self._coordinator.close()
         if self.succession is not None:
             self.succession.close()
+        self._sharing.close()
         self.store.close()  # (shared memory: its files go; peers fall back to messages)
 
     def debug_state(self) -> str:

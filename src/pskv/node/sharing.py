@@ -4,6 +4,9 @@ Set up once the cluster id is known: at WELCOME (pskv-server, node.events), or a
 first table if that comes sooner (the thread that owns the Node), whichever is first; never
 for a private 1-node cluster (no other process could use it) or with PSKV_SHARED_MEMORY=0.
 
+A waiter for a stripe held by a live process (one that is stopped holds it for good) stops waiting
+once the node failed: `start` registers the node's health check with store.spin.
+
 Threads and ownership: `_lock` makes `start` run once whichever thread calls it first.
 """
 
@@ -13,7 +16,7 @@ import threading
 
 from ..config import NodeConfig
 from ..membership.view import View
-from ..store import shm
+from ..store import shm, spin
 from ..store.peer import Neighbors
 from ..store.shard import Store
 
@@ -21,8 +24,10 @@ from ..store.shard import Store
 class SharedMemory:
     """Starts sharing this node's shards, and opening its neighbours', once."""
 
-    def __init__(self, config: NodeConfig, view: View, store: Store, neighbors: Neighbors, *, joined: bool) -> None:
+    def __init__(self, config: NodeConfig, view: View, store: Store, neighbors: Neighbors, *, joined: bool,
+                 check=None) -> None:
         self.config, self.view, self.store, self.neighbors = config, view, store, neighbors
+        self._check = check  # the node's health check: stops a wait for a stripe once the node failed (store.spin)
         private = config.num_nodes == 1 and not config.external_coordinator and not joined
         self.wanted = bool(config.shared_memory) and not private
         self._lock = threading.Lock()  # guards _started
@@ -41,3 +46,10 @@ class SharedMemory:
             if directory is not None:
                 self.store.share(shm.Segments(directory, self.view.rank))
                 self.neighbors.open(directory, self.view.rank)
+                if self._check is not None:
+                    spin.watch(self._check)
+
+    def close(self) -> None:
+        """The node closes: its waits are its own no more (the store's files go with store.close)."""
+        if self._check is not None:
+            spin.unwatch(self._check)

@@ -33,7 +33,7 @@ import numpy as np
 from .. import kernels, updaters
 from ..updaters import rules
 from . import shm
-from .spin import _DEAD_AFTER, _NAP, _SPINS, _YIELDS, STRIDE, _cas, _store_release, free_if_dead
+from .spin import _DEAD_AFTER, _NAP, _SPINS, _YIELDS, STRIDE, _cas, _store_release, free_if_dead, still_waiting
 
 DONE, BUSY, MOVED = 0, 1, 2
 WHOLE_FROM = 8192
@@ -161,6 +161,7 @@ def _run(shard, kernel, keys: np.ndarray, miss: np.ndarray, args) -> None:
         if now - since > _DEAD_AFTER:
             free_if_dead(words, int(keys[k]) % stripes, me)
             since = now
+            still_waiting()  # (the node failed: a stopped holder may hold the stripe for good)
 
 
 def rows_pull(shard, keys: np.ndarray, out: np.ndarray, pos) -> np.ndarray | None:

@@ -106,6 +106,27 @@ def _alive(pid: int) -> bool:
     return state not in ([b"Z"], [b"X"])
 
 
+_watches: list = []  # callables that raise when this process must stop waiting (its node failed or closed)
+
+
+def watch(check) -> None:
+    """`check()` runs once a second while a stripe stays held by a live process; it raises to stop the
+    wait (the node's health check: a holder that is stopped, not dead, held it for good, and once
+    the node has failed nothing it waits for matters; store.Store and node.sharing register it)."""
+    _watches.append(check)
+
+
+def unwatch(check) -> None:
+    if check in _watches:
+        _watches.remove(check)
+
+
+def still_waiting() -> None:
+    """Run the watches (see watch); raises what one raises."""
+    for check in list(_watches):
+        check()
+
+
 def free_if_dead(words: np.ndarray, s: int, me) -> None:
     """Free stripe `s`'s word if the process holding it has died (killed while it held it)."""
     holder = int(words[s * STRIDE])
@@ -132,6 +153,11 @@ def acquire(words: np.ndarray, mask: int, me: int) -> None:
             elif now - waited_since > _DEAD_AFTER:
                 free_if_dead(words, s, me)
                 waited_since = now
+                try:
+                    still_waiting()
+                except BaseException:
+                    _release(words, mask & ((1 << s) - 1))  # the stripes taken before s
+                    raise
 
 
 def release(words: np.ndarray, mask: int) -> None:
@@ -156,7 +182,12 @@ class Held:
         for lock in self._locks:
             lock.acquire()
         if self._words is not None:
-            acquire(self._words, self._mask, self._me)
+            try:
+                acquire(self._words, self._mask, self._me)
+            except BaseException:  # (a watch stopped the wait)
+                for lock in self._locks:
+                    lock.release()
+                raise
             if self._check is not None:
                 try:
                     self._check()

@@ -312,3 +312,53 @@ def test_an_adagrad_push_misses_every_position_of_the_keys_not_held(segments):
     keys = np.array([5, 500, 7, 500, 5, 900, 7, 500], np.int64)
     miss = shard.push(keys, np.ones((len(keys), DIM), np.float32))
     assert miss.tolist() == [1, 3, 5, 7]
+
+
+class _Failed(Exception):
+    pass
+
+
+def test_a_wait_for_a_live_holder_stops_once_a_watch_says_so(segments):
+    """A holder that is alive but never lets go (stopped): a waiter frees nothing, but after ~1 s it
+    runs the watches (the node's health check), and one that raises ends the wait, whole stripes and
+    row kernels alike, holding nothing; without a watch that raises, it goes on waiting."""
+    s = Shard(_spec(table_id=8), 0, ROWS, rank=1, shared=segments)
+    words, me = s._words, np.int32(os.getpid())
+    keys = np.array([2, 3], np.int64)  # stripe 2 held by the child; stripe 3 free
+    stripes = len(words) // spin.STRIDE
+    ones = np.ones((2, DIM), np.float32)
+    s.push(keys, ones)  # (compiled before the fork)
+    pid = os.fork()
+    if pid == 0:  # the child: take stripe 2's word and stay alive holding it
+        try:
+            spin.acquire(words, 1 << 2, np.int32(os.getpid()))
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    failed = []
+
+    def check():
+        if failed:
+            raise _Failed("node failed")
+
+    spin.watch(check)
+    try:
+        deadline = time.monotonic() + 10
+        while words[2 * spin.STRIDE] != pid:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        failed.append(True)
+        t0 = time.monotonic()
+        with pytest.raises(_Failed):
+            spin.acquire(words, (1 << 3) | (1 << 2) | (1 << 1), me)  # stripe 1 taken first, then stuck on 2
+        assert time.monotonic() - t0 < 10
+        assert words[1 * spin.STRIDE] == 0 and words[3 * spin.STRIDE] == 0  # nothing left held
+        with pytest.raises(_Failed):
+            s.push(keys, ones)  # the row kernel's driver
+        assert words[3 * spin.STRIDE] == 0
+        assert 2 % stripes == 2
+    finally:
+        spin.unwatch(check)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert check not in spin._watches
