@@ -41,7 +41,7 @@ from typing import Callable, Iterable
 from ..errors import ClusterError, NodeFailure, ProtocolError
 from .drops import Drops, peer_of
 from .transport import Transport
-from .wire import Header, Kind, frame_bytes, unpack_header
+from .wire import REPLIES, Header, Kind, frame_bytes, unpack_header
 
 log = logging.getLogger(__name__)
 _MAX_HELD = 100_000  # messages held ahead of our view; more means its change never came: the node fails
@@ -145,9 +145,21 @@ class Dispatcher:
         other threads' waits) and none expires unread."""
         self._sweep_at = now + _SWEEP
         sweep = getattr(self._transport, "sweep", None)  # (a stand-in transport has none)
-        swept = sweep() if sweep is not None else None
-        if swept:
-            self.dispatch_burst(swept)
+        if sweep is not None:
+            sweep(self._dispatch_safely)
+
+    def _dispatch_safely(self, frames: list) -> None:
+        """A message swept from a reply box: replies only, as a box's own thread takes (net.endpoint)."""
+        try:
+            header = self._admitted(frames)
+            if header is None:
+                return
+            if header.kind not in REPLIES:
+                self._drop(peer_of(frames, header.sender), f"{header!r}: not a reply, in a reply box")
+                return
+            self._handlers[header.kind](header, frames)
+        except Exception as exc:  # garbage must never kill the server thread
+            self._error(exc, frames)
 
     def _receive(self) -> list | None:
         try:

@@ -142,9 +142,9 @@ class Endpoint:
 
     @property
     def pump(self) -> Callable[[float], None]:
-        """The calling thread's reply box's pump, for `Future.pumped_by`: pump(seconds) receives one
-        reply from that box (waiting up to `seconds` for it) and delivers it, as pskv-server does
-        with the inbox. Any thread may call it (a thread that waits on another's request takes the
+        """The calling thread's reply box's pump, for `Future.pumped_by`: pump(seconds, done=None)
+        receives one reply from that box (waiting up to `seconds` for it, unless done() says the
+        waiter's Future completed meanwhile) and delivers it, as pskv-server does with the inbox. Any thread may call it (a thread that waits on another's request takes the
         box's lock). Garbage, and replies of other clusters or kinds, are dropped."""
         box = self._transport.reply_box()
         if box is None:  # (no box: nothing of this thread's comes to one)
@@ -153,11 +153,13 @@ class Endpoint:
             box.pumper = functools.partial(self._pump, box)
         return box.pumper
 
-    def _pump(self, box, seconds: float) -> None:
+    def _pump(self, box, seconds: float, done: Callable[[], bool] | None = None) -> None:
+        """(`done`: the waiter's Future is complete: checked once the lock is ours, since the sweep
+        delivers what it takes before it lets go of the lock, and waiting on would wait for nothing.)"""
         if not box.lock.acquire(True, seconds):
             return
         try:
-            frames = box.recv(seconds)
+            frames = None if done is not None and done() else box.recv(seconds)
         finally:
             box.lock.release()
         if frames is not None:

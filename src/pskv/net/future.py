@@ -57,7 +57,7 @@ class Future:
         self._callbacks: list[Callable[["Future"], None]] = []
         self._lock = threading.Lock()  # guards _callbacks against resolve; never held while calling them
         self._health = health  # raises if the node can no longer complete this (closed, failed)
-        self._pump: Callable[[float], None] | None = None  # see pumped_by()
+        self._pump: Callable[..., None] | None = None  # see pumped_by()
         self.kick: Callable[[], None] | None = None  # sends the held request this Future waits for (client.coalesce)
         self.desc = desc
 
@@ -80,9 +80,9 @@ class Future:
     def done(self) -> bool:
         return self._done
 
-    def pumped_by(self, pump: Callable[[float], None] | None) -> "Future":
+    def pumped_by(self, pump: Callable[..., None] | None) -> "Future":
         """Replies to this request come to a reply box (net.endpoint's `pump` of the calling thread):
-        a thread that waits runs pump(seconds) (receive and deliver them) instead of sleeping; the
+        a thread that waits runs pump(seconds, done) (receive and deliver them) instead of sleeping; the
         owner thread usually, any other under the box's lock (pskv-server sweeps the boxes too)."""
         self._pump = pump
         return self
@@ -93,7 +93,7 @@ class Future:
             return True
         if self._pump is not None:
             # at most _PUMP at a time: a failure (fail_all, expiry) resolves us without a reply
-            self._pump(min(seconds, _PUMP))
+            self._pump(min(seconds, _PUMP), self.done)
             return self._done
         if self._gate.acquire(True, seconds):
             self._gate.release()  # for the next waiter

@@ -305,24 +305,22 @@ class Transport:
             self.messages_sent += 1
             self.bytes_sent += nbytes
 
-    def sweep(self) -> list:
-        """The messages waiting in reply boxes marked `swept` that no thread is receiving on now
-        (pskv-server: the replies of requests nobody waits for yet, so they complete and nothing
-        expires unread). Only boxes of threads that coalesce are marked: a sweep costs a few
+    def sweep(self, deliver) -> None:
+        """deliver(frames) for each message waiting in a reply box marked `swept` that no thread is
+        receiving on now (pskv-server: the replies of requests nobody waits for yet, so they
+        complete and nothing expires unread). Only boxes of threads that coalesce are marked: a sweep costs a few
         microseconds per box, and a thread that only makes blocking pulls waits for its replies."""
-        got = []
         for box in list(self._boxes):
             if box.swept and box.lock.acquire(False):
-                try:
+                try:  # deliver(frames) under the lock: a waiter that takes it next finds its Future done
                     frames = box.recv_nowait()
                     while frames is not None:
-                        got.append(frames)
+                        deliver(frames)
                         frames = box.recv_nowait()
                 except zmq.ZMQError as exc:
                     log.warning("sweeping a reply box failed: %s", exc)
                 finally:
                     box.lock.release()
-        return got
 
     def hold_all(self) -> None:
         """From now on the calling thread holds its small data messages until it calls flush()
