@@ -30,8 +30,6 @@ Assumes: dict operations are atomic under the GIL.
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import logging
 import random
 import threading
@@ -39,10 +37,11 @@ import threading
 import zmq
 
 from ..config import zmq_url
-from ..errors import ProtocolError, TransportError
+from ..errors import TransportError
 from .auth import ClusterKeys, Guard, Handshakes, bind_private, forget, ipc_file, leave, private_dir
-from .drops import Drops, peer_of
-from .outbox import Outbox, is_packed, split
+from .drops import Drops
+from .outbox import Outbox
+from .replybox import ReplyBox, Unpacker, recv_all, unlink, waiting
 from .wire import COORDINATOR
 
 log = logging.getLogger(__name__)
@@ -60,109 +59,6 @@ class _Local(threading.local):
     outboxes: dict | None = None  # rank or (rank, port) -> Outbox
     box: "ReplyBox | None" = None
     hold_all = False
-
-
-_EVENTS = int(zmq.EVENTS)
-_POLLIN = int(zmq.POLLIN)
-_get = zmq.backend.Socket.get  # (not zmq.Socket.get: it wraps the result in an enum, microseconds per call)
-
-
-def _recv_all(sock, flags: int = 0) -> list:
-    """A message's frames (zmq.Frame, no copy). recv_multipart asks RCVMORE through pyzmq's
-    option enums (~5 us a message); a Frame knows whether more follow."""
-    frame = sock.recv(flags, copy=False)
-    frames = [frame]
-    while frame.more:
-        frame = sock.recv(flags, copy=False)
-        frames.append(frame)
-    return frames
-
-
-def _waiting(sock) -> bool:
-    """Whether a message waits on `sock` (cheaper than the zmq.Again a NOBLOCK recv raises)."""
-    return bool(_get(sock, _EVENTS) & _POLLIN)
-
-
-def _unlink(path) -> None:
-    """Remove an ipc file we bound (libzmq leaves it behind)."""
-    with contextlib.suppress(OSError):
-        path and path.unlink()
-
-
-class _Unpacker:
-    """Turns received ZeroMQ messages into pskv messages: a packed frame becomes its messages, in order."""
-
-    __slots__ = ("queue", "dropped", "_drops")
-
-    def __init__(self, drops: Drops) -> None:
-        self.queue: collections.deque = collections.deque()
-        self.dropped = 0  # malformed packed frames
-        self._drops = drops
-
-    def take(self, frames: list) -> list | None:
-        if not is_packed(frames):
-            return frames
-        try:
-            self.queue.extend(split(frames))
-        except ProtocolError as exc:
-            self.dropped += 1
-            self._drops.add(peer_of(frames), f"a malformed packed frame: {exc}")
-        return self.queue.popleft() if self.queue else None
-
-
-class ReplyBox:
-    """One thread's own inbox for the replies to requests it waits on (a PULL socket on a random port).
-
-    Threads and ownership: the thread that made it (`thread`) receives on it while it waits; any
-    other thread may too, holding `lock` (one that waits on that thread's request, and pskv-server's
-    sweep of replies nobody waits for yet: net.dispatch); peers' server threads send to it. Closed
-    by Transport.close()."""
-
-    __slots__ = ("port", "thread", "lock", "pumper", "swept", "_sock", "_poller", "_in", "_ipc")
-
-    def __init__(self, ctx: zmq.Context, host: str, keys: ClusterKeys | None, drops: Drops, ipc) -> None:
-        self._sock = ctx.socket(zmq.PULL)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.RCVHWM, 0)
-        if keys is not None:
-            keys.server(self._sock)
-        if ":" in host:
-            self._sock.setsockopt(zmq.IPV6, 1)
-        self.port = self._sock.bind_to_random_port(zmq_url(host, 0).rsplit(":", 1)[0])
-        self._ipc = ipc and ipc_file(ipc, self.port)  # ipc: the private directory, or None
-        if self._ipc:
-            self._ipc = bind_private(self._sock, keys, self._ipc)
-        self.thread = threading.get_ident()
-        self.lock = threading.Lock()  # held while receiving (see the class docstring)
-        self.pumper = None  # net.endpoint's pump(seconds) bound to this box, made once
-        self.swept = False  # replies may wait here unread while the owner works (Transport.sweep takes them)
-        self._poller = zmq.Poller()
-        self._poller.register(self._sock, zmq.POLLIN)
-        self._in = _Unpacker(drops)
-
-    def recv(self, timeout: float) -> list | None:
-        """One message (its frames), or None after `timeout` seconds. Holding `lock`."""
-        if self._in.queue:
-            return self._in.queue.popleft()
-        if not self._poller.poll(int(timeout * 1000)):
-            return None
-        return self._in.take(_recv_all(self._sock))
-
-    def recv_nowait(self) -> list | None:
-        """One message if one is waiting, else None. Holding `lock`."""
-        if self._in.queue:
-            return self._in.queue.popleft()
-        if not _waiting(self._sock):
-            return None
-        return self._in.take(_recv_all(self._sock, zmq.NOBLOCK))
-
-    @property
-    def dropped(self) -> int:
-        return self._in.dropped
-
-    def close(self) -> None:
-        _unlink(self._ipc)
-        self._sock.close(linger=0)
 
 
 class Transport:
@@ -189,7 +85,7 @@ class Transport:
         self.messages_received = 0  # owner thread only: ZeroMQ messages (a packed frame counts once)
         self.bytes_received = 0  # owner thread only: their bytes
         self.drops = Drops(log, f"{host}:{port or '*'}")  # what is dropped here; the owner may rename it
-        self._in = _Unpacker(self.drops)  # the inbox's packed frames, owner thread only
+        self._in = Unpacker(self.drops)  # the inbox's packed frames, owner thread only
         self._handshakes = Handshakes(keys, self.drops)  # the inbox's and the coordinator sockets' handshakes
         self._guard: Guard | None = None
         self._inbox = None
@@ -219,7 +115,7 @@ class Transport:
         except zmq.ZMQError as exc:
             self._close_auth()
             if self._inbox is not None:
-                _unlink(self._ipc)
+                unlink(self._ipc)
                 self._inbox.close(linger=0)
             self._terminate()
             raise TransportError(f"cannot bind the inbox on {host}:{port or '*'} ({exc}); "
@@ -376,7 +272,7 @@ class Transport:
                 self._handshakes.read(ready)
                 if self._inbox not in ready:
                     return None
-            frames = _recv_all(self._inbox)
+            frames = recv_all(self._inbox)
             self.messages_received += 1
             self.bytes_received += sum(len(f) for f in frames)
             return self._in.take(frames)
@@ -388,9 +284,9 @@ class Transport:
         if self._in.queue:
             return self._in.queue.popleft()
         try:
-            if not _waiting(self._inbox):
+            if not waiting(self._inbox):
                 return None
-            frames = _recv_all(self._inbox, zmq.NOBLOCK)
+            frames = recv_all(self._inbox, zmq.NOBLOCK)
         except zmq.Again:
             return None
         except zmq.ZMQError as exc:
@@ -441,7 +337,7 @@ class Transport:
             outbox.sock.close(linger=0 if refused else None)
         for box in boxes:
             box.close()
-        _unlink(self._ipc)  # before the socket closes: we still hold its TCP port, so the file is ours
+        unlink(self._ipc)  # before the socket closes: we still hold its TCP port, so the file is ours
         self._inbox.close(linger=0)
         if self._ipc_dir is not None:
             leave(self._ipc_dir)

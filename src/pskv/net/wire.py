@@ -38,7 +38,7 @@ part: a node that owns some keys of a request serves those and forwards the rest
 every reply names the positions in the part that it answers. `origin` is the node that made
 the request; replies go to it directly, however often the request was forwarded: to its inbox,
 or with `reply_to` set, to the reply box (a port on the origin's host) of the thread that waits
-for them (see net.transport.ReplyBox).
+for them (see net.replybox.ReplyBox).
 
 `unpack_header()` and `unpack()` check everything a peer could get wrong (length, magic, version,
 kind, dtype codes, frame sizes) and raise ProtocolError; the server answers with ERROR or drops

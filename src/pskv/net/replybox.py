@@ -1,0 +1,125 @@
+"""ReplyBox: one thread's own inbox for the replies to requests it waits on, and how a socket's
+messages are received (net.transport uses the same helpers for the node's inbox).
+
+A ReplyBox is a PULL socket on a random port of the node's host (and, with ipc, a file in the
+private directory). Its thread receives on it while it waits (net.endpoint.pump); any other thread
+may too, holding the box's `lock`: one that waits on the owner's request, and pskv-server's sweep
+(Transport.sweep) of boxes marked `swept` (threads that coalesce pulls, client.coalesce).
+A packed frame (net.outbox) becomes its messages, in order (`Unpacker`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+
+import zmq
+
+from ..config import zmq_url
+from ..errors import ProtocolError
+from .auth import ClusterKeys, bind_private, ipc_file
+from .drops import Drops, peer_of
+from .outbox import is_packed, split
+
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+_get = zmq.backend.Socket.get  # (not zmq.Socket.get: it wraps the result in an enum, microseconds per call)
+
+
+def recv_all(sock, flags: int = 0) -> list:
+    """A message's frames (zmq.Frame, no copy). recv_multipart asks RCVMORE through pyzmq's
+    option enums (~5 us a message); a Frame knows whether more follow."""
+    frame = sock.recv(flags, copy=False)
+    frames = [frame]
+    while frame.more:
+        frame = sock.recv(flags, copy=False)
+        frames.append(frame)
+    return frames
+
+
+def waiting(sock) -> bool:
+    """Whether a message waits on `sock` (cheaper than the zmq.Again a NOBLOCK recv raises)."""
+    return bool(_get(sock, _EVENTS) & _POLLIN)
+
+
+def unlink(path) -> None:
+    """Remove an ipc file we bound (libzmq leaves it behind)."""
+    with contextlib.suppress(OSError):
+        path and path.unlink()
+
+
+class Unpacker:
+    """Turns received ZeroMQ messages into pskv messages: a packed frame becomes its messages, in order."""
+
+    __slots__ = ("queue", "dropped", "_drops")
+
+    def __init__(self, drops: Drops) -> None:
+        self.queue: collections.deque = collections.deque()
+        self.dropped = 0  # malformed packed frames
+        self._drops = drops
+
+    def take(self, frames: list) -> list | None:
+        if not is_packed(frames):
+            return frames
+        try:
+            self.queue.extend(split(frames))
+        except ProtocolError as exc:
+            self.dropped += 1
+            self._drops.add(peer_of(frames), f"a malformed packed frame: {exc}")
+        return self.queue.popleft() if self.queue else None
+
+
+class ReplyBox:
+    """One thread's own inbox for the replies to requests it waits on (a PULL socket on a random port).
+
+    Threads and ownership: the thread that made it (`thread`) receives on it while it waits; any
+    other thread may too, holding `lock` (one that waits on that thread's request, and pskv-server's
+    sweep of replies nobody waits for yet: net.dispatch); peers' server threads send to it. Closed
+    by Transport.close()."""
+
+    __slots__ = ("port", "thread", "lock", "pumper", "swept", "_sock", "_poller", "_in", "_ipc")
+
+    def __init__(self, ctx: zmq.Context, host: str, keys: ClusterKeys | None, drops: Drops, ipc) -> None:
+        self._sock = ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.RCVHWM, 0)
+        if keys is not None:
+            keys.server(self._sock)
+        if ":" in host:
+            self._sock.setsockopt(zmq.IPV6, 1)
+        self.port = self._sock.bind_to_random_port(zmq_url(host, 0).rsplit(":", 1)[0])
+        self._ipc = ipc and ipc_file(ipc, self.port)  # ipc: the private directory, or None
+        if self._ipc:
+            self._ipc = bind_private(self._sock, keys, self._ipc)
+        self.thread = threading.get_ident()
+        self.lock = threading.Lock()  # held while receiving (see the class docstring)
+        self.pumper = None  # net.endpoint's pump(seconds) bound to this box, made once
+        self.swept = False  # replies may wait here unread while the owner works (Transport.sweep takes them)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._in = Unpacker(drops)
+
+    def recv(self, timeout: float) -> list | None:
+        """One message (its frames), or None after `timeout` seconds. Holding `lock`."""
+        if self._in.queue:
+            return self._in.queue.popleft()
+        if not self._poller.poll(int(timeout * 1000)):
+            return None
+        return self._in.take(recv_all(self._sock))
+
+    def recv_nowait(self) -> list | None:
+        """One message if one is waiting, else None. Holding `lock`."""
+        if self._in.queue:
+            return self._in.queue.popleft()
+        if not waiting(self._sock):
+            return None
+        return self._in.take(recv_all(self._sock, zmq.NOBLOCK))
+
+    @property
+    def dropped(self) -> int:
+        return self._in.dropped
+
+    def close(self) -> None:
+        unlink(self._ipc)
+        self._sock.close(linger=0)
