@@ -409,8 +409,8 @@ class Node:
             self._coordinator.close()
         if self.succession is not None:
             self.succession.close()
-        self._sharing.close()
         self.store.close()  # (shared memory: its files go; peers fall back to messages)
+        self._sharing.close()  # (after: a stripe a stopped process holds does not hold the close up)
 
     def debug_state(self) -> str:
         """What this node waits for, as text: outstanding and deferred requests, collectives, clocks,

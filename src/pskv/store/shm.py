@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 
+from ..errors import PskvError
 from .spin import STRIDE
 from .spin import _alive as _alive  # (one check, a zombie counting as dead: for holders, owners and sweeps)
 
@@ -227,8 +228,11 @@ class Published:
         """Shared: the shard is replaced or its node closes: peers stop using it, its files go."""
         if self._meta is None:
             return
-        with self._locked(None):
-            self._meta[RETIRED] = 1
+        try:
+            with self._locked(None):
+                self._meta[RETIRED] = 1
+        except PskvError:  # the node failed or closed while a stopped process held a stripe (store.spin.watch):
+            self._meta[RETIRED] = 1  # retire without it; it writes into files already gone when it runs again
         for what in ("meta", "slot", f"rows.g{self._gen}", f"state.g{self._gen}"):
             self._seg.remove(f"{self._prefix}.{what}")
         self._meta = None
