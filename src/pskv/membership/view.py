@@ -149,8 +149,8 @@ class View:
             return Verdict.DROP
         if header.epoch > self.epoch:  # its sender saw a membership change we have not seen yet: a node
             return Verdict.HOLD  # that joined may write before our MEMBERSHIP{joined} arrived
-        if header.sender >= self.ranks:
-            return Verdict.DROP
+        if header.sender >= self.num_nodes and header.sender >= self.ranks:  # (ranks builds a list: only past
+            return Verdict.DROP  # the ranks the cluster started with; the gate runs on every message)
         if header.sender not in self.alive and header.sender not in self.leaving:
             return Verdict.FENCED  # a node that died or was fenced off (see above)
         return Verdict.ACCEPT
