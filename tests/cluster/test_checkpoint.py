@@ -107,7 +107,7 @@ def test_launch_restore_and_the_checkpoint_commands(cluster_factory, tmp_path):
     assert (np.load(tmp_path / "w-restored-4.npy") == np.load(tmp_path / "w.npy")).all()
     listing = subprocess.run([sys.executable, "-m", "pskv", "checkpoint", "list", str(ckpt)], capture_output=True,
                              text=True, timeout=60)
-    assert "checkpoint-000001  step 1, 2 node(s), tables c, w" in listing.stdout, listing.stdout + listing.stderr
+    assert "checkpoint-000001  epoch 7 (step 1), 2 node(s), tables c, w" in listing.stdout, listing.stdout + listing.stderr
     inspect = subprocess.run([sys.executable, "-m", "pskv", "checkpoint", "inspect", str(ckpt)], capture_output=True,
                              text=True, timeout=60)
     assert inspect.returncode == 0 and "checksums: all 10 files match" in inspect.stdout, inspect.stdout
