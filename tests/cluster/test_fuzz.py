@@ -139,7 +139,7 @@ class Fuzz:
         elif which == 1:
             fields[1] = int(self.rng.choice([v for v in (0, 1, 2, 3, 255) if v != VERSION]))
         elif which == 2:
-            fields[2] = int(self.rng.choice([0, 43, 50, 99, 200, 255]))  # kinds no Kind names
+            fields[2] = int(self.rng.choice([0, 44, 50, 99, 200, 255]))  # kinds no Kind names (43 is INTENT)
         else:
             fields[11 if which == 3 else 12] = int(self.rng.choice(_BAD_CODES))
         return [WIRE.pack(*fields), *self.frames(h)[1:]], "dropped"

@@ -275,7 +275,7 @@ def test_hosts_run_flags_reach_the_launcher(monkeypatch):
 
     seen = {}
 
-    def fake_run(app, argv, *, nodes, threads):
+    def fake_run(app, argv, *, nodes, threads, **_):
         seen.update(app=app, argv=argv, nodes=nodes, hosts=hosts.from_environ(os.environ),
                     shm=os.environ.get("PSKV_SHARED_MEMORY"), insecure=os.environ.get("PSKV_INSECURE"))
         return 0
