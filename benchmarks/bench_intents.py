@@ -43,7 +43,7 @@ APPS = {
              ("localize + pool x4 + replicate 20", ["--localize", "--sampling", "pool", "--reuse", "4",
                                                     "--replicate", "20"], True),
              ("intent", ["--intent"], False),
-             ("intent, no location caches", ["--intent", "--location-caches", "off"], False)]),
+             ("intent without location caches", ["--intent", "--location-caches", "off"], False)]),
     "word2vec": (["--data", "head500", "--epochs", "1"], r"([\d,]+) words/s", "words/s",
                  [("classic", [], False),
                   ("localize", ["--localize"], True),
