@@ -69,7 +69,7 @@ def decide(node: pskv.Node, threads: int) -> None:
     all_mine = np.concatenate([np.arange(((r + 1) % n) * per + 5, ((r + 1) % n) * per + 25) for r in range(n)])
     for keys, count in ((all_mine, 1), (shared, n)):
         here = keys[manager_of(keys) == me]
-        assert (board.intending(state.spec.table_id, here) == count).all(), (keys, board)
+        assert (board.intending(state.spec.table_id, here) == count).all(), (here, board.intending(state.spec.table_id, here), count, board)
     stats = node.stats()["tables"]["d"]
     assert stats["intent_moves"] == len(mine) + (len(shared) + len(leased) if me == 0 else 0), stats
     # pulls of this node's intended keys send no message
