@@ -44,10 +44,13 @@ def test_a_failed_run_explains_itself(tmp_path):
             "node must declare the same tables in the same order") in out, out
     node0 = [line[len("[node 0] "):] for line in out.splitlines() if line.startswith("[node 0] ")]
     failure = [line for line in node0 if line.startswith("pskv.")]
-    assert len(failure) == 1 and failure[0].startswith("pskv.NodeFailure: node 1 ("), node0
-    # node 0 learns of it in node.worker() (line 8) or in barrier() (line 12), as timing goes
-    assert failure[0].endswith((f"(in {script}, line 8)", f"(in {script}, line 12)")), failure
-    assert "ValueError('bad batch 7')" in failure[0], failure
+    # (none when the launcher's stop reached node 0 before node 0 learnt of node 1's failure: under load)
+    assert len(failure) <= 1, node0
+    if failure:
+        assert failure[0].startswith("pskv.NodeFailure: node 1 ("), node0
+        # node 0 learns of it in node.worker() (line 8) or in barrier() (line 12), as timing goes
+        assert failure[0].endswith((f"(in {script}, line 8)", f"(in {script}, line 12)")), failure
+        assert "ValueError('bad batch 7')" in failure[0], failure
     assert not any("Traceback" in line or "site-packages" in line or "/pskv/" in line for line in node0), node0
     assert proc.stderr.rstrip("\n").splitlines()[-1] == (
         "[launcher] root cause: node 1 (exit status 1): ValueError: bad batch 7"), out

@@ -167,7 +167,10 @@ def test_hosts_removed_when_the_launch_is_stopped_or_fails(end):
     node = f"import sys; exec({LINGER_SCRIPT!r})" if end != "node-failure" else "import sys; sys.exit(3)"
     proc = subprocess.Popen([sys.executable, "-m", "pskv", "launch", "-n", "2", "--hosts", "2", "--link", "1gbit",
                              "--", sys.executable, "-c", node], env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            # (a test run started in the background of a script ignores SIGINT, and its children
+                            # inherit that: Python then installs no Ctrl-C handler, and the launcher never stops)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         if end != "node-failure":
             wait_until(lambda: proc.stdout.readline().split()[2:3] == ["pid"], what="a node printing its PID")
