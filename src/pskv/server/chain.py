@@ -91,6 +91,8 @@ class Chain:
         self._read_applied: dict[tuple[int, int], Applied] = {}  # (table, range) -> writes applied to our reader copies
         self._rounds: dict[int, np.ndarray] = {}  # table id -> (rows,) rounds completed per key (server.rounds)
         self._listeners: list[Callable[[], None]] = []  # fn() after each membership change
+        self._members: frozenset[int] | None = None  # the live nodes since the last change (None: the chains')
+        self._member_array = np.zeros(0, np.int64)  # the same, sorted (for np.isin)
         self.snapshots_sent = 0
         self.duplicates = 0  # writes that came again and were not applied again
 
@@ -294,6 +296,8 @@ class Chain:
         nxt = chains.successor(r, self.rank)
         if nxt < 0:  # the tail: the write is on every member; then on readers' copies (server.readers)
             readers = self.readers.of(header.table, keys)
+            if not (readers < 0).all():
+                readers = self._living(readers, header.table, keys)
             if (readers < 0).all():
                 self._answer(header, len(keys), positions, keys, held, r)
                 return
@@ -331,7 +335,9 @@ class Chain:
         nodes (default: the chains' own; a node that joined reads keys before it enters them)."""
         chains = self._chains()
         with self._lock:
-            self.readers.drop(chains.alive if members is None else members, self.heads)  # before snapshots carry it
+            self._members = frozenset(chains.alive if members is None else members)
+            self._member_array = np.array(sorted(self._members), np.int64)
+            self.readers.drop(self._members, self.heads)  # before snapshots carry it
             for table, spec in self._specs.items():
                 for r in range(chains.num_nodes):
                     old, new = previous.chain(r), chains.chain(r)
@@ -413,8 +419,9 @@ class Chain:
         if p.rounds is not None and table in self._rounds:
             self._rounds[table][keys] = p.rounds
         if p.readers is not None:
-            self.readers.set(table, keys, p.readers)
-            mine = (np.asarray(p.readers) == self.rank) & (main.slot[keys] >= 0)
+            readers = self._living(np.asarray(p.readers, np.int64))  # (sent before a reader died: not one now)
+            self.readers.set(table, keys, readers)
+            mine = (readers == self.rank) & (main.slot[keys] >= 0)
             if mine.any():  # keys we also read: our reader copy may have missed writes of a tail that died
                 self._install_reader(header, keys[mine], p.values[mine], None if p.state is None else p.state[mine],
                                      p.applied, main)
@@ -433,6 +440,8 @@ class Chain:
         """SUBSCRIBE: at the head, grant the keys no other node reads and pass it down the chain;
         at a member (flag READER), record the reader and pass it on; at the tail, send the reader
         its copy. Keys of ranges headed elsewhere go to their head."""
+        if not self._live(header.origin):  # sent (or passed on) before its origin died or left: a reader
+            return  # recorded now would be passed writes nobody answers, forever (its localize is gone with it)
         keys = np.asarray(p.keys, np.int64)
         chains, table = self._chains(), header.table
         owners = self._ranges(table).range_of(keys)
@@ -502,6 +511,22 @@ class Chain:
             mine.add(tuple(write))
         for rid, count in main.arrived().items():
             self._endpoint.tracker.on_reply(rid, count, header.sender)
+
+    def _live(self, rank: int) -> bool:
+        """Whether node `rank` is a member now (a joiner too, before it enters the chains)."""
+        return rank in (self._chains().alive if self._members is None else self._members)
+
+    def _living(self, readers: np.ndarray, table: int = -1, keys: np.ndarray | None = None) -> np.ndarray:
+        """`readers` with every node that is no member now replaced by -1 (and, given `table` and
+        `keys`, forgotten in the map): a reader recorded from a message its origin sent before it died
+        would never answer the writes passed to it."""
+        members = np.array(sorted(self._chains().alive), np.int64) if self._members is None else self._member_array
+        dead = (readers >= 0) & ~np.isin(readers, members)
+        if not dead.any():
+            return readers
+        if keys is not None:
+            self.readers.set(table, keys[dead], -1)
+        return np.where(dead, -1, readers)
 
     def _send(self, dest: int, header: Header, **arrays) -> None:
         """Send down a chain (or to a reader) after the writes batched so far: one order per link."""
