@@ -80,7 +80,9 @@ def decide(node: pskv.Node, threads: int) -> None:
     # every node pushes every key it intends and the shared ones: exact sums wherever they are
     for _ in range(10):
         h.push(np.concatenate([mine, shared]), np.ones((len(mine) + len(shared), 2)))
-    # 2. the windows end at clock 6: the managers hear of it, the keys stay where they are
+    # 2. the windows end at clock 6: the managers hear of it, the keys stay where they are. (Not before every
+    # node read its board above: a node that ended its windows first made another's manager count 0 there.)
+    w.barrier()
     for _ in range(6):
         w.advance_clock()
     assert w.intent_clock == 6

@@ -23,9 +23,7 @@ def _run(cluster_factory, nodes: int, threads: int, *args: str, **kwargs):
     return cluster
 
 
-# (3 nodes: open bug, about 1 run in 4 a manager's count of a key its sole intender holds reads 0 after
-# the move, e.g. node 0's count of keys 5..24 that node 2 intends; see issue 35's note. Not in CI until fixed.)
-@pytest.mark.parametrize("nodes", [2])
+@pytest.mark.parametrize("nodes", [2, 3])
 def test_keys_move_to_their_only_intending_node_and_shared_keys_stay(cluster_factory, nodes):
     """A key one node intends moves there ahead of its window (also past another node's lease), a
     key several intend stays with the node that intended it first, ended windows leave no intent at
