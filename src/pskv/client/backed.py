@@ -100,6 +100,18 @@ class BackedRequest:
                                         values=None if values is None else values[sel],
                                         rounds=None if rounds is None else rounds[sel])
 
+    def explain(self) -> str:
+        """The unanswered keys (the first few), their key ranges and those ranges' heads now: for a stall report."""
+        t = self.table
+        left = [keys[~answered] for keys, _, _, answered, _ in self.parts if not answered.all()]
+        if not left:
+            return "every key answered"
+        keys = np.concatenate(left)[:8]
+        ranges = t._state.ranges.range_of(keys)
+        heads = t._ctx.chains().heads[ranges]
+        return (f"unanswered keys {keys.tolist()} of key ranges {ranges.tolist()}, headed by nodes {heads.tolist()} "
+                f"(epoch's chains: {t._ctx.chains()!r})")
+
 
 def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool, rows: bool = False,
             rounds: np.ndarray | None = None) -> Future:
@@ -111,7 +123,7 @@ def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool
     ctx = table._ctx
     req = BackedRequest(table, kind, out, ROWS if rows else 0)
     req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=table._desc(kind),
-                                           retry=req.retry)
+                                           retry=req.retry, explain=req.explain)
     if direct:
         req.reply_to = ctx.endpoint.reply_box()
     chains = ctx.chains()

@@ -34,9 +34,10 @@ class Credit(int):
 
 
 class _Pending:
-    __slots__ = ("future", "total", "remaining", "on_part", "result", "ranks", "born", "progress", "seen", "retry")
+    __slots__ = ("future", "total", "remaining", "on_part", "result", "ranks", "born", "progress", "seen", "retry",
+                 "explain")
 
-    def __init__(self, future, total, on_part, result, retry=None):
+    def __init__(self, future, total, on_part, result, retry=None, explain=None):
         self.future = future
         self.total = total
         self.remaining = total  # keys (or other units) still to be answered
@@ -46,6 +47,7 @@ class _Pending:
         self.ranks: set[int] = set()  # nodes some of it was sent to, for stall reports
         self.born = self.progress = time.monotonic()  # progress: the last send or reply
         self.seen: tuple = ()  # the last thing that happened to it: (rank,) sent, (rank, keys, error) reply
+        self.explain = explain  # fn() -> str: which keys are unanswered and where they went (stall reports), or None
 
     @property
     def last(self) -> str:
@@ -57,8 +59,14 @@ class _Pending:
         return f"an error from node {rank}" if error else f"a reply for {count} key(s) from node {rank}"
 
     def describe(self, now: float) -> str:
-        return (f"{self.future.desc}: {self.remaining}/{self.total} unanswered, age {now - self.born:.1f} s, "
+        line = (f"{self.future.desc}: {self.remaining}/{self.total} unanswered, age {now - self.born:.1f} s, "
                 f"idle {now - self.progress:.1f} s, nodes {sorted(self.ranks)}, last: {self.last}")
+        if self.explain is not None:
+            try:
+                line += f"; {self.explain()}"
+            except Exception as exc:  # noqa: BLE001 - a report must not fail the node
+                line += f"; (its keys could not be described: {exc!r})"
+        return line
 
 
 class Latency:
@@ -95,13 +103,14 @@ class RequestTracker:
         self._latency: dict[str, Latency] = {}  # by request description (a handful per table)
 
     def new_request(self, total: int, *, on_part: Callable | None = None, result: Any = None,
-                    desc: str = "", retry: Callable[[], None] | None = None) -> tuple[int, Future]:
+                    desc: str = "", retry: Callable[[], None] | None = None,
+                    explain: Callable[[], str] | None = None) -> tuple[int, Future]:
         """Register a request that completes when `total` keys have been answered.
 
         `on_part(sender, payload)` writes each reply part into the result; if it returns a
         `Credit`, that many keys count as answered (not the reply's key count); anything else
         but None becomes the request's result instead of `result`. `retry()` sends the
-        unanswered keys again (`retry_all`).
+        unanswered keys again (`retry_all`); `explain()` says which keys are unanswered, for stall reports.
 
         A request with nothing outstanding (total <= 0) is complete at once and never registered:
         no reply will ever come for it, so waiting for one would wait forever."""
@@ -112,7 +121,7 @@ class RequestTracker:
         with self._lock:  # (id and registration together: see low_watermark)
             rid = next(self._ids)
             self._next = rid + 1
-            self._pending[rid] = _Pending(fut, total, on_part, result, retry)
+            self._pending[rid] = _Pending(fut, total, on_part, result, retry, explain)
         return rid, fut
 
     def set_retry(self, rid: int, retry: Callable[[], None]) -> None:

@@ -162,3 +162,14 @@ def test_a_batch_of_pushes_applies_at_once_as_one_by_one(updater, at_once):
     for one, part in split(header, p):
         batched.on_chain(one, part, main)
     assert a.data.tobytes() == b.data.tobytes() and batched.duplicates == 2
+
+
+def test_a_stall_report_names_the_unanswered_keys():
+    """`explain` (client.backed's: which keys, their ranges and heads) joins the request's stall line."""
+    tracker = RequestTracker()
+    rid, fut = tracker.new_request(3, explain=lambda: "unanswered keys [7] of key ranges [2], headed by nodes [0]")
+    tracker.on_reply(rid, 2, 1)
+    (line,) = tracker.expire(float("inf"), 1.0, lambda *a: RuntimeError("stalled"))
+    assert "1/3 unanswered" in line and line.endswith("unanswered keys [7] of key ranges [2], headed by nodes [0]")
+    with pytest.raises(RuntimeError):
+        fut.wait(1)
