@@ -21,8 +21,10 @@ import dataclasses
 import math
 import re
 import warnings
+from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
 from .errors import ConfigError, ConsistencyError, TableError
 
@@ -171,7 +173,7 @@ class Sampling:
 
     `dist`: one non-negative weight per row, or a function `draw(rng, n) -> keys`."""
 
-    dist: object
+    dist: npt.ArrayLike | Callable[[np.random.Generator, int], npt.ArrayLike]  # weights: an ndarray once made
     scheme: str = "naive"
     group_size: int = 256  # keys localized together by the pool scheme
     reuse: int = 1  # how often the pool scheme hands out each drawn key
@@ -196,6 +198,7 @@ class Sampling:
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if callable(self.dist):
             return np.asarray(self.dist(rng, n), np.int64)
+        assert isinstance(self.dist, np.ndarray)  # (__post_init__ made it one)
         return rng.choice(len(self.dist), size=n, p=self.dist).astype(np.int64)
 
 
@@ -211,7 +214,7 @@ class TableOptions:
 
     @classmethod
     def of(cls, name: str, placement=None, replicate=None, sampling=None, cache=None, aggregate=None,
-           **old) -> "TableOptions":
+           **old) -> TableOptions:
         """The options of table `name` from node.table()'s keywords (old ones deprecated)."""
         placement, replicate, cache, aggregate = _from_old(name, placement, replicate, cache, aggregate, old)
         for value, kind, word in ((placement, Relocate, "placement"), (replicate, Replicate, "replicate"),

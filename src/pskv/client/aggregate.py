@@ -135,7 +135,7 @@ class Aggregator:
         self._error: BaseException | None = None  # a level-2 failure; every later call raises it
         self._lock = threading.Lock()  # guards all of the above; never held while resolving or sending
         self._send_lock = threading.Lock()  # rounds of a key leave in order; taken before _lock
-        self._table = None  # with backups: a client.table.Table for client.backed requests (made at first use)
+        self._table: Table | None = None  # with backups: a Table for client.backed requests (made at first use)
         self._held: list | None = None  # while a checkpoint writes: level-2 work waiting, in order (hold())
         self._hold_lock = threading.Lock()  # guards _held against pskv-server's serve(); after _send_lock
         self.rounds = 0  # key-rounds completed on this node (stats)
@@ -147,7 +147,7 @@ class Aggregator:
         with self._lock:
             return bool(self._sent.any() or self._count.any())
 
-    def push(self, worker: "Worker", keys: np.ndarray, updates: np.ndarray) -> Future:
+    def push(self, worker: Worker, keys: np.ndarray, updates: np.ndarray) -> Future:
         """Add `updates` (n, dim) to this node's sums of the worker's current round of `keys`."""
         if worker.thread < 0:
             raise AggregationError(f"push to aggregated table {self.spec.name!r} from the main thread's handle; "
@@ -174,7 +174,7 @@ class Aggregator:
             self._level2(*done)
         return Future.completed(None, f"push {self.spec.name!r} (aggregated)")
 
-    def pull(self, worker: "Worker", keys: np.ndarray, out: np.ndarray) -> Future:
+    def pull(self, worker: Worker, keys: np.ndarray, out: np.ndarray) -> Future:
         """Round results of the keys the worker pushed in its round, plain reads of the others."""
         self._check_table()
         uk, inv = np.unique(keys, return_inverse=True)
@@ -196,6 +196,7 @@ class Aggregator:
             rk = uk[mine]
             rounds = th.round[rk] if th is not None else rk
             if len(rk):
+                assert th is not None  # (without a thread's rounds no key is its round's)
                 th.round[rk] += 1
                 th.pushed[rk] = False
                 th.pulling[rk] = True
@@ -214,7 +215,7 @@ class Aggregator:
             read.add_done_callback(lambda f: self._read_done(p, f.exception()))
         return fut
 
-    def leave(self, worker: "Worker") -> None:
+    def leave(self, worker: Worker) -> None:
         """A worker closed: its pushes stay in the pending rounds, which no longer wait for it."""
         with self._send_lock:
             with self._lock:
@@ -229,7 +230,7 @@ class Aggregator:
             self._level2(*done)
 
     # ---- level 1 ----------------------------------------------------------------------------------
-    def _thread(self, worker: "Worker") -> _ThreadRounds:
+    def _thread(self, worker: Worker) -> _ThreadRounds:
         th = self._threads.get(worker.thread)
         if th is None:
             th = self._threads[worker.thread] = _ThreadRounds(self._sent)
@@ -260,7 +261,7 @@ class Aggregator:
         if self._held is not None and keys_list:  # a checkpoint writes: after it (hold())
             self._held.append((keys_list, rounds_list, sums_list))
             return
-        for keys, rounds, sums in zip(keys_list, rounds_list, sums_list):  # a batch: distinct keys
+        for keys, rounds, sums in zip(keys_list, rounds_list, sums_list, strict=True):  # a batch: distinct keys
             if self._ctx.chains() is not None:
                 self._send_backed(keys, rounds, np.ascontiguousarray(sums))
                 continue
@@ -299,7 +300,7 @@ class Aggregator:
 
     # ---- results (pskv-server, or a worker thread for this node's own keys) -----------------------
     def _on_reply(self, keys: np.ndarray, rounds: np.ndarray, sender: int, payload) -> None:
-        header, p = payload
+        _header, p = payload
         if p.positions is not None:
             if len(p.positions) and (p.positions.min() < 0 or p.positions.max() >= len(keys)):
                 raise ProtocolError(f"node {sender} answered positions outside an aggregated push")

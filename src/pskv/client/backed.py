@@ -131,8 +131,7 @@ def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool
     st.remote_keys += len(keys)
     for d, idx, pk, pv in route.parts(keys, values, dest, ctx.num_nodes):
         if idx is None:  # the caller's arrays: keep copies for a resend
-            pk, pv = np.array(pk, np.int64), None if pv is None else np.array(pv)
-            req.send(d, pk, pv, gpos, rounds)
+            req.send(d, np.array(pk, np.int64), None if pv is None else np.array(pv), gpos, rounds)
         else:
             req.send(d, pk, pv, idx if gpos is None else gpos[idx], None if rounds is None else rounds[idx])
     if ctx.chains() is not chains:  # a membership change came while we sent: its retry may have missed parts

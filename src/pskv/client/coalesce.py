@@ -51,7 +51,7 @@ CAP_KEYS = 512  # ... or this many keys (4 KiB of int64): a call with more is ne
 
 
 class _Local(threading.local):
-    holds: "weakref.WeakSet | None" = None  # every Hold of the calling thread (any node's: tests run several)
+    holds: weakref.WeakSet | None = None  # every Hold of the calling thread (any node's: tests run several)
 
 
 _local = _Local()
@@ -72,7 +72,7 @@ def pull(h, ctx, dest: int, keys: np.ndarray, out: np.ndarray, gpos, fresh: bool
 
 def _flush_thread() -> None:
     """Send every hold of the calling thread (it is about to block on a Future)."""
-    for hold in list(_local.holds):
+    for hold in list(_local.holds or ()):
         if hold.calls:
             hold.flush()
 
@@ -148,7 +148,8 @@ class Hold:
         return fut
 
     def _send(self, rid: int, fut: Future, keys: np.ndarray) -> None:
-        """Holding the lock: request `rid` (its tracker Future `fut`) of `keys` leaves, in flight until `fut` resolves."""
+        """Holding the lock: request `rid` (its tracker Future `fut`) of `keys` leaves, in flight until `fut`
+        resolves."""
         self.inflight += 1
         self.sent += 1
         fut.add_done_callback(self._landed)

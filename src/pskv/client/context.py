@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from ..catalog import Catalog
 from ..checkpoint.collective import Gate
 from ..consistency.clocks import Clocks
 from ..membership.barrier import LocalBarrier
-from ..placement.chains import Chains
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
+from ..placement.chains import Chains
 from ..store.peer import Neighbors
 from .replica_sync import ReplicaSync
 

@@ -78,6 +78,9 @@ class Quantize:
         return self.dtype
 
 
+Filter = Kkt | SignificantlyModified | KeyCache | Compress | Quantize
+
+
 class Filters(tuple):
     """A tuple of filters that prints as the command-line form."""
 
@@ -87,7 +90,7 @@ class Filters(tuple):
 
 def parse(text: str) -> Filters:
     """'kkt,sig:1e-4,keycache,zstd,fp16' -> the filters; raises ConfigError naming what is unknown."""
-    out = []
+    out: list[Filter] = []
     for item in (t.strip() for t in str(text).split(",")):
         if not item:
             continue
@@ -125,7 +128,8 @@ def codec_of(filters) -> Codec | None:
     cache = any(isinstance(f, KeyCache) for f in items)
     if not (cache or compress or quantize):
         return None
-    return Codec(key_cache=cache, compress=compress[-1] if compress else None, quantize=quantize[-1] if quantize else None)
+    return Codec(key_cache=cache, compress=compress[-1] if compress else None,
+                 quantize=quantize[-1] if quantize else None)
 
 
 def table_codec(filters, name: str, dtype) -> Codec | None:

@@ -87,7 +87,7 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     ("sparse", "leave"): (_T + "test_sparse_elastic.py::test_a_node_joins_a_sparse_table_then_another_leaves",
                           _T + "test_sparse_elastic.py::"
                                "test_a_node_leaves_a_sparse_table_during_a_push_storm_and_a_checkpoint_restores_onto_two"),
-    **{("disk", b): _PAIRS for b in OPTIONS + ("push_pull", "restore")},
+    **{("disk", b): _PAIRS for b in (*OPTIONS, "push_pull", "restore")},
     ("disk", "checkpoint"): ("tests/unit/store/test_disk.py::test_a_checkpoint_of_a_disk_table_streams_it", _COMPOSE),
     ("disk", "join"): (_ELASTIC, _COMPOSE),
     ("disk", "leave"): (_ELASTIC, _COMPOSE),
@@ -112,7 +112,8 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     ("Sampling", "leave"): _ELASTIC,
     ("NodeAggregate", "BSP/SSP"): _ROUNDS,
     ("NodeAggregate", "backups"): (_ROUNDS, _BACKED),
-    ("NodeAggregate", "checkpoint"): _T + "test_checkpoint_compose.py::test_aggregated_table_checkpoint_holds_whole_rounds",
+    ("NodeAggregate", "checkpoint"):
+        _T + "test_checkpoint_compose.py::test_aggregated_table_checkpoint_holds_whole_rounds",
     ("NodeAggregate", "restore"): _PAIRS,
     ("NodeAggregate", "leave"): _BACKED,  # with backups (refused without)
     ("BSP/SSP", "Cache"): _CACHE,
@@ -129,7 +130,8 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     **{("filters", b): _PAIRS for b in ("push_pull", "checkpoint", "restore")},
     ("filters", "join"): _ELASTIC,
     ("filters", "leave"): _ELASTIC,
-    ("backups", "checkpoint"): _T + "test_checkpoint_compose.py::test_checkpoint_with_backups_and_readers_holds_every_row",
+    ("backups", "checkpoint"):
+        _T + "test_checkpoint_compose.py::test_checkpoint_with_backups_and_readers_holds_every_row",
     ("backups", "restore"): _PAIRS,
     ("backups", "join"): _T + "test_elastic_backups.py::test_a_node_joins_a_cluster_with_backups_during_a_push_storm",
     ("backups", "leave"): _BACKUPS + "test_node_leaves_in_the_middle_of_a_push_storm",
@@ -182,7 +184,7 @@ NO_EFFECT: dict[tuple[str, str], str] = {
 }
 
 
-def cell(row: str, column: str) -> tuple[list[Refusal], str | None, str | None]:
+def cell(row: str, column: str) -> tuple[list[Refusal], str | tuple[str, ...] | None, str | None]:
     """(refusals, the test that shows it works, why it has no effect) of one cell of the matrix.
     A call refused on a table lands in its option's column (localize: Relocate, prepare_sample: Sampling)."""
     refused = _one_way(row, column) + (_one_way(column, row) if column in ROWS else [])
@@ -232,8 +234,8 @@ def render() -> str:
         f"{i}. **{r.a}** x **{r.b}**: refused {_where(r)}{', ' + r.only if r.only else ''} ({r.by}): {r.reason}. "
         f"Shown by {r.test}." for i, r in enumerate(refusals, 1)]
     shown = ["", "## Tests", ""] + [f"{i}. T{i}: `{t}`" for i, t in enumerate(tests, 1)]
-    inert = ["", "## No effect", ""] + [f"{i}. N{i}: {e}" for i, e in enumerate(effects, 1)]
-    return "\n".join(head + grid + means + listed + shown + inert) + "\n"
+    no_effect = ["", "## No effect", ""] + [f"{i}. N{i}: {e}" for i, e in enumerate(effects, 1)]
+    return "\n".join(head + grid + means + listed + shown + no_effect) + "\n"
 
 
 def _tests(works: str | tuple[str, ...]) -> tuple[str, ...]:

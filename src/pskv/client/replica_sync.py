@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -97,9 +97,11 @@ class ReplicaSync:
             for s in self._tables():
                 if s.next_sync > now:
                     continue
-                rate = s.options.replicate.syncs_per_sec
+                replicate = s.options.replicate
+                assert replicate is not None  # (a table has replicas exactly when it was declared with Replicate)
+                rate = replicate.syncs_per_sec
                 s.next_sync = now + (1.0 / rate if rate > 0 else float("inf"))
-                self._round(s, s.options.replicate.threshold)
+                self._round(s, replicate.threshold)
             upcoming = min((s.next_sync for s in self._tables()), default=now + 0.1)
             self._stop.wait(min(0.1, max(0.001, upcoming - time.monotonic())))
 
@@ -113,6 +115,7 @@ class ReplicaSync:
 
     def _send(self, s: TableState, threshold: float) -> Future | None:
         replicas = s.shard.replicas
+        assert replicas is not None  # (_tables: the tables with replicas)
         keys, deltas, peers = replicas.take_deltas(threshold)  # (taken with no peers too: they count as sent)
         if not len(keys):
             return None

@@ -60,7 +60,7 @@ class Request:
         array that owns the reply's memory (Received); `out` stays untouched and is dropped.
         With `out=` the rows are always copied into `out`, which is the result."""
         if payload is None:  # served locally, nothing to write
-            return
+            return None
         header, p = payload
         if header.part >= len(self.parts):
             raise ProtocolError(f"node {sender} answered part {header.part} of a request with {len(self.parts)} parts")
@@ -72,7 +72,7 @@ class Request:
         if keys is not None:
             self.table._state.loc_cache[keys] = sender
         if self.out is None:  # a push or set (a push_pull has `out`: its reply is PULL_REPLY)
-            return
+            return None
         t = self.table
         n = header.n_keys
         if p.values is None or p.values.shape != (n, t.dim) or p.values.dtype != t.dtype:
@@ -89,3 +89,4 @@ class Request:
             if len(gpos) and (gpos.min() < 0 or gpos.max() >= len(self.out)):
                 raise ProtocolError(f"node {sender} answered positions outside the request")
             kernels.put_rows(self.out, gpos, p.values)
+        return None

@@ -95,6 +95,7 @@ class SampleHandle:
     def _draw_local(self, k: int) -> np.ndarray:
         state = self.table._state
         if not callable(self.sampling.dist):
+            assert isinstance(self.sampling.dist, np.ndarray)  # (options.Sampling made weights one)
             local = np.flatnonzero(state.shard.slot >= 0)
             if state.shard.replicas is not None:
                 local = np.union1d(local, state.shard.replicas.keys)

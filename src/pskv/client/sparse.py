@@ -16,6 +16,8 @@ import numpy as np
 
 from ..net.requests import Credit
 from ..net.wire import Kind
+from ..placement.ranges import SparseRanges
+from ..store.sparse import SparseShard
 from .table import Table
 
 
@@ -39,7 +41,9 @@ class SparseTable(Table):
         lo, hi = self._bounds(lo, hi, "pull_range")
         self._ctx.check()
         st = self._state
-        pieces = st.ranges.ranges_within(lo, hi)  # (range, lo', hi') in key order
+        ranges, shard = st.ranges, st.shard
+        assert isinstance(ranges, SparseRanges) and isinstance(shard, SparseShard)  # (a sparse table's are)
+        pieces = ranges.ranges_within(lo, hi)  # (range, lo', hi') in key order
         found: list = [None] * len(pieces)
         if not pieces:
             return np.empty(0, np.uint64), np.empty((0, self.dim), self.dtype)
@@ -69,8 +73,8 @@ class SparseTable(Table):
         chains, remote = self._ctx.chains(), []
         for part, (r, a, b) in enumerate(pieces):
             if (int(st.ranges.managers[r]) == self._ctx.rank if chains is None
-                    else any(s <= a and b <= e for s, e in st.shard.intervals)):  # served from memory
-                found[part] = st.shard.scan(a, b)
+                    else any(s <= a and b <= e for s, e in shard.intervals)):  # served from memory
+                found[part] = shard.scan(a, b)
                 self._ctx.tracker.on_reply(rid, 1)
             else:
                 remote.append(part)

@@ -11,6 +11,7 @@ from .intents import WorkerIntents
 from .sparse import SparseTable
 from .table import Table
 
+
 class Worker:
     """A worker thread's view of the cluster. Made by `node.run()` or `node.worker()`."""
 
