@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import BarrierTimeout, PskvError
 from .waiting import Patience
@@ -118,7 +118,7 @@ class LocalBarrier:
             self._settle(timeout)
             self._cluster_barrier(timeout)
             self._on_release()  # every worker of this node waits here: nothing races it
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - raised below, and to every worker of this barrier
             error = exc
         with self._cond:
             self._arrived = set()

@@ -107,8 +107,10 @@ class Changes:
 
     def _lost_copies(self, lost: list[int], live) -> str:
         """Why key ranges `lost` cannot go on: who was still filling them, and joiners that hold them whole."""
+        chains = self.chains
+        assert chains is not None  # (ranges are lost only with backups)
         kept = sorted(set().union(*(self.whole[r] for r in lost)))  # (only joiners' copies can be left)
-        filling = sorted({n for r in lost for n in self.chains.chain(r) if n in live} - set(kept))
+        filling = sorted({n for r in lost for n in chains.chain(r) if n in live} - set(kept))
         notes = ([f"node(s) {filling} had not finished copying them"] if filling else []) + (
             [f"node(s) {kept} hold one, but a node that joined never heads a range"] if kept else [])
         return (f"key range(s) {lost} had no whole copy left on a node that can head them"

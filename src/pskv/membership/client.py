@@ -14,11 +14,19 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..config import NodeConfig
-from ..errors import (BarrierTimeout, ClusterError, CollectiveStalled, ConfigError, CoordinatorUnreachable, Fenced,
-                      NodeFailure, TableMismatch)
+from ..errors import (
+    BarrierTimeout,
+    ClusterError,
+    CollectiveStalled,
+    ConfigError,
+    CoordinatorUnreachable,
+    Fenced,
+    NodeFailure,
+    TableMismatch,
+)
 from ..net.wire import FROM_COORDINATOR, Header, Kind, control, control_payload
 from .events import Events
 from .view import View
@@ -81,6 +89,7 @@ class CoordinatorClient:
         self._wait(lambda: self.view.welcomed, timeout, lambda: CoordinatorUnreachable(
             f"node {self.rank}: no answer from the coordinator at {self.config.coordinator} within {timeout:g} s; "
             "is it running and reachable (PSKV_COORDINATOR)?"))
+        assert self.view.addresses is not None  # (welcomed)
         return self.view.addresses
 
     def joined(self, payload: dict) -> None:
@@ -96,10 +105,12 @@ class CoordinatorClient:
         wait until it entered the chains and its copies are filled (membership.joining); return at
         once before that, and on other nodes. Raises ClusterError after `timeout` seconds."""
         with self._cond:
-            due = self.view.backups and self._joined is not None and self._decl_seq >= self._joined["tables"]
+            joined = self._joined
+            due = self.view.backups and joined is not None and self._decl_seq >= joined["tables"]
         if due:
+            assert joined is not None  # (due says so)
             self._wait(lambda: 0 < self._entered <= self._synced, timeout, lambda: ClusterError(
-                f"node {self.rank} joined the cluster and declared its {self._joined['tables']} table(s), but its "
+                f"node {self.rank} joined the cluster and declared its {joined['tables']} table(s), but its "
                 f"copies were not filled within {timeout:g} s (entered the chains in epoch {self._entered or '-'}, "
                 f"copies filled in epoch {self._synced or '-'}); node.debug_state() on every node tells what waits"))
 
@@ -134,7 +145,7 @@ class CoordinatorClient:
             f"node {self.rank}: still waiting for {missing(self.view.alive, self._arrivals.get(str(gen), ()))} in "
             f"barrier #{gen}"), timeout or self.config.collective_timeout)
 
-    def _barrier_timeout(self, gen: int, timeout: float) -> BarrierTimeout:
+    def _barrier_timeout(self, gen: int, timeout: float | None) -> BarrierTimeout:
         arrived = set(self._arrivals.get(str(gen), [])) | {self.rank}
         missing = sorted(set(range(len(self.view.addresses or {}))) - arrived)
         return BarrierTimeout(f"barrier #{gen} did not complete within {timeout} s on node {self.rank}; "
@@ -175,6 +186,7 @@ class CoordinatorClient:
             if self._leave != "go":
                 error, self._leave = self._leave, None
                 raise ClusterError(f"node {self.rank} cannot leave: {error}")
+            assert self._plan is not None  # ("go" came with it)
             return list(self._plan)
 
     def leave_handed(self, managers: list[int], timeout: float) -> None:
@@ -216,7 +228,7 @@ class CoordinatorClient:
         return ", ".join(f"node {r} at {c}" for r, c in sorted(late.items())) or "no node known to be behind"
 
     def _wait(self, ready: Callable[[], bool], timeout: float | None, on_timeout,
-              what: Callable[[], str] | None = None, limit: float | None = None) -> None:
+              what: Callable[[], str | tuple[str, str]] | None = None, limit: float | None = None) -> None:
         """Wait until ready(); `what()` says what it waits for, logged every wait_log_interval s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         patience = Patience(self.config.wait_log_interval, limit, what) if what is not None else None

@@ -164,8 +164,8 @@ class Collectives:
 
     def restore(self, rank: int, p: dict) -> None:
         """A coordinator that took over learns what `rank` declared and waits in (its REJOIN)."""
-        for seq, spec in p["decls"].items():
-            seq = int(seq)
+        for key, spec in p["decls"].items():
+            seq = int(key)  # (a JSON object key: a string on the wire)
             if seq not in self.decls_done:
                 self.decls.setdefault(seq, {})[rank] = spec
                 self.since.setdefault(("table", seq), time.monotonic())

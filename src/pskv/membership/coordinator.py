@@ -85,7 +85,7 @@ class Coordinator:
         """(rank, reason) of every node that failed, and of a stall, for the launcher's report."""
         return self.members.failures
 
-    def start(self) -> "Coordinator":
+    def start(self) -> Coordinator:
         self.rendezvous.started = time.monotonic()
         self._handler_map = self._handlers()
         self._thread.start()

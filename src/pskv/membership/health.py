@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import ClosedError, NodeFailure
 
@@ -49,8 +49,10 @@ class Health:
 
     def failed(self) -> NodeFailure:
         """A fresh copy of the first failure (its own traceback), chained to its cause."""
-        exc = copy.copy(self.failure)
-        exc.__cause__ = self.failure.__cause__ or self.failure
+        failure = self.failure
+        assert failure is not None  # (listeners get this after the failure is set)
+        exc = copy.copy(failure)
+        exc.__cause__ = failure.__cause__ or failure
         return exc
 
     @property

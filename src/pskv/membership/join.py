@@ -33,6 +33,7 @@ def ask(transport: Transport, config: NodeConfig) -> tuple[int, dict]:
     """HELLO{join} to the coordinator at `config.join`; returns (cluster id, the JOINED payload).
     Raises ClusterError if it refuses (or refuses our handshake: another secret, or none),
     CoordinatorUnreachable if it does not answer."""
+    assert config.join is not None  # (a node that joins: its config names the coordinator to ask)
     transport.set_address(COORDINATOR, config.join)
     transport.send(COORDINATOR, control(Kind.HELLO, 0, 0, {"address": transport.address, "join": True}))
     deadline = time.monotonic() + config.rendezvous_timeout

@@ -28,8 +28,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ..placement.chains import Chains
 from ..net.wire import Kind
+from ..placement.chains import Chains
 from .changes import Changes
 from .collectives import Collectives
 from .members import LIVE, Members

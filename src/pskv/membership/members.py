@@ -75,7 +75,7 @@ class Members:
     def send(self, rank: int, kind: Kind, payload: dict | None = None) -> None:
         try:
             self.transport.send(rank, control(kind, self.cluster, COORDINATOR, payload, self.term))
-        except Exception as exc:  # a dead node's full queue must not stop the coordinator
+        except Exception as exc:  # noqa: BLE001 - a dead node's full queue must not stop the coordinator
             log.warning("coordinator could not send %s to node %d: %s", kind.name, rank, exc)
 
     def broadcast(self, kind: Kind, payload: dict | None = None, states=("alive",)) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..config import NodeConfig
 from ..errors import NodeFailure, TransportError
@@ -97,6 +97,7 @@ class Succession:
         view = self.view
         term = next_term(view.epoch, view.coordinator_term, self.candidates().index(view.rank))
         dead = view.coordinator_host
+        assert dead is not None and view.addresses is not None  # (a node hosted it; this node was welcomed)
         log.warning("node %d: the coordinator on node %d has been silent for %.1f s; node %d takes it over (term %d)",
                     view.rank, dead, silent, view.rank, term)
         self.coordinator = ResumedCoordinator(self.config, view, term, dead).start()
@@ -129,12 +130,13 @@ class ResumedCoordinator(Coordinator):
         m = self.members
         m.cluster = view.cluster
         now = time.monotonic()
+        assert view.addresses is not None  # (only a welcomed node takes over)
         for rank, address in view.addresses.items():
             m.add(rank, address, now, "alive" if rank in view.alive else "failed")
         m.welcomed = True
         m.epoch = view.epoch
         self.joining.next_rank = view.ranks  # ranks are never reused, also by the nodes that joined
-        self.changes.outside = {r: _UNTIL_REJOIN for r in view.outside}  # its REJOIN says how many tables it owes
+        self.changes.outside = dict.fromkeys(view.outside, _UNTIL_REJOIN)  # its REJOIN says how many tables it owes
         self.changes.chains = Chains(m.num_nodes, config.backups, view.alive - view.outside)
         self._dead = dead
         self._waiting = set(view.alive) - {dead}  # ranks whose REJOIN did not come yet
@@ -190,7 +192,9 @@ class ResumedCoordinator(Coordinator):
         self._waiting = set()
         log.info("coordinator (term %d) on node %d: %s; epoch %d", self.term, self.host_rank, why, m.epoch)
         live = m.live() - {self._dead}
-        changes.whole = [{n for n in changes.chains.chain(r) if n in live and r not in self._filling.get(n, ())}
+        chains = changes.chains
+        assert chains is not None  # (made in __init__, replaced only by another)
+        changes.whole = [{n for n in chains.chain(r) if n in live and r not in self._filling.get(n, ())}
                          for r in range(m.num_nodes)]
         for gen in sorted(g for g in self.collectives.barriers if g <= self._released_upto):
             self.collectives.release(gen)  # the old coordinator released it to some nodes already
