@@ -74,7 +74,9 @@ class DiskRows:
         arr = np.memmap(path, dtype=dtype, mode="r+", shape=shape)
         # random access: no readahead, and no fault-around mapping the neighbours of a touched page (they
         # would be resident too: 2,000 random rows of a 12.8 MB file made all of it resident)
-        arr._mmap.madvise(mmap.MADV_RANDOM)
+        mapping = _mapping(arr)
+        assert mapping is not None  # (just mapped)
+        mapping.madvise(mmap.MADV_RANDOM)
         self._maps[which] = arr
         return arr
 
@@ -105,21 +107,22 @@ class DiskRows:
         in as neighbours of pages touched later: the kernel's fault-around)."""
         self.peak_bytes = max(self.peak_bytes, self.resident_bytes())
         for which, arr in list(self._maps.items()):
-            if arr._mmap is None:
+            mapping = _mapping(arr)
+            if mapping is None:
                 continue
             fd = os.open(self.path(which), os.O_RDONLY)
             try:
-                for lo, hi in self._cold(which, arr, hot):
-                    arr._mmap.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+                for lo, hi in self._cold(arr, len(mapping), hot):
+                    mapping.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
                     os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
         with self._lock:
             self.trims += 1
 
-    def _cold(self, which: str, arr: np.memmap, hot: np.ndarray | None) -> list[tuple[int, int]]:
-        """Byte ranges (page aligned) of `arr` to drop: all, or the runs of pages with no hot row."""
-        size = len(arr._mmap)
+    def _cold(self, arr: np.memmap, size: int, hot: np.ndarray | None) -> list[tuple[int, int]]:
+        """Byte ranges (page aligned) of `arr` (its map: `size` bytes) to drop: all, or the runs of pages
+        with no hot row."""
         if hot is None or not hot.any():
             return [(0, size)]
         scale = arr.nbytes / max(len(arr), 1) / self.row_bytes  # this file's bytes per byte of rows
@@ -127,7 +130,7 @@ class DiskRows:
         lows = (keep * PAGE * scale).astype(np.int64) // PAGE * PAGE  # the hot pages, in this file
         highs = -(-((keep + 1) * PAGE * scale).astype(np.int64) // PAGE) * PAGE
         out, at = [], 0
-        for lo, hi in zip(np.minimum(lows, size).tolist(), np.minimum(highs, size).tolist()):
+        for lo, hi in zip(np.minimum(lows, size).tolist(), np.minimum(highs, size).tolist(), strict=True):
             if lo > at:
                 out.append((at, lo))
             at = max(at, hi)
@@ -154,3 +157,8 @@ class DiskRows:
     def counters(self) -> dict:
         return {"disk_trims": self.trims, "disk_resident_bytes": self.resident_bytes(),
                 "disk_peak_bytes": self.peak_bytes, "disk_file_bytes": sum(a.nbytes for a in self._maps.values())}
+
+
+def _mapping(arr: np.memmap) -> mmap.mmap | None:
+    """The mmap under a np.memmap, for madvise (numpy keeps it as the private `_mmap`; None once closed)."""
+    return getattr(arr, "_mmap", None)

@@ -43,13 +43,14 @@ class PeerShard(Shard):
         self.spec, self.rank, self.disk, self.replicas = spec, rank, None, None
         self._dir, self._prefix = directory, prefix
         self._meta, self._words = shm.split_meta(block)
-        self.start, self.stop = int(self._meta[shm.START]), int(self._meta[shm.STOP])
+        self._header = self._meta  # (a peer's view always has the block: typed without None)
+        self.start, self.stop = int(self._header[shm.START]), int(self._header[shm.STOP])
         self.width = spec.updater.state_width(spec.dim)
-        self.pid = int(self._meta[shm.PID])
+        self.pid = int(self._header[shm.PID])
         self.gone = False
         self._alive_at = 0.0
         self.slot = shm.map_file(self._path("slot"), (spec.rows,), np.int64)
-        self._map(int(self._meta[shm.GEN]))
+        self._map(int(self._header[shm.GEN]))
         self._check = self._verify
         stripes = len(self._words) // STRIDE
         self._locks = [threading.Lock() for _ in range(stripes)]
@@ -61,7 +62,7 @@ class PeerShard(Shard):
         return os.path.join(self._dir, f"{self._prefix}.{what}")
 
     def _map(self, gen: int) -> None:
-        capacity = int(self._meta[shm.CAPACITY])
+        capacity = int(self._header[shm.CAPACITY])
         self.data = shm.map_file(self._path(f"rows.g{gen}"), (capacity, self.spec.dim), self.spec.dtype)
         self.state = None
         if self.width:
@@ -70,7 +71,7 @@ class PeerShard(Shard):
 
     def _verify(self) -> None:
         """Under the stripe locks: the shard is live, and mapped at its current generation."""
-        if self._meta[shm.RETIRED] or self.gone:
+        if self._header[shm.RETIRED] or self.gone:
             raise _Gone
         now = time.monotonic()
         if now > self._alive_at:
@@ -78,13 +79,13 @@ class PeerShard(Shard):
                 self.gone = True
                 raise _Gone
             self._alive_at = now + _ALIVE_EVERY
-        gen = int(self._meta[shm.GEN])
+        gen = int(self._header[shm.GEN])
         if gen != self._gen:  # it grew (store.shard._grow): its new files (it cannot grow while we hold a stripe)
             self._map(gen)
 
-    @property
+    @property  # type: ignore[misc]  # read-only here: only the owner flips it (Published.static's setter)
     def static(self) -> bool:
-        return bool(self._meta[shm.STATIC])
+        return bool(self._header[shm.STATIC])
 
     def _follow(self) -> bool:
         """store.rowlock, without the locks: map the files of the current generation (again, if the

@@ -145,7 +145,8 @@ class Replicas:
     def _index(self, keys: np.ndarray) -> np.ndarray:
         idx = self.index[keys]
         if (idx < 0).any():
-            raise ProtocolError(f"replica delta for keys {keys[idx < 0][:5].tolist()} that table {self.spec.name!r} does not replicate")
+            raise ProtocolError(f"replica delta for keys {keys[idx < 0][:5].tolist()} that table {self.spec.name!r} "
+                                "does not replicate")
         return idx
 
     def _received(self, origin: int) -> np.ndarray:

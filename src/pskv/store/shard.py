@@ -28,6 +28,7 @@ under the stripe locks; `retire()` marks the shard gone and removes its files.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -36,9 +37,9 @@ from ..errors import ProtocolError
 from . import rowlock, shm
 from .disk import DiskRows
 from .replicas import Replicas
-from .spin import Held
 from .sparse import SparseShard
 from .spec import TableSpec
+from .spin import Held
 
 STRIPES = 16  # a handful of threads rarely collide on 16; taking each lock costs ~0.5 us of Python
 _ALL_STRIPES_FROM = 64  # above this many keys nearly every stripe is touched: take all, skip the mask
@@ -63,7 +64,7 @@ class Shard(shm.Published):
         self._seg = shared if disk is None and stripes > 1 else None
         self._meta: np.ndarray | None = None  # shared: the meta block's int64 header words
         self._gen = 0  # shared: the generation of the files of data and state (one more per _grow)
-        self._check = None  # (store.peer: verifies its mapping under the locks)
+        self._check: Callable[[], None] | None = None  # (store.peer: verifies its mapping under the locks)
         if self._seg is not None:
             self._prefix = self._seg.prefix(spec.table_id)
             self.slot = self._seg.create(f"{self._prefix}.slot", (spec.rows,), np.int64)
@@ -327,6 +328,7 @@ class Shard(shm.Published):
         if self._meta is not None:  # (under every stripe: no peer holds a row)
             self._meta[shm.CAPACITY] = capacity
             self._meta[shm.GEN] = gen
+            assert self._seg is not None  # (shared: a meta block)
             for what in ("rows", "state"):
                 self._seg.remove(f"{self._prefix}.{what}.g{gen - 1}")
 
@@ -362,7 +364,7 @@ class Store:
     """All shards of this node, by table id; with `share()`, in-memory dense shards in shared memory."""
 
     def __init__(self) -> None:
-        self.shards: dict[int, Shard] = {}
+        self.shards: dict[int, Shard | SparseShard] = {}
         self.segments: shm.Segments | None = None  # shared memory with the host's other nodes (store.shm)
         self._lock = threading.Lock()  # guards adding to shards
 
@@ -395,7 +397,7 @@ class Store:
             self.shards[spec.table_id] = shard
         return shard
 
-    def get(self, table_id: int) -> Shard | None:
+    def get(self, table_id: int) -> Shard | SparseShard | None:
         return self.shards.get(table_id)
 
     def __repr__(self) -> str:

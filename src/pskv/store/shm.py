@@ -25,12 +25,17 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import PskvError
-from .spin import STRIDE
-from .spin import _alive as _alive  # (one check, a zombie counting as dead: for holders, owners and sweeps)
+from .spin import STRIDE, _alive  # _alive: one check, a zombie counting as dead (holders, owners, sweeps)
+
+if TYPE_CHECKING:
+    from .spec import TableSpec
+    from .spin import Held
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +59,8 @@ def _private_dir(path: str) -> bool:
     except FileExistsError:
         pass
     st = os.lstat(path)
-    return st.st_uid == os.getuid() and (st.st_mode & 0o777) == 0o700 and os.path.isdir(path) and not os.path.islink(path)
+    return (st.st_uid == os.getuid() and (st.st_mode & 0o777) == 0o700 and os.path.isdir(path)
+            and not os.path.islink(path))
 
 
 def host_dir(cluster: int, host: str) -> str | None:
@@ -192,8 +198,24 @@ class Published:
     """The shared-memory side of a store.shard.Shard: its meta block, `static` mirrored there, its
     retirement (a mixin: the Shard holds `_seg`, `_prefix`, `_meta`, `_gen` and the arrays)."""
 
+    # the Shard's, as this mixin reads them
+    spec: TableSpec
+    start: int
+    stop: int
+    width: int
+    data: np.ndarray
+    state: np.ndarray | None
+    _seg: Segments | None  # shared: the node's files; None: private memory
+    _prefix: str
+    _meta: np.ndarray | None  # shared: the meta block's int64 header words
+    _words: np.ndarray | None  # shared: the spinlock word of each stripe
+    _gen: int
+    _static: bool
+    _locked: Callable[[np.ndarray | None], Held]
+
     def _publish(self, stripes: int) -> None:
         """Shared: the meta block, written last (MAGIC) so a peer maps only complete shards."""
+        assert self._seg is not None  # (shared)
         block = self._seg.create(f"{self._prefix}.meta", *meta_block(stripes))
         header, self._words = split_meta(block)
         header[PID] = self._seg.pid
@@ -233,6 +255,7 @@ class Published:
                 self._meta[RETIRED] = 1
         except PskvError:  # the node failed or closed while a stopped process held a stripe (store.spin.watch):
             self._meta[RETIRED] = 1  # retire without it; it writes into files already gone when it runs again
+        assert self._seg is not None  # (shared: a meta block)
         for what in ("meta", "slot", f"rows.g{self._gen}", f"state.g{self._gen}"):
             self._seg.remove(f"{self._prefix}.{what}")
         self._meta = None

@@ -223,7 +223,7 @@ class SparseShard:
             if len(kept):
                 s = self._rows(kept.view(np.int64))
                 self.data[s] = rows
-                if state is not None:
+                if state is not None and self.state is not None:  # (state: a copy of self.state's rows)
                     self.state[s] = state
         return out
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import kernels
-from ..tensors import is_tensor, to_numpy
 from ..errors import ConfigError, ConfigTypeError, DTypeError, KeyOutOfRange, ShapeError, TableError
+from ..tensors import is_tensor, to_numpy
+
+if TYPE_CHECKING:
+    from ..updaters import Updater
 
 
 # ---- initialisers ------------------------------------------------------------------------------
@@ -94,7 +98,7 @@ class TableSpec:
     rows: int
     dim: int
     dtype: np.dtype
-    updater: object  # an updaters.Updater
+    updater: Updater
     init: Init
     table_id: int = 0
     key_space: str = "dense"  # "dense": rows [0, rows); "uint64": any uint64 id, rows == SPARSE_ROWS
@@ -183,10 +187,8 @@ def check_values(spec: TableSpec, values, n: int, op: str) -> np.ndarray:
         if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
             raise DTypeError(f"{op} on table {spec.name!r}: values of dtype {arr.dtype} cannot be cast safely to "
                              f"the table's {np.dtype(spec.dtype)}; convert them first")
-        if not _may_overflow(arr.dtype, np.dtype(spec.dtype)):
-            arr = arr.astype(spec.dtype)
-        else:
-            arr = _narrowed(spec, arr, op)
+        wide = _may_overflow(arr.dtype, np.dtype(spec.dtype))
+        arr = _narrowed(spec, arr, op) if wide else arr.astype(spec.dtype)
     return np.ascontiguousarray(arr)
 
 
@@ -207,6 +209,8 @@ def _narrowed(spec: TableSpec, arr: np.ndarray, op: str) -> np.ndarray:
     would become inf (silently, in numpy), or an integer that would wrap around. (inf and nan stay
     what they are: the caller's own.) One pass over the cast values on top of the cast."""
     dst = np.dtype(spec.dtype)
+    biggest: object  # what the message names: formatted floats, or integers
+    limit: object
     if dst.kind == "f":
         with np.errstate(over="ignore"):  # (numpy warns, or raises under -W error; we say what happened)
             out = arr.astype(dst)

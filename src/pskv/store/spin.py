@@ -8,9 +8,9 @@ holder in any process. A `with` over `Held` takes the process-local locks first 
 shared words, each set in increasing stripe order, so no two holders wait for each other in a
 cycle; a waiter that spins too long yields its core (`os.sched_yield`, which releases the GIL) a
 few times, then naps between rounds (a holder that long is off its core: spinning would only
-burn the waiter's, the CPU a second process should not cost), and after a second it frees words whose holder process is dead (killed while it held them: its
-rows may be half-written, as a message half-applied would be; a dead process's requests are
-lost either way).
+burn the waiter's, the CPU a second process should not cost), and after a second it frees words
+whose holder process is dead (killed while it held them: its rows may be half-written, as a
+message half-applied would be; a dead process's requests are lost either way).
 
 Threads and ownership: any thread. A `Held` is made once per stripe set and shared.
 """
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from typing import cast
 
 import numba
 import numpy as np
@@ -35,7 +37,7 @@ _DEAD_AFTER = 1.0  # seconds of waiting before checking whether the holder still
 
 
 @intrinsic
-def _cas(typingctx, arr, idx, expected, desired):
+def _cas_intrinsic(typingctx, arr, idx, expected, desired):
     """arr[idx]: expected -> desired atomically; returns the value found (== expected: swapped)."""
     sig = types.int32(arr, idx, types.int32, types.int32)
 
@@ -49,7 +51,7 @@ def _cas(typingctx, arr, idx, expected, desired):
 
 
 @intrinsic
-def _store_release(typingctx, arr, idx, value):
+def _store_release_intrinsic(typingctx, arr, idx, value):
     """arr[idx] = value, ordered after every earlier write of this thread (an unlock)."""
     sig = types.void(arr, idx, types.int32)
 
@@ -60,6 +62,11 @@ def _store_release(typingctx, arr, idx, value):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# as kernels call them (numba's annotations keep the typing context in an intrinsic's call signature)
+_cas = cast(Callable[[np.ndarray, int, np.int32, np.int32], int], _cas_intrinsic)
+_store_release = cast(Callable[[np.ndarray, int, np.int32], None], _store_release_intrinsic)
 
 
 @numba.njit(nogil=True, cache=True)
