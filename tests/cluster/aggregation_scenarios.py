@@ -96,7 +96,7 @@ def sgd(node: pskv.Node, threads: int, model: str) -> None:
 
     node.run(train, threads=threads)
     if node.config.backups:  # our copy of the other range equals its head's rows, bit for bit
-        copies = node.server.chain.copies(node.catalog.get("w").spec.table_id)
+        copies = node.server.backups.copies.copies(node.catalog.get("w").spec.table_id)
         assert copies, "no backup copy here"
         for copy in copies:
             keys = np.arange(copy.start, copy.stop)

@@ -28,10 +28,10 @@ def records(pushes: int) -> None:
         table = worker.table("w")
         worker.barrier()
         keys = np.arange(60, 70, dtype=np.int64)  # of node 1's range [50, 100)
-        chain = node.server.chain
+        copies = node.server.backups.copies
         if node.rank == 0:
             table.localize(keys).wait(60)
-            assert chain.readers.count() == 10, node.debug_state()
+            assert copies.readers.count() == 10, node.debug_state()
             ones = np.ones((10, 2), np.float32)
             futures = []
             for i in range(pushes):
@@ -44,10 +44,10 @@ def records(pushes: int) -> None:
                 fut.wait(60)
         worker.barrier()  # every push is on every copy
         deadline = time.monotonic() + 60
-        while chain.kept() != (0, 0) and time.monotonic() < deadline:
+        while copies.kept() != (0, 0) and time.monotonic() < deadline:
             time.sleep(0.1)
         total = int(table.pull(keys)[:, 0].sum()) if node.rank == 0 else 0
-        print("RESULT " + json.dumps({"node": node.rank, "kept": list(chain.kept()), "sum": total}), flush=True)
+        print("RESULT " + json.dumps({"node": node.rank, "kept": list(copies.kept()), "sum": total}), flush=True)
         worker.barrier()
         worker.close()
 

@@ -66,8 +66,8 @@ def _save(out: Path, node, worker, table) -> None:
     held, copies = table.pull_if_local(np.arange(rows))
     np.save(out / f"reader-{rank}-keys.npy", np.flatnonzero(held))
     np.save(out / f"reader-{rank}-rows.npy", copies[held])
-    chain, chains = node.server.chain, node.view.chains
-    for (_, r), copy in chain._backup.items():
+    copies, chains = node.server.backups.copies, node.view.chains
+    for (_, r), copy in copies.backup.items():
         if rank in chains.chain(r):  # (a copy of a range it heads is its store's, not a backup)
             np.save(out / f"backup-{rank}-{r}.npy", copy.read(np.arange(copy.start, copy.stop))[0])
     worker.barrier()

@@ -107,8 +107,8 @@ def storm(out: Path, rows: int, updater: str, expected: int, hot: int = 0, local
             np.save(out / f"reader-{node.rank}-rows.npy", copies[held])
         if node.rank == min(node.members):
             np.save(out / "final.npy", table.pull(np.arange(rows)))
-        chain = node.server.chain
-        for (t, r), copy in (chain._backup.items() if chain is not None else ()):
+        backups = node.server.backups
+        for (t, r), copy in (backups.copies.backup.items() if backups is not None else ()):
             keys = np.arange(copy.start, copy.stop)
             np.save(out / f"backup-{node.rank}-{r}.npy", copy.read(keys)[0])
         worker.barrier()
@@ -188,7 +188,7 @@ def aggregate(out: Path, rows: int, expected: int, victim: int = -1, kill_after:
         table = worker.table("w")
         if rank == min(node.members):
             np.save(out / "final.npy", table.pull(np.arange(rows)) / 2)
-        for (t, r), copy in node.server.chain._backup.items():
+        for (t, r), copy in node.server.backups.copies.backup.items():
             np.save(out / f"backup-{rank}-{r}.npy", copy.read(np.arange(copy.start, copy.stop))[0] / 2)
         worker.barrier()
         worker.close()

@@ -41,8 +41,7 @@ def pool() -> np.ndarray:
 
 
 def _save_copies(node: pskv.Node, out: Path) -> None:
-    chain = node.server.chain
-    for (_, r), copy in sorted(chain._backup.items()):
+    for (_, r), copy in sorted(node.server.backups.copies.backup.items()):
         keys, rows, _ = copy.snapshot()
         np.save(out / f"backup-{node.rank}-{r}-keys.npy", keys)
         np.save(out / f"backup-{node.rank}-{r}-rows.npy", rows)
@@ -107,7 +106,7 @@ def restore(out: Path, updater: str) -> None:
         got_keys, got = table.pull_range(0, 2**64)
         assert np.array_equal(got_keys, keys) and np.array_equal(got, rows), "restored rows differ"
         assert np.array_equal(table.pull(keys), rows), "pulls of the restored rows differ"
-        for (_, r), copy in sorted(node.server.chain._backup.items()):
+        for (_, r), copy in sorted(node.server.backups.copies.backup.items()):
             ck, cr, _ = copy.snapshot()
             lo, hi = node.catalog.get("s").ranges.range_bounds(r)
             inside = (keys >= np.uint64(lo)) & (keys <= np.uint64(hi - 1))

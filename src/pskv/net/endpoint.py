@@ -102,10 +102,53 @@ class Endpoint:
         header = self._stamp(self.reply_header(to, kind, n_keys))
         self.on_reply(header, encode(header, **arrays))
 
-    def answer(self, node: int, kind: Kind, table: int, rid: int, **arrays) -> None:
-        """Answer request `rid` of node `node` (one reply for requests of several nodes, as an
-        aggregation owner sends when a round completes)."""
-        self.send(node, Header(kind, table=table, request_id=rid, origin=node), **arrays)
+    def answer(self, node: int, kind: Kind, table: int, rid: int, *, part: int = 0, n_keys: int = 0,
+               **arrays) -> None:
+        """Answer part `part` of request `rid` of node `node` at its inbox (one reply for requests of
+        several nodes, as an aggregation owner sends when a round completes; the ACK of one write of
+        a chain), or at once, without a message, when `node` is this one."""
+        header = Header(kind, table=table, request_id=rid, part=part, n_keys=n_keys, origin=node)
+        if node == self.rank:
+            self._stamp(header)
+            self.on_reply(header, encode(header, **arrays))
+        else:
+            self.send(node, header, **arrays)
+
+    def complete(self, rid: int, count: int, sender: int = -1, *, error: BaseException | None = None) -> None:
+        """Credit `count` keys of this node's request `rid` as answered by node `sender`, or fail it
+        with `error`, without a message (keys that reached this node: a localize's rows came)."""
+        self.tracker.on_reply(rid, count, sender, error=error)
+
+    def own_request(self, kind: Kind, table: int, rid: int, *, dim: int = 0, flags: int = 0) -> Header:
+        """The header of this node's request `rid` as its own pskv-server would receive it, for one it
+        takes without a message (the write of an aggregated round at its range's head, server.rounds)."""
+        return self._stamp(Header(kind, table=table, request_id=rid, dim=dim, flags=flags, origin=self.rank))
+
+    def hop(self, dest: int, table: int, origin: int, rid: int, part: int, *, flags: int = 0, dim: int = 0,
+            **arrays) -> None:
+        """Pass write `part` of request `rid` of node `origin` (CHAIN) on to `dest`: the next copy of
+        its key range, or a reader of some of its keys (flag READER)."""
+        self.send(dest, Header(Kind.CHAIN, table=table, request_id=rid, part=part, dim=dim, flags=flags,
+                               origin=origin), **arrays)
+
+    def batch(self, dest: int, kind: Kind, table: int, *, origin: int = 0, **arrays) -> None:
+        """Several writes of `table` in one message (CHAIN hops, or ACKs to `origin`): `writes`, a
+        (m, 5) frame, names each (flag BATCH, `wire.split`)."""
+        self.send(dest, Header(kind, table=table, origin=origin), **arrays)
+
+    def snapshot(self, dest: int, table: int, r: int, *, origin: int, request_id: int = 0, flags: int = 0,
+                 **arrays) -> None:
+        """Key range `r`'s copy of `table` (SNAPSHOT: rows, state, applied writes) to `dest`: the next
+        member of its chain, or (flag READER) a reader, for its localize `request_id` of node `origin`."""
+        self.send(dest, Header(Kind.SNAPSHOT, table=table, request_id=request_id, part=r, flags=flags,
+                               origin=origin), **arrays)
+
+    def decline(self, to: Header, owner: int, ms: int, **arrays) -> None:
+        """Tell the origin of the localize `to` that its `keys` stay at node `owner` for `ms` more
+        milliseconds at least (DECLINE: `part` the owner, `dim` the ms)."""
+        header = self.reply_header(to, Kind.DECLINE, 0)
+        header.part, header.dim = owner, ms
+        self.send(to.origin, header, **arrays)
 
     def error(self, to: Header, message: str) -> None:
         """Tell the origin of `to` that it failed here, in words."""

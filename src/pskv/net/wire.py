@@ -324,12 +324,16 @@ def split(header: Header, p: Payload):
     start = 0
     for origin, rid, part, n, flags in w.tolist():
         stop = start + n
-        h = Header(header.kind, header.cluster, header.sender, header.table, rid, part, n, header.dim, header.dtype,
-                   header.key_dtype, flags & ~POSITIONS, origin, 0, header.epoch)
-        yield h, Payload(None if p.keys is None else p.keys[start:stop],
-                         p.positions[start:stop] if flags & POSITIONS else None,
-                         None if p.values is None else p.values[start:stop], None)
+        yield one_write(header, origin, rid, part, n, flags), Payload(
+            None if p.keys is None else p.keys[start:stop], p.positions[start:stop] if flags & POSITIONS else None,
+            None if p.values is None else p.values[start:stop], None)
         start = stop
+
+
+def one_write(batch: Header, origin: int, rid: int, part: int, n: int, flags: int) -> Header:
+    """The header of write (origin, rid, part) of `n` keys of a BATCH, as if it had come alone."""
+    return Header(batch.kind, batch.cluster, batch.sender, batch.table, rid, part, n, batch.dim, batch.dtype,
+                  batch.key_dtype, flags & ~POSITIONS, origin, 0, batch.epoch)
 
 
 def encode(header: Header, keys=None, positions=None, values=None, state=None, rounds=None, applied=None,

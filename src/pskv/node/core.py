@@ -71,7 +71,8 @@ from ..net.transport import Transport
 from ..net.wire import COORDINATOR
 from ..options import TableOptions, as_consistency
 from ..server import serve
-from ..server.chain import Chain
+from ..server.backups import Backups
+from ..server.hops import Hops
 from ..server.serve import Server
 from ..store.peer import Neighbors
 from ..store.shard import Store
@@ -127,21 +128,22 @@ class Node:
         self.consistency = as_consistency(config.consistency)  # the default of this node's tables
         self.client = client = CoordinatorClient(functools.partial(transport.send, COORDINATOR), view, config)
         self.clocks = Clocks(client.report_clock, catalog.flush_buffers, health.check)
+        hops = Hops(endpoint, self.store)  # forwards, counted: the server's and the chain's
+        backups = Backups(endpoint, view.current_chains, view.current_epoch, hops.forward, client.synced) \
+            if config.backups else None
         self.server = Server(self.store, endpoint, tracker, lambda table_id: catalog.by_id(table_id).ranges,
                              on_declined=lambda table, keys, owner, seconds: catalog.by_id(table).note_declined(
-                                 keys, owner, seconds))
+                                 keys, owner, seconds), hops=hops, backups=backups)
         self._dispatcher = Dispatcher(transport, self.rank, view.admit, on_refused=health.fail)
-        chain = self.succession = None
-        if config.backups:
-            chain = self.server.chain = Chain(endpoint, view.current_chains, view.current_epoch, self.server.forward,
-                                              client.synced)
-            self._dispatcher.at_burst_end(chain.batches.flush)
+        self.succession = None
+        if backups is not None:
+            self._dispatcher.at_burst_end(backups.copies.batches.flush)
             client.succession = self.succession = Succession(view, config, transport, self._dispatcher.release_held)
         self._membership = elastic.MembershipChanges(self.rank, view, transport, self.server, self.store, catalog,
                                                      tracker, self._dispatcher.release_held, client.drained)
         client.events = NodeEvents(health=health, view=view, transport=transport, dispatcher=self._dispatcher,
                                    sharing=self._sharing, clocks=self.clocks, changes=self._membership,
-                                   tracker=tracker, chain=chain)
+                                   tracker=tracker, backups=backups)
         settle = functools.partial(workers.settle, rank=self.rank, catalog=catalog, tracker=tracker,
                                    check=health.check, default=config.collective_timeout)
         self._barrier = LocalBarrier(client.barrier, catalog.clear_caches, settle, rank=self.rank,

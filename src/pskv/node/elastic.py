@@ -47,9 +47,9 @@ class MembershipChanges:
         """At MEMBERSHIP: new chains, promoted ranges and snapshots, held messages, requests sent
         again to the new heads, then the user's callbacks."""
         epoch, dead = int(payload["epoch"]), int(payload["dead"])
-        chain = self.server.chain
-        if chain is not None:
-            chain.batches.flush()  # what this epoch passed on leaves stamped with it
+        backups = self.server.backups
+        if backups is not None:
+            backups.copies.batches.flush()  # what this epoch passed on leaves stamped with it
         self.count += 1
         previous = self.view.change(epoch, [int(r) for r in payload["alive"]], payload.get("managers"),
                                     [int(r) for r in payload.get("leaving", ())], payload.get("addresses"),
@@ -59,8 +59,8 @@ class MembershipChanges:
         # tables this node declared whose TABLE_OK has not come (membership.client): built for the members
         # before this change, and no write reached them on any node yet (issue 30 F10d)
         unfinished = {s.spec.table_id for s in self.catalog.tables() if s.spec.name in payload.get("unfinished", ())}
-        if previous is not None and chain is not None:
-            chain.on_membership(previous, self.store.get, unfinished, self.view.alive)
+        if previous is not None and backups is not None:
+            backups.failover.on_membership(previous, self.store.get, unfinished, self.view.alive)
         for state in self.catalog.tables():  # what nodes now gone changed of the replicas: the lowest answers for it
             if state.shard.replicas is not None:
                 state.shard.replicas.retire(self.view.alive, self.rank)

@@ -24,7 +24,7 @@ from ..membership.view import View
 from ..net.dispatch import Dispatcher
 from ..net.requests import RequestTracker
 from ..net.transport import Transport
-from ..server.chain import Chain
+from ..server.backups import Backups
 from .elastic import MembershipChanges
 from .sharing import SharedMemory
 
@@ -34,9 +34,10 @@ class NodeEvents(Events):
 
     def __init__(self, *, health: Health, view: View, transport: Transport, dispatcher: Dispatcher,
                  sharing: SharedMemory, clocks: Clocks, changes: MembershipChanges, tracker: RequestTracker,
-                 chain: Chain | None) -> None:
+                 backups: Backups | None) -> None:
         self.health, self.view, self.transport, self.dispatcher = health, view, transport, dispatcher
-        self.sharing, self.clocks, self.changes, self.tracker, self.chain = sharing, clocks, changes, tracker, chain
+        self.sharing, self.clocks, self.changes, self.tracker = sharing, clocks, changes, tracker
+        self.backups = backups
 
     def failed(self, exc: NodeFailure) -> None:
         self.health.fail(exc)
@@ -58,13 +59,13 @@ class NodeEvents(Events):
         self.changes.changed(payload)
 
     def low_watermark(self) -> int | None:
-        return self.tracker.low_watermark() if self.chain is not None else None
+        return self.tracker.low_watermark() if self.backups is not None else None
 
     def low_watermarks(self, lows: dict[int, int]) -> None:
-        if self.chain is not None:
-            self.chain.prune(lows)
+        if self.backups is not None:
+            self.backups.copies.prune(lows)
 
     def rejoin_state(self) -> dict:
-        if self.chain is None:
+        if self.backups is None:
             return {}
-        return {"low": self.tracker.low_watermark(), "filling": self.chain.filling()}
+        return {"low": self.tracker.low_watermark(), "filling": self.backups.copies.filling_ranges()}

@@ -79,8 +79,8 @@ class TableBuilder:
         config = {**spec.config(), "consistency": consistency.spec}
         if spec.sparse:  # keys stay at their range's node: no technique parts (client.compat refused them)
             shard = self.store.add_sparse(spec, self.rank, ranges.manager_range(self.rank))
-            if self.server.chain is not None:  # with backups: its ranges' copies here (server.sparse_copies)
-                self.server.chain.add_table(spec, shard, ranges)
+            if self.server.backups is not None:  # with backups: its ranges' copies here (server.sparse_copies)
+                self.server.backups.failover.add_table(spec, shard, ranges)
             state = TableState(spec, ranges, shard, options, consistency, np.empty(0, np.int64))
             if consistency.synchronous:  # a push buffer, no row cache: a RowCache is sized by rows (2**64 here)
                 state.buffer = self._push_buffer(state)
@@ -91,15 +91,16 @@ class TableBuilder:
             if r != self.rank:  # a range whose first manager left the cluster before this table came
                 shard.adopt(*ranges.range_bounds(r), self.rank, fill)
         asynchronous = consistency.staleness == float("inf")
-        chain = self.server.chain
-        rounds = options.aggregate is not None and not asynchronous and chain is not None
-        if chain is not None:
-            chain.add_table(spec, shard, ranges, rounds=rounds)
+        backups = self.server.backups
+        rounds = options.aggregate is not None and not asynchronous and backups is not None
+        if backups is not None:
+            backups.failover.add_table(spec, shard, ranges, rounds=rounds)
         loc_cache = np.full(spec.rows if options.placement.location_caches else 0, -1, np.int64)
         state = TableState(spec, ranges, shard, options, consistency, loc_cache)
         if options.aggregate is not None:
             if rounds:  # level 2 at each range's head, rounds replicated (server.rounds)
-                level2 = Rounds(spec, self.config.num_nodes, chain, shard, self.endpoint, lambda: self.view.alive)
+                level2 = Rounds(spec, self.config.num_nodes, backups, shard, self.endpoint, self.ctx.tracker,
+                                lambda: self.view.alive)
                 state.aggregator = Aggregator(self.ctx, state, None)
                 self.server.aggregators[spec.table_id] = level2.serve
             else:
@@ -180,8 +181,8 @@ class Declarations:
             elastic.take_share(state, self.joined, localize, builder.rank, timeout)
             replica_sync.catch_up(state, timeout)  # its replicas: the cluster's values
         if saved is not None:  # every node loads its range (and its backup copies), then all go on together
-            chain = builder.server.chain
-            copies = chain.copies(spec.table_id) if chain is not None else []
+            backups = builder.server.backups
+            copies = backups.copies.copies(spec.table_id) if backups is not None else []
             loaded = sum(self.restorer.load(saved, shard) for shard in [state.shard, *copies])
             log.info("node %d restored %d rows of table %r from %s", builder.rank, loaded, name, self.restorer.path)
             self.client.barrier()

@@ -15,9 +15,9 @@ any send to a dead peer: its writes' origins send them again after the membershi
 death makes (client.backed), or their request_timeout reports them; an ACK lost to a dead origin
 was awaited by nobody.
 
-Order: the dispatcher flushes at the end of every burst, and server.chain flushes before it sends
-anything else down a chain (a SNAPSHOT, a reader's copy) and before a membership change, so what
-crosses a link still crosses it in the order it was applied.
+Order: the dispatcher flushes at the end of every burst, and the backup modules flush before they
+send anything else down a chain (a SNAPSHOT, a reader's copy: `Copies.in_order`) and before a
+membership change, so what crosses a link still crosses it in the order it was applied.
 
 Threads and ownership: pskv-server only.
 """
@@ -83,9 +83,8 @@ class Batches:
     def _send_chain(self, dest: int, table: int, writes: list) -> None:
         if len(writes) == 1:
             origin, rid, part, flags, keys, positions, values = writes[0]
-            h = Header(Kind.CHAIN, table=table, request_id=rid, part=part, dim=values.shape[1], flags=flags,
-                       origin=origin)
-            self._endpoint.send(dest, h, keys=keys, positions=positions, values=values)
+            self._endpoint.hop(dest, table, origin, rid, part, flags=flags, dim=values.shape[1], keys=keys,
+                               positions=positions, values=values)
             return
         described = np.array([(o, rid, part, len(k), flags if pos is None else flags | POSITIONS)
                               for o, rid, part, flags, k, pos, _ in writes], np.int64)
@@ -93,23 +92,20 @@ class Batches:
                                     for _, _, _, _, k, pos, _ in writes])
         values = np.concatenate([v for *_, v in writes])
         keys = np.concatenate([k for _, _, _, _, k, _, _ in writes])
-        h = Header(Kind.CHAIN, table=table, dim=values.shape[1])
-        self._endpoint.send(dest, h, keys=keys, positions=positions, values=values, writes=described)
+        self._endpoint.batch(dest, Kind.CHAIN, table, keys=keys, positions=positions, values=values, writes=described)
         self.writes += len(writes)
         self.messages += 1
 
     def _send_acks(self, origin: int, table: int, writes: list) -> None:
         if len(writes) == 1:
             rid, part, n, positions = writes[0]
-            self._endpoint.reply(Header(Kind.CHAIN, table=table, request_id=rid, part=part, origin=origin), Kind.ACK,
-                                 n_keys=n, positions=positions)
+            self._endpoint.answer(origin, Kind.ACK, table, rid, part=part, n_keys=n, positions=positions)
             return
         described = np.array([(origin, rid, part, n, 0 if pos is None else POSITIONS) for rid, part, n, pos in writes],
                              np.int64)
         positions = np.concatenate([np.arange(n, dtype=np.int64) if pos is None else np.asarray(pos, np.int64)
                                     for _, _, n, pos in writes])
-        self._endpoint.send(origin, Header(Kind.ACK, table=table, origin=origin), positions=positions,
-                            writes=described)
+        self._endpoint.batch(origin, Kind.ACK, table, origin=origin, positions=positions, writes=described)
         self.writes += len(writes)
         self.messages += 1
 

@@ -1,4 +1,4 @@
-"""Readers: `localize` in a cluster with backups (server.chain keeps the copies, this the map).
+"""Readers: `localize` in a cluster with backups (server.reader_copies keeps the copies, this the map).
 
 With backups every write of a key range goes through its chain, so rows cannot move away from it
 the way Lapse relocation moves them. A localize instead makes the node a *reader* of the keys: it
@@ -17,7 +17,7 @@ Every member of a chain keeps the same map (SUBSCRIBE passes each member in orde
 new member carries it); a reader that dies is dropped from it; a node that becomes a range's head
 stops being a reader of it (it holds the rows itself).
 
-Threads and ownership: pskv-server only (main thread at a table's declaration, under the chain's lock).
+Threads and ownership: pskv-server only (main thread at a table's declaration, under `Copies.lock`).
 """
 
 from __future__ import annotations

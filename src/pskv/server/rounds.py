@@ -4,7 +4,7 @@ Without backups, level 2 is `server.aggregate.Owner`: the owner adds the nodes' 
 a key and, once every node sent its own, runs the updater once on the total and answers every
 node with the rows after it. With backups the same happens at the range's head, and the round's
 total is then a write of the head's own (a CHAIN with flag ROUNDS) that every copy applies in
-chain order and counts (`Chain.rounds`, replicated, in snapshots too). The nodes are answered
+chain order and counts (`Copies.rounds`, replicated, in snapshots too). The nodes are answered
 (PULL_REPLY with the rows after the round) only once the chain's tail acknowledged that write,
 so an answered round is on every live copy.
 
@@ -12,7 +12,7 @@ A node's sums are a request like any other with backups (client.backed, kind AGG
 ROWS): kept until answered and sent again, with their rounds, to the new head after a
 membership change. At the head, for each key:
 
-    round == done   (done = rounds completed, Chain.rounds) the sum joins the round, once per
+    round == done   (done = rounds completed, Copies.rounds) the sum joins the round, once per
                     node (a resend of a sum already here only renews where to answer);
     round <  done   the round completed: if its write still waits for the tail, the answer
                     will come with it; else (a new head that got the round from the chain) the
@@ -23,7 +23,7 @@ membership change. At the head, for each key:
 
 A round completes when every live node sent its sum. A node that dies leaves the rounds: what
 it sent stays in the sums, and after the membership change the rounds that waited only for it
-complete (`Chain.on_change`). Sums that a dead head had collected are sent again by the
+complete (`Failover.on_change`). Sums that a dead head had collected are sent again by the
 survivors; a round it completed but whose write never reached the backups is collected again.
 
 Threads and ownership: pskv-server only (this node's own sums come as messages to itself).
@@ -38,9 +38,11 @@ import numpy as np
 from .. import _hooks
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
+from ..net.requests import RequestTracker
 from ..net.wire import ROUNDS, Header, Kind, Payload
 from ..store.shard import Shard
 from ..store.spec import TableSpec
+from .backups import Backups
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +50,14 @@ log = logging.getLogger(__name__)
 class Rounds:
     """Level 2 of one aggregated BSP/SSP table with backups, for the ranges this node heads."""
 
-    def __init__(self, spec: TableSpec, num_nodes: int, chain, main: Shard, endpoint: Endpoint,
-                 alive) -> None:
+    def __init__(self, spec: TableSpec, num_nodes: int, backups: Backups, main: Shard, endpoint: Endpoint,
+                 tracker: RequestTracker, alive) -> None:
         self.spec = spec
-        self._chain = chain  # server.chain.Chain
+        self._copies = backups.copies  # heads, ranges, rounds counted per key
+        self._chain = backups.chain  # the write path: a completed round's write
         self._main = main
         self._endpoint = endpoint
+        self._tracker = tracker  # our round writes are this node's requests
         self._alive = alive  # alive() -> the live ranks
         rows = spec.rows
         self._acc = np.zeros((rows, spec.dim), spec.dtype)  # (rows, dim) the nodes' sums of each key's open round
@@ -63,7 +67,7 @@ class Rounds:
         self._pending = np.zeros(rows, bool)  # (rows,) a completed round of the key waits for the tail
         self.completed = 0  # key-rounds completed here
         self.answered_again = 0  # sums of completed rounds that came again and were answered at once
-        chain.on_change(self._membership_changed)
+        backups.failover.on_change(self._membership_changed)
 
     # ---- a node's sums (AGG_PUSH) -----------------------------------------------------------------
     def serve(self, header: Header, p: Payload) -> None:
@@ -74,10 +78,10 @@ class Rounds:
             raise ProtocolError(f"{header!r}: an aggregated push with backups carries a round per key and values")
         rounds, sums = np.asarray(p.rounds, np.int64), p.values
         positions = np.arange(len(keys)) if p.positions is None else np.asarray(p.positions, np.int64)
-        here = self._chain.heads(header.table, keys) == self._endpoint.rank
+        here = self._copies.heads(header.table, keys) == self._endpoint.rank
         if not here.all():  # sent before a membership change we saw: its sender sends them again
             keys, rounds, sums, positions = keys[here], rounds[here], sums[here], positions[here]
-        done = self._chain.rounds(header.table)[keys]
+        done = self._copies.rounds[header.table][keys]
         if (rounds > done).any():
             bad = np.flatnonzero(rounds > done)[:5]
             raise ProtocolError(f"node {header.origin} sent rounds {rounds[bad].tolist()} of keys {keys[bad].tolist()} "
@@ -108,11 +112,11 @@ class Rounds:
         alive = sorted(self._alive())
         if not len(keys) or not alive:
             return
-        keys = keys[self._chain.heads(self.spec.table_id, keys) == self._endpoint.rank]
+        keys = keys[self._copies.heads(self.spec.table_id, keys) == self._endpoint.rank]
         full = keys[self._got[keys][:, alive].all(axis=1)]
         if not len(full):
             return
-        ranges = self._chain.range_of(self.spec.table_id, full)
+        ranges = self._copies.range_of(self.spec.table_id, full)
         for r in np.unique(ranges).tolist():
             self._write(full[ranges == r], alive)
 
@@ -132,11 +136,10 @@ class Rounds:
         self._got[keys] = False
         self._pending[keys] = True
         self.completed += len(keys)
-        rid, fut = self._endpoint.tracker.new_request(len(keys), desc=f"round of table {self.spec.name!r}")
-        header = Header(Kind.CHAIN, table=self.spec.table_id, request_id=rid, dim=self.spec.dim, flags=ROUNDS,
-                        origin=self._endpoint.rank)
+        rid, fut = self._tracker.new_request(len(keys), desc=f"round of table {self.spec.name!r}")
+        header = self._endpoint.own_request(Kind.CHAIN, self.spec.table_id, rid, dim=self.spec.dim, flags=ROUNDS)
         self._waiting[rid] = answers
-        self._endpoint.tracker.set_retry(rid, lambda: self._chain.write_round(header, keys, sums, self._main))
+        self._tracker.set_retry(rid, lambda: self._chain.write_round(header, keys, sums, self._main))
         fut.add_done_callback(lambda f: self._written(rid, keys, f.exception()))
         if not self._chain.write_round(header, keys, sums, self._main):  # cannot happen: _complete checked
             raise ProtocolError(f"node {self._endpoint.rank} completed a round of keys it does not head")
@@ -159,11 +162,8 @@ class Rounds:
     def _answer(self, node: int, rid: int, part: int, positions: np.ndarray, keys: np.ndarray) -> None:
         rows = np.empty((len(keys), self.spec.dim), self.spec.dtype)  # (n, dim) the rows after the round
         self._main.pull(keys, rows)
-        to = Header(Kind.AGG_PUSH, table=self.spec.table_id, request_id=rid, part=part, origin=node)
-        if node == self._endpoint.rank:
-            self._endpoint.reply_here(to, Kind.PULL_REPLY, n_keys=len(keys), positions=positions, values=rows)
-        else:
-            self._endpoint.reply(to, Kind.PULL_REPLY, n_keys=len(keys), positions=positions, values=rows)
+        self._endpoint.answer(node, Kind.PULL_REPLY, self.spec.table_id, rid, part=part, n_keys=len(keys),
+                              positions=positions, values=rows)
 
     def __repr__(self) -> str:
         return (f"<Rounds table={self.spec.name!r} completed={self.completed} waiting={len(self._waiting)} "

@@ -39,37 +39,41 @@ from ..net import codec
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
 from ..net.dispatch import Batched
-from ..net.wire import (BACKUPS, BATCH, REQUESTS, ROWS, Header, Kind, Payload, dtype_code, plain, plain_buffers, split,
+from ..net.wire import (BACKUPS, REQUESTS, ROWS, Header, Kind, Payload, dtype_code, plain, plain_buffers, split,
                         unpack)
 from ..placement import route
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard, Store
 from . import handoff
-from .chain import Chain
+from .backups import Backups
+from .hops import Hops
 from .intents import IntentBoard
 from .relocate import Relocation
 
 log = logging.getLogger(__name__)
 HANDLES = REQUESTS | BACKUPS | {Kind.RANGE, Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC,
                                 Kind.AGG_PUSH, Kind.HANDOFF, Kind.OWNERS, Kind.INTENT}
-_HOP_SHIFT = 8  # flags bits 8..15 count forwards: a routing bug becomes an error, never an endless loop
-_MAX_HOPS = 32  # a relocation chain moves a key at most once per hop; 32 is far beyond any real chain
 
 
 class Server:
     def __init__(self, store: Store, endpoint: Endpoint, tracker: RequestTracker,
                  ranges: Callable[[int], KeyRanges],
-                 on_declined: Callable[[int, np.ndarray, int, float], None] | None = None) -> None:
+                 on_declined: Callable[[int, np.ndarray, int, float], None] | None = None, *,
+                 hops: Hops | None = None, backups: Backups | None = None) -> None:
+        """`hops`: forwards, counted (shared with `backups`; made here if not given); `backups`: with
+        backups, the write path and the modules that handle their kinds (server.backups)."""
         self._store = store
         self._endpoint = endpoint
         self.rank = endpoint.rank
         self._ranges = ranges  # table id -> the table's key ranges
+        self._hops = hops or Hops(endpoint, store)
         self.relocation = Relocation(endpoint, tracker, serve=self._serve, reject=self.reject, on_declined=on_declined)
         self.intents = IntentBoard(endpoint, self.relocation.release)  # INTENT: which nodes intend each key
         self.aggregators: dict[int, Callable[[Header, Payload], None]] = {}  # table id -> AGG_PUSH handler
-        self.chain: Chain | None = None  # with backups: chain replication and failover (set by the node)
+        self.backups = backups  # with backups: chain replication, failover and reader copies
         self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve, Kind.RANGE: self._range,
-                          Kind.CHAIN: self._chain, Kind.SNAPSHOT: self._chain, Kind.SUBSCRIBE: self._chain,
+                          Kind.CHAIN: self._no_backups, Kind.SNAPSHOT: self._no_backups,
+                          Kind.SUBSCRIBE: self._no_backups,
                           Kind.LOCALIZE: self.relocation.localize, Kind.HANDOVER: self.relocation.handover,
                           Kind.TRANSFER: self.relocation.transfer, Kind.DECLINE: self.relocation.on_decline,
                           Kind.REPLICA_SYNC: self._replica_sync,
@@ -77,10 +81,12 @@ class Server:
                           Kind.HANDOFF: self._handoff,
                           Kind.OWNERS: lambda h, p, s: handoff.on_owners(endpoint, h, p, s),
                           Kind.INTENT: self.intents.handle}
+        self._whole: dict = {}  # kind -> fn(header, payload, shard): takes a BATCH whole, or returns False
+        if backups is not None:
+            self.register(backups.handlers(), batches=backups.batches())
         self.remembered = codec.Remembered()  # key lists other nodes' threads cache here (key caching)
         self.requests = 0  # handled, for stats
         self.errors = 0
-        self.forwards = 0  # keys passed on to another node
         self.runs = 0  # runs of plain requests served in one step (handle_many)
         # the dispatcher's entry: one message, or a run of them (`handle_many`)
         self.handle = Batched(self._handle_one, self.handle_many)
@@ -98,9 +104,31 @@ class Server:
             frames = codec.decode(header, frames, self.remembered)  # (a request sent with pskv.filters)
             payload = unpack(header, frames, shard.width)
             self._check(header, payload, shard)
-            self._handlers[header.kind](header, payload, shard)
+            if payload.writes is not None:  # (flag BATCH, of a kind that may be one)
+                self._batch(header, payload, shard)
+            else:
+                self._handlers[header.kind](header, payload, shard)
         except Exception as exc:  # noqa: BLE001 - answered with an ERROR, never dropped
             self.reject(header, exc)
+
+    def register(self, handlers: dict, *, batches: dict | None = None) -> None:
+        """Handle these kinds with fn(header, payload, shard) (a module's `handlers()`); `batches`:
+        kinds whose BATCH messages fn(header, payload, shard) may take whole (it returns True)."""
+        self._handlers.update(handlers)
+        self._whole.update(batches or {})
+
+    def _batch(self, header: Header, p: Payload, shard: Shard) -> None:
+        """Several writes in one message (flag BATCH: server.batches): whole, where its kind's module
+        takes it so; else each on its own, as if it had come alone, and each fails on its own."""
+        whole = self._whole.get(header.kind)
+        if whole is not None and whole(header, p, shard):
+            return
+        handler = self._handlers[header.kind]
+        for one, part in split(header, p):
+            try:
+                handler(one, part, shard)
+            except Exception as exc:  # noqa: BLE001 - answered with an ERROR to that write's origin
+                self.reject(one, exc)
 
     def handle_many(self, items: list) -> None:
         """Consecutive messages in arrival order, (header, frames) each: runs of plain requests of one
@@ -153,15 +181,15 @@ class Server:
     # ---- pull / push / set ------------------------------------------------------------------------
     def _serve(self, header: Header, p: Payload, shard: Shard) -> None:
         keys = p.keys if p.keys.dtype == np.int64 else p.keys.astype(np.int64)
-        if self.chain is not None and header.kind != Kind.PULL:
-            self.chain.write(header, p, keys, shard)
+        if self.backups is not None and header.kind != Kind.PULL:
+            self.backups.chain.write(header, p, keys, shard)
             return
         out = None
         if header.kind == Kind.PULL:
             out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)  # (n, dim), sent zero-copy
             miss = shard.pull(keys, out)
-            if self.chain is not None and shard.spec.sparse:  # (it never misses: keys headed elsewhere go there)
-                miss = np.flatnonzero(self.chain.heads(header.table, keys) != self.rank)
+            if self.backups is not None and shard.spec.sparse:  # (it never misses: keys headed elsewhere go there)
+                miss = np.flatnonzero(self.backups.heads(header.table, keys) != self.rank)
         elif header.kind == Kind.PUSH and header.flags & ROWS:  # push_pull: the rows after the push
             out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)
             miss = shard.push_pull(keys, p.values, out)
@@ -223,7 +251,7 @@ class Server:
             return None
         spec = shard.spec
         kind = header.kind
-        if spec.sparse or kind != Kind.PULL and (self.chain is not None or kind == Kind.PUSH and not
+        if spec.sparse or kind != Kind.PULL and (self.backups is not None or kind == Kind.PUSH and not
                                                  spec.updater.in_order):
             return None
         ranges = self._ranges(header.table)
@@ -255,12 +283,12 @@ class Server:
         if not shard.spec.sparse or len(p.keys) != 2:
             raise ProtocolError(f"{header!r}: RANGE takes (lo, hi - 1) of a key_space='uint64' table")
         lo, last = (int(k) for k in np.asarray(p.keys).view(np.uint64))
-        if self.chain is not None:  # with backups: its range's head answers (client.sparse asks the one it knows)
-            head = int(self.chain.heads(header.table, np.asarray(p.keys[:1], np.int64))[0])
+        if self.backups is not None:  # with backups: its range's head answers (client.sparse asks the one it knows)
+            head = int(self.backups.heads(header.table, np.asarray(p.keys[:1], np.int64))[0])
             if head != self.rank:
                 self.forward(head, header, np.asarray(p.keys, np.int64), None, None)
                 return
-        to = int(shard.away(np.asarray(p.keys[:1], np.int64))[0]) if self.chain is None else -1
+        to = int(shard.away(np.asarray(p.keys[:1], np.int64))[0]) if self.backups is None else -1
         if to >= 0:  # (this node is leaving and handed the range on: its new manager answers)
             self.forward(to, header, np.asarray(p.keys, np.int64), None, None)
             return
@@ -285,8 +313,8 @@ class Server:
         mkeys = keys[miss]
         positions = miss if p.positions is None else p.positions[miss]
         values = None if p.values is None else p.values[miss]
-        if self.chain is not None:  # with backups: each key's range head holds it
-            targets = self.chain.heads(header.table, mkeys)
+        if self.backups is not None:  # with backups: each key's range head holds it
+            targets = self.backups.heads(header.table, mkeys)
         elif shard.spec.sparse:  # keys of a range this node handed on (it is leaving): to its new manager
             targets = shard.away(mkeys)
         else:
@@ -302,40 +330,19 @@ class Server:
                                     f"table {shard.spec.name!r} but does not hold them")
             self.forward(int(target), header, mkeys[sel], positions[sel], tv)
 
-    def forward(self, target: int, header: Header, keys: np.ndarray, positions: np.ndarray, values) -> None:
-        """Pass keys of a request part on to `target`, counting the hop (a routing bug becomes an error)."""
-        hops = (header.flags >> _HOP_SHIFT) + 1
-        if hops > _MAX_HOPS:
-            raise ProtocolError(f"keys {keys[:5].tolist()} of table {header.table} were forwarded "
-                                f"{_MAX_HOPS} times without reaching their owner")
-        self.forwards += len(keys)
-        shard = self._store.get(header.table)
-        if shard is not None:
-            shard.forwards += len(keys)
-        # (positions None: the whole part, e.g. a chain's write forwarded to its range's head; encode
-        # sets flag POSITIONS when there are some)
-        self._endpoint.forward(target, header, header.flags & ROWS | hops << _HOP_SHIFT, keys=keys,
-                               positions=positions, values=values)
+    def forward(self, target: int, header: Header, keys: np.ndarray, positions: np.ndarray | None, values) -> None:
+        """Pass keys of a request part on to `target`, counting the hop (server.hops)."""
+        self._hops.forward(target, header, keys, positions, values)
+
+    @property
+    def forwards(self) -> int:
+        """Keys passed on to another node."""
+        return self._hops.keys
 
     # ---- backups, replication and aggregation ------------------------------------------------------
-    def _chain(self, header: Header, p: Payload, shard: Shard) -> None:
-        """CHAIN, SNAPSHOT and SUBSCRIBE: a range's backups and readers (server.chain, server.readers)."""
-        if self.chain is None:
-            raise ProtocolError(f"{header!r}: node {self.rank} runs without backups")
-        if header.kind == Kind.CHAIN and header.flags & BATCH:  # several writes: each fails on its own
-            if self.chain.on_chain_batch(header, p, shard):  # (or all at once, when that is the same)
-                return
-            for one, part in split(header, p):
-                try:
-                    self.chain.on_chain(one, part, shard)
-                except Exception as exc:  # noqa: BLE001 - answered with an ERROR to that write's origin
-                    self.reject(one, exc)
-        elif header.kind == Kind.CHAIN:
-            self.chain.on_chain(header, p, shard)
-        elif header.kind == Kind.SNAPSHOT:
-            self.chain.on_snapshot(header, p, shard)
-        else:
-            self.chain.subscribe(header, p, shard)
+    def _no_backups(self, header: Header, p: Payload, shard: Shard) -> None:
+        """CHAIN, SNAPSHOT and SUBSCRIBE reaching a node without backups (server.backups handles them)."""
+        raise ProtocolError(f"{header!r}: node {self.rank} runs without backups")
 
     def _handoff(self, header: Header, p: Payload, shard: Shard) -> None:
         """A leaving node's rows (server.handoff); what waited for them here goes on (server.relocate)."""
@@ -365,7 +372,7 @@ class Server:
 
     def describe(self, limit: int = 10) -> list[str]:
         """Deferred operations per table, and backups, for debug dumps."""
-        return self.relocation.describe(limit) + (self.chain.describe() if self.chain is not None else [])
+        return self.relocation.describe(limit) + (self.backups.describe() if self.backups is not None else [])
 
     def __repr__(self) -> str:
         return (f"<Server node={self.rank} handled={self.requests} errors={self.errors} forwards={self.forwards} "

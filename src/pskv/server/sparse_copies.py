@@ -1,4 +1,4 @@
-"""Backups of sparse tables (key_space="uint64"): what server.chain does differently for them.
+"""Backups of sparse tables (key_space="uint64"): what server.failover does differently for them.
 
 A sparse table's key range r is the uint64 interval of `SparseRanges` range r; with backups it
 lives on the same chain of B + 1 live nodes as dense range r (placement.chains), and its writes
@@ -9,8 +9,8 @@ becomes the range's head promotes its copy into its main shard, which from then 
 interval too (`SparseShard.intervals`: client.stages.HeldRanges reads there, the restore of a
 checkpoint loads there). A sparse table has no readers (localize refuses it: client.compat).
 
-Threads and ownership: pskv-server, as server.chain (the copy a table's declaration makes, in
-the main thread under `Chain._lock`).
+Threads and ownership: pskv-server, as server.failover (the copy a table's declaration makes, in
+the main thread under `Copies.lock`).
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def test_a_membership_change_tells_the_node_which_declarations_are_under_way():
 # Nodes build a table before its declaration completes; a membership change that lands in between is seen
 # by the nodes that built it already and not by those that build it later. No write reached the table yet;
 # the client names such tables in the MEMBERSHIP it hands on ("unfinished"): the node side adopts the ranges
-# of them it now manages that nobody handed over (node.elastic) and expects no snapshot of them (server.chain).
+# of them it now manages that nobody handed over (node.elastic) and expects no snapshot of them (server.failover).
 
 
 def _declaring(nodes: list, name: str, **kw) -> tuple[list, list]:

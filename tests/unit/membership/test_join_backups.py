@@ -56,7 +56,7 @@ def cluster():
 
 def _copy(node: pskv.Node, name: str, r: int) -> np.ndarray:
     """Node `node`'s backup copy of key range r of table `name`: (hi - lo, dim)."""
-    copy = node.server.chain._backup[(node.catalog.get(name).spec.table_id, r)]
+    copy = node.server.backups.copies.backup[(node.catalog.get(name).spec.table_id, r)]
     return copy.read(np.arange(copy.start, copy.stop))[0]
 
 
@@ -86,7 +86,7 @@ def test_a_joiner_enters_the_chains_with_current_copies_and_pulls_current_rows(c
     assert np.array_equal(table.pull(KEYS, timeout=10), tables[1].pull(KEYS, timeout=10))
     tid = joiner.catalog.get("t").spec.table_id
     state = [nodes[0].catalog.get("t").shard.read(KEYS[:20])[1],
-             *(n.server.chain._backup[(tid, 0)].read(KEYS[:20])[1] for n in (nodes[1], joiner))]
+             *(n.server.backups.copies.backup[(tid, 0)].read(KEYS[:20])[1] for n in (nodes[1], joiner))]
     assert np.array_equal(state[0], state[1]) and np.array_equal(state[0], state[2])  # Adagrad's sums too
     coordinator = nodes[0]._coordinator
     wait_until(lambda: coordinator.changes.whole[0] == {0, 1, 3}, what="the joiner's copy counted as whole")
@@ -111,7 +111,7 @@ def test_a_joiner_reads_keys_before_and_after_it_enters_the_chains(cluster):
     joiner.table("b", rows=10, dim=1)  # the last table before it came: it enters the chains
     assert joiner.view.outside == frozenset() and joiner.view.chains.chain(0) == (0, 1, 2)
     tid = joiner.catalog.get("a").spec.table_id
-    assert (nodes[0].server.chain.readers.of(tid, keys) == 2).all()
+    assert (nodes[0].server.backups.copies.readers.of(tid, keys) == 2).all()
     a[0].push(keys, np.full((10, 1), 2.0, np.float32)).wait(10)
     together(lambda: ta.push(keys, np.ones((10, 1), np.float32)).wait(10),
              lambda: a[1].push(keys, np.ones((10, 1), np.float32)).wait(10))

@@ -13,7 +13,7 @@ from pskv.placement.chains import Chains
 from pskv.placement.ranges import KeyRanges
 from pskv.server.applied import Applied
 from pskv.server.batches import Batches
-from pskv.server.chain import Chain
+from pskv.server.backups import Backups
 from pskv.store.shard import Shard
 from pskv.store.spec import TableSpec, Zeros
 
@@ -115,12 +115,12 @@ def _backup_of_range_0(updater):
     """Node 1 of 3 with backups=1: the tail of range 0 (head 0); a table of 30 rows, dim 2."""
     endpoint, transport = recording_endpoint(1)
     chains = Chains(3, 1, {0, 1, 2})
-    chain = Chain(endpoint, lambda: chains, lambda: 1, lambda *a: None, lambda epoch: None)
+    backups = Backups(endpoint, lambda: chains, lambda: 1, lambda *a: None, lambda epoch: None)
     spec = TableSpec("w", 30, 2, np.float32, updaters.get(updater), Zeros(), table_id=4)
     ranges = KeyRanges(30, 3)
     main = Shard(spec, *ranges.manager_range(1), 1)
-    chain.add_table(spec, main, ranges)
-    return chain, transport, main
+    backups.failover.add_table(spec, main, ranges)
+    return backups, transport, main
 
 
 def _batch(writes):
@@ -145,23 +145,23 @@ def test_a_batch_of_pushes_applies_at_once_as_one_by_one(updater, at_once):
     writes.append((1, 40, 0, [3, 3, 9], np.array([0, 2, 5]), rng.normal(size=(3, 2))))  # ours, some positions
     batched, transport, main = _backup_of_range_0(updater)
     header, p = _batch(writes)
-    assert batched.on_chain_batch(header, p, main) is at_once
+    assert batched.chain.on_chain_batch(header, p, main) is at_once
     if not at_once:
         for one, part in split(header, p):
-            batched.on_chain(one, part, main)
+            batched.chain.on_chain(one, part, main)
     single, _, main2 = _backup_of_range_0(updater)
     for one, part in split(*_batch(writes)):
-        single.on_chain(one, part, main2)
-    (a,), (b,) = batched.copies(4), single.copies(4)
+        single.chain.on_chain(one, part, main2)
+    (a,), (b,) = batched.copies.copies(4), single.copies.copies(4)
     assert a.data.tobytes() == b.data.tobytes() and a.data.any()
-    batched.batches.flush()
+    batched.copies.batches.flush()
     acked = [(rank, unpack_header(bytes(frames[0])).kind) for rank, frames in transport.sent]
     assert acked == [(2, Kind.ACK)]
     header, p = _batch(writes[:2])  # both seen before: not applied again, one by one (acked again)
-    assert batched.on_chain_batch(header, p, main) is False
+    assert batched.chain.on_chain_batch(header, p, main) is False
     for one, part in split(header, p):
-        batched.on_chain(one, part, main)
-    assert a.data.tobytes() == b.data.tobytes() and batched.duplicates == 2
+        batched.chain.on_chain(one, part, main)
+    assert a.data.tobytes() == b.data.tobytes() and batched.copies.duplicates == 2
 
 
 def test_a_stall_report_names_the_unanswered_keys():

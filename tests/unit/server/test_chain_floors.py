@@ -17,7 +17,8 @@ from pskv.net.requests import RequestTracker
 from pskv.net.wire import READER, Header, Kind, Payload, split, unpack, unpack_header
 from pskv.placement.chains import Chains
 from pskv.placement.ranges import KeyRanges
-from pskv.server.chain import AGAIN, Chain
+from pskv.server.backups import Backups
+from pskv.server.chain import AGAIN
 from pskv.store.shard import Shard
 from pskv.store.spec import TableSpec, Zeros
 
@@ -28,15 +29,15 @@ KEYS = np.array([1, 2, 3], np.int64)  # of range 0 (rows 0..9)
 
 
 def _node(rank):
-    """(Chain, recording transport, main shard) of node `rank` of 3, backups=1, table 'w' (30 x 2, add)."""
+    """(Backups, recording transport, main shard) of node `rank` of 3, backups=1, table 'w' (30 x 2, add)."""
     endpoint, transport = recording_endpoint(rank)
     chains = Chains(3, 1, {0, 1, 2})
-    chain = Chain(endpoint, lambda: chains, lambda: 1, lambda *a: None, lambda epoch: None)
+    backups = Backups(endpoint, lambda: chains, lambda: 1, lambda *a: None, lambda epoch: None)
     spec = TableSpec("w", 30, 2, np.float32, updaters.get("add"), Zeros(), table_id=TABLE)
     ranges = KeyRanges(30, 3)
     main = Shard(spec, *ranges.manager_range(rank), rank)
-    chain.add_table(spec, main, ranges)
-    return chain, transport, main
+    backups.failover.add_table(spec, main, ranges)
+    return backups, transport, main
 
 
 def _received(transport, dest):
@@ -62,9 +63,9 @@ def _failed_request(tracker):
 
 def _head_writes(head, main0, rid, values):
     """Node 2's PUSH (part 0 of request `rid`, to KEYS) reaches the head, node 0, which ends its burst."""
-    head.write(Header(Kind.PUSH, table=TABLE, request_id=rid, dim=2, origin=2, sender=2),
+    head.chain.write(Header(Kind.PUSH, table=TABLE, request_id=rid, dim=2, origin=2, sender=2),
                Payload(KEYS, None, values, None), KEYS, main0)
-    head.batches.flush()
+    head.copies.batches.flush()
 
 
 def test_a_backup_applies_what_its_head_applied_though_a_floor_passed_it():
@@ -76,14 +77,14 @@ def test_a_backup_applies_what_its_head_applied_though_a_floor_passed_it():
     rid, low = _failed_request(RequestTracker())
     values = np.ones((3, 2), np.float32)
     _head_writes(head, main0, rid, values)
-    tail.prune({2: low})  # the TICK overtook the CHAIN
+    tail.copies.prune({2: low})  # the TICK overtook the CHAIN
     (header, p), = _received(t0, 1)
     assert header.kind == Kind.CHAIN and not header.flags & AGAIN
-    tail.on_chain(header, p, main1)
-    (copy,) = tail.copies(TABLE)
+    tail.chain.on_chain(header, p, main1)
+    (copy,) = tail.copies.copies(TABLE)
     assert main0.read(KEYS)[0].tolist() == [[1, 1]] * 3
-    assert copy.read(KEYS)[0].tolist() == [[1, 1]] * 3 and tail.duplicates == 0
-    tail.batches.flush()
+    assert copy.read(KEYS)[0].tolist() == [[1, 1]] * 3 and tail.copies.duplicates == 0
+    tail.copies.batches.flush()
     (ack, _), = _received(t1, 2)  # the tail answers the writer, as always
     assert (ack.kind, ack.request_id, ack.n_keys) == (Kind.ACK, rid, 3)
 
@@ -100,29 +101,29 @@ def test_a_write_again_is_applied_once_on_every_copy(head_pruned):
     values = np.full((3, 2), 2, np.float32)
     _head_writes(head, main0, rid, values)
     for header, p in _received(t0, 1):
-        tail.on_chain(header, p, main1)
+        tail.chain.on_chain(header, p, main1)
     tracker.on_reply(rid, 3, 1)  # the tail's ACK: complete, the floor passes it
-    tail.prune({2: tracker.low_watermark()})
+    tail.copies.prune({2: tracker.low_watermark()})
     if head_pruned:
-        head.prune({2: tracker.low_watermark()})
+        head.copies.prune({2: tracker.low_watermark()})
     _head_writes(head, main0, rid, values)  # the resend, late
     (header, p), = _received(t0, 1)
     assert header.flags & AGAIN
-    tail.on_chain(header, p, main1)
-    (copy,) = tail.copies(TABLE)
+    tail.chain.on_chain(header, p, main1)
+    (copy,) = tail.copies.copies(TABLE)
     assert main0.read(KEYS)[0].tolist() == [[2, 2]] * 3 and copy.read(KEYS)[0].tolist() == [[2, 2]] * 3
-    assert (head.duplicates, tail.duplicates) == (1, 1)
+    assert (head.copies.duplicates, tail.copies.duplicates) == (1, 1)
 
 
 def _reader(tail, t1):
     """Node 2 reads KEYS: the tail's copy of them installed on node 2 (SNAPSHOT, flag READER)."""
     reader, t2, main2 = _node(2)
-    tail.readers.set(TABLE, KEYS, 2)
-    reader.readers.set(TABLE, KEYS, 2)
+    tail.copies.readers.set(TABLE, KEYS, 2)
+    reader.copies.readers.set(TABLE, KEYS, 2)
     main2.mark_incoming(KEYS)
-    rows, state = tail.copies(TABLE)[0].read(KEYS)
+    rows, state = tail.copies.copies(TABLE)[0].read(KEYS)
     h = Header(Kind.SNAPSHOT, table=TABLE, part=0, flags=READER, origin=2, sender=1)
-    reader.on_snapshot(h, Payload(KEYS, None, rows, state, applied=tail._applied[(TABLE, 0)].array()), main2)
+    reader.failover.on_snapshot(h, Payload(KEYS, None, rows, state, applied=tail.copies.applied[(TABLE, 0)].array()), main2)
     assert main2.read(KEYS)[0].tolist() == rows.tolist()
     return reader, t2, main2
 
@@ -132,12 +133,12 @@ def _through_chain(head, t0, tail, t1, reader, t2, main0, main1, main2, rid, val
     reader before the tail's copy of the write."""
     _head_writes(head, main0, rid, values)
     for header, p in _received(t0, 1):
-        tail.on_chain(header, p, main1)
+        tail.chain.on_chain(header, p, main1)
     if prune:
-        reader.prune(prune)
+        reader.copies.prune(prune)
     for header, p in _received(t1, 2):
         assert header.flags & READER
-        reader.on_chain(header, p, main2)
+        reader.chain.on_chain(header, p, main2)
 
 
 def test_reader_records_are_pruned_by_the_floors():
@@ -152,12 +153,12 @@ def test_reader_records_are_pruned_by_the_floors():
         _through_chain(head, t0, tail, t1, reader, t2, main0, main1, main2, rid, np.ones((3, 2), np.float32))
         tracker.on_reply(rid, 3, 2)
     assert main2.read(KEYS)[0].tolist() == [[5, 5]] * 3
-    assert reader.kept() == (0, 5)
-    reader.prune({2: tracker.low_watermark()})
-    assert reader.kept() == (0, 0)
-    for chain in (head, tail):
-        chain.prune({2: tracker.low_watermark()})
-        assert chain.kept() == (0, 0)
+    assert reader.copies.kept() == (0, 5)
+    reader.copies.prune({2: tracker.low_watermark()})
+    assert reader.copies.kept() == (0, 0)
+    for backups in (head, tail):
+        backups.copies.prune({2: tracker.low_watermark()})
+        assert backups.copies.kept() == (0, 0)
 
 
 def test_a_reader_applies_what_its_tail_applied_though_a_floor_passed_it():
@@ -169,7 +170,7 @@ def test_a_reader_applies_what_its_tail_applied_though_a_floor_passed_it():
     rid, low = _failed_request(RequestTracker())
     _through_chain(head, t0, tail, t1, reader, t2, main0, main1, main2, rid, np.full((3, 2), 3, np.float32),
                    prune={2: low})
-    assert main0.read(KEYS)[0].tolist() == tail.copies(TABLE)[0].read(KEYS)[0].tolist() == [[3, 3]] * 3
+    assert main0.read(KEYS)[0].tolist() == tail.copies.copies(TABLE)[0].read(KEYS)[0].tolist() == [[3, 3]] * 3
     assert main2.read(KEYS)[0].tolist() == [[3, 3]] * 3
 
 
@@ -183,11 +184,11 @@ def test_a_late_reader_write_from_an_earlier_tail_is_decided_by_its_floor():
     rid, _ = tracker.new_request(len(KEYS))
     _head_writes(head, main0, rid, np.ones((3, 2), np.float32))
     for header, p in _received(t0, 1):
-        tail.on_chain(header, p, main1)
+        tail.chain.on_chain(header, p, main1)
     (late, p), = _received(t1, 2)
     late.sender = 0  # as if node 0 had been the tail then, and node 1 is now
     main2.overwrite(KEYS, np.ones((3, 2), np.float32), None)  # the new tail's fresh copy, with the write
     tracker.on_reply(rid, 3, 2)
-    reader.prune({2: tracker.low_watermark()})
-    reader.on_chain(late, p, main2)
+    reader.copies.prune({2: tracker.low_watermark()})
+    reader.chain.on_chain(late, p, main2)
     assert main2.read(KEYS)[0].tolist() == [[1, 1]] * 3
