@@ -37,8 +37,8 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from .. import _hooks
 from ..catalog import Catalog, TableState
 from ..errors import CheckpointError
 from ..net.requests import RequestTracker
+from ..store.sparse import SparseShard
 from . import format as fmt
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,8 @@ class Checkpointer:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise CheckpointError(f"node {self.rank} cannot create checkpoint directory {directory}: {exc}; give a "
-                                  "directory every node can write (a shared file system for nodes on several hosts)") from None
+                                  "directory every node can write (a shared file system for nodes on several "
+                                  "hosts)") from None
         for _ in range(_ATTEMPTS):
             info = self._attempt(directory, keep, extra, timeout)
             if info is not None:
@@ -123,7 +125,8 @@ class Checkpointer:
         raise CheckpointError(f"node {self.rank}: the membership changed during each of {_ATTEMPTS} attempts to "
                               f"checkpoint into {directory}; nodes keep dying: look at the failures first")
 
-    def _attempt(self, directory: Path, keep: int | None, extra: dict | None, timeout: float) -> fmt.CheckpointInfo | None:
+    def _attempt(self, directory: Path, keep: int | None, extra: dict | None,
+                 timeout: float) -> fmt.CheckpointInfo | None:
         """One try; None if a node died meanwhile (backups: the others go on, the files may lack its rows).
 
         Whether the try is complete, to be taken again or failed is one decision for every node: the
@@ -212,33 +215,36 @@ class Checkpointer:
 
     def _write_shards(self, path: Path, epoch: int) -> dict:
         """This node's files of every table, and its part file (node-R.json) naming them."""
-        files, tables = {}, {}
+        files: dict[str, dict] = {}
+        tables: dict[str, dict] = {}
         first = self.rank == min(self._members())
         for state in self._catalog.tables():
             shard, tid = state.shard, state.spec.table_id
-            if state.spec.sparse:  # its written keys (uint64, sorted), rows and state
+            if isinstance(shard, SparseShard):  # its written keys (uint64, sorted), rows and state
                 keys, rows, st = shard.snapshot()
             else:
                 keys = np.flatnonzero(shard.slot >= 0).astype(np.int64)
                 rows, st = _rows(state, keys)
-            entry = {"keys": f"t{tid}.node{self.rank}.keys.npy", "rows": f"t{tid}.node{self.rank}.rows.npy",
-                     "state": f"t{tid}.node{self.rank}.state.npy" if st is not None else None, "count": len(keys)}
+            names = {"keys": f"t{tid}.node{self.rank}.keys.npy", "rows": f"t{tid}.node{self.rank}.rows.npy",
+                     "state": f"t{tid}.node{self.rank}.state.npy" if st is not None else None}
+            entry = {**names, "count": len(keys)}
             try:
                 disk = getattr(shard, "disk", None)  # a disk table streams, never all of it in memory
                 for name, array in (("keys", keys), ("rows", rows), ("state", st)):
-                    if entry[name]:
-                        files[entry[name]] = fmt.write_array(path / entry[name], array,
-                                                             None if disk is None else disk.trim)
+                    file = names[name]
+                    if file is not None and array is not None:
+                        files[file] = fmt.write_array(path / file, array, None if disk is None else disk.trim)
                 replicas = shard.replicas
                 if replicas is not None and first:  # every node's replicas are equal after the flush
                     m = len(replicas.keys)
-                    rep = {"keys": f"t{tid}.replicas.keys.npy", "rows": f"t{tid}.replicas.rows.npy",
-                           "state": f"t{tid}.replicas.state.npy" if replicas.state is not None else None, "count": m}
+                    rep_names = {"keys": f"t{tid}.replicas.keys.npy", "rows": f"t{tid}.replicas.rows.npy",
+                                 "state": f"t{tid}.replicas.state.npy" if replicas.state is not None else None}
                     for name, array in (("keys", replicas.keys), ("rows", replicas.data[:m]),
                                         ("state", None if replicas.state is None else replicas.state[:m])):
-                        if rep[name]:
-                            files[rep[name]] = fmt.write_array(path / rep[name], array)
-                    tables.setdefault(state.spec.name, {})["replicas"] = rep
+                        file = rep_names[name]
+                        if file is not None and array is not None:
+                            files[file] = fmt.write_array(path / file, array)
+                    tables.setdefault(state.spec.name, {})["replicas"] = {**rep_names, "count": m}
             except OSError as exc:
                 raise CheckpointError(f"node {self.rank} cannot write its shard of table {state.spec.name!r} to "
                                       f"{path}: {exc}; free space or fix permissions, then checkpoint again") from None

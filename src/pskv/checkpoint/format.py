@@ -113,7 +113,7 @@ def write_array(path: Path, array: np.ndarray, after_chunk=None) -> dict:
     crc = zlib.crc32(header)
     with open(path, "wb") as f:
         f.write(header)
-        flat = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+        flat = array.reshape(-1).view(np.uint8).data if array.size else memoryview(b"")  # (bytes, no copy)
         step = _CHUNK if after_chunk is None else _CHUNK // 16  # (4 MiB: what a disk table holds at once)
         for lo in range(0, len(flat), step):
             chunk = flat[lo:lo + step]
@@ -222,7 +222,8 @@ def open_array(path: Path, name: str) -> np.ndarray:
     try:
         return np.load(Path(path) / name, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{Path(path) / name} cannot be read as .npy ({exc}); the checkpoint is damaged") from None
+        raise CheckpointError(f"{Path(path) / name} cannot be read as .npy ({exc}); the checkpoint is "
+                              "damaged") from None
 
 
 def coverage(path: Path, name: str, entry: dict, window: int = 1 << 22) -> str | None:
@@ -254,7 +255,7 @@ def _copies_differ(path: Path, files: list[dict], keys: list[np.ndarray], severa
     first: np.ndarray | None = None  # (m, bytes) each key's row and state, as the first file holding it has them
     seen = np.zeros(len(several), bool)
     bad = np.zeros(len(several), bool)
-    for f, k in zip(files, keys):
+    for f, k in zip(files, keys, strict=True):
         pos = np.minimum(np.searchsorted(k, several), max(len(k) - 1, 0))
         has = np.flatnonzero((np.asarray(k[pos]) == several) if len(k) else np.zeros(len(several), bool))
         if not len(has):
@@ -301,7 +302,8 @@ def _read_rows(path: Path, name: str, take: slice, out: np.ndarray | None = None
     try:
         with open(file, "rb") as f:
             version = np.lib.format.read_magic(f)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
             shape, fortran, dtype = read_header(f)
             if fortran or len(shape) != 2:
                 raise CheckpointError(f"{file} holds shape {shape} (fortran order {fortran}), not rows{damaged}")
@@ -310,7 +312,7 @@ def _read_rows(path: Path, name: str, take: slice, out: np.ndarray | None = None
             f.seek(lo * shape[1] * dtype.itemsize, 1)
             if out is None or out.shape != (hi - lo, shape[1]) or out.dtype != dtype:
                 out = np.empty((hi - lo, shape[1]), dtype)
-            flat = memoryview(out.reshape(-1).view(np.uint8)) if out.size else memoryview(bytearray())
+            flat = out.reshape(-1).view(np.uint8).data if out.size else memoryview(bytearray())
             step = len(flat) if after_chunk is None else _CHUNK // 16
             for lo in range(0, len(flat), max(step, 1)):
                 if f.readinto(flat[lo:lo + step]) != len(flat[lo:lo + step]):
@@ -382,7 +384,8 @@ def describe(path) -> list[str]:
     age = time.time() - float(manifest["created"])
     total = sum(m["bytes"] for m in manifest["files"].values())
     lines = [f"{path}: step {manifest['step']}, {manifest['nodes']} node(s), clock {manifest.get('clock', 0)}, "
-             f"pskv {manifest.get('pskv', '?')}, {_age(age)} old, {len(manifest['files'])} files, {total / 2**20:.1f} MiB",
+             f"pskv {manifest.get('pskv', '?')}, {_age(age)} old, {len(manifest['files'])} files, "
+             f"{total / 2**20:.1f} MiB",
              f"checksums: all {len(manifest['files'])} files match"]
     for name, e in sorted(manifest["tables"].items()):
         updater = e["updater"].get("name", "?")

@@ -47,7 +47,8 @@ class Restorer:
         if saved != wanted:
             diff = ", ".join(f"{k} {saved[k]!r} there but {wanted[k]!r} here" for k in saved if saved[k] != wanted[k])
             return None, TableMismatch(f"table {config['name']!r} differs from checkpoint {self.path}: {diff}; declare "
-                                       "it as it was saved (or restore without it: pskv.load_checkpoint reads any table)")
+                                       "it as it was saved (or restore without it: pskv.load_checkpoint reads any "
+                                       "table)")
         return entry, None
 
     def load(self, entry: dict, shard: Shard) -> int:
@@ -67,15 +68,16 @@ class Restorer:
         for keys, rows, st in fmt.table_parts(self.path, entry, (shard.start, shard.stop), into,
                                               None if disk is None else disk.trim):  # replicas last
             if len(keys) and np.shares_memory(rows, shard.data) and (
-                    st is None and shard.state is None or st is not None and np.shares_memory(st, shard.state)):
+                    (st is None and shard.state is None) or (st is not None and np.shares_memory(st, shard.state))):
                 seen[keys - shard.start] = True  # read in place
                 continue
+            state = st
             if (st is None) != (shard.state is None):
                 if st is not None or not seen[keys - shard.start].all():
                     raise CheckpointError(f"checkpoint {self.path}: the updater state of table {entry['name']!r} "
                                           "does not fit its updater; the checkpoint is damaged: use an older one")
-                st = shard.read(keys)[1]  # replicas saved without state: the home rows' stays
-            shard.overwrite(keys, rows, st)
+                state = shard.read(keys)[1]  # replicas saved without state: the home rows' stays
+            shard.overwrite(keys, rows, state)
             seen[keys - shard.start] = True
         if not seen.all():
             raise CheckpointError(f"checkpoint {self.path}: table {entry['name']!r} lacks {int((~seen).sum())} rows "
@@ -88,8 +90,8 @@ class Restorer:
         """A sparse table: the saved keys of this node's range of the uint64 space (any node's file may
         hold some: the cluster may have had another size), with their rows and state."""
         loaded = 0
-        for keys, rows, st in fmt.table_parts(self.path, entry):
-            keys = np.asarray(keys).view(np.uint64)
+        for saved, rows, st in fmt.table_parts(self.path, entry):
+            keys = np.asarray(saved).view(np.uint64)
             mine = np.zeros(len(keys), bool)
             for lo, hi in shard.intervals:  # its range, and with backups those it heads now (server.sparse_copies)
                 mine |= (keys >= np.uint64(lo)) & (keys < np.uint64(hi)) if hi < 1 << 64 else keys >= np.uint64(lo)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..errors import CheckpointError
 from .format import MANIFEST, read_manifest, steps
@@ -38,7 +38,7 @@ def watch(directory, evaluate: Callable[[Path, dict], dict], *, poll: float = 0.
             try:
                 manifest = read_manifest(path)
                 result = {"step": int(manifest.get("extra", {}).get("step", step)), **evaluate(path, manifest)}
-            except Exception as exc:  # noqa: BLE001 - re-raised unless the run pruned the checkpoint meanwhile
+            except Exception as exc:  # re-raised unless the run pruned the checkpoint meanwhile
                 if not _pruned(directory, step, path, manifest):
                     raise
                 print(f"pskv evaluate: {path.name} was removed (keep= of the run) while it was read "

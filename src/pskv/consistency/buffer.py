@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from ..net.future import Future
 from ..updaters import _scatter_add
+
 
 class PushBuffer:
     """A node's pending remote updates of one table, duplicates summed, sent as one push per flush.
@@ -67,10 +68,11 @@ class PushBuffer:
             with self._lock:
                 if not self._rows:
                     return None
-                keys, values, fut = self._keys, self._values, self._future
+                key_parts, value_parts, fut = self._keys, self._values, self._future
                 self._keys, self._values, self._rows, self._future = [], [], 0, None
-            keys = np.concatenate(keys) if len(keys) > 1 else keys[0]  # (n,)
-            values = np.concatenate(values) if len(values) > 1 else values[0]  # (n, dim)
+            assert fut is not None  # (made with the first buffered row)
+            keys = np.concatenate(key_parts) if len(key_parts) > 1 else key_parts[0]  # (n,)
+            values = np.concatenate(value_parts) if len(value_parts) > 1 else value_parts[0]  # (n, dim)
             uniq, inverse = np.unique(keys, return_inverse=True)
             if len(uniq) < len(keys):
                 summed = np.zeros((len(uniq), self._dim), self._dtype)  # (m, dim) duplicates summed
@@ -81,12 +83,12 @@ class PushBuffer:
             try:
                 sent = self._send(keys, values)
             except BaseException as exc:
-                fut._resolve(None, exc)
+                fut.resolve(None, exc)
                 raise
             with self._lock:
                 self._inflight = [(t, f) for t, f in self._inflight if not f.done()]
                 self._inflight.append((threading.get_ident(), fut))
-        sent.add_done_callback(lambda f: fut._resolve(None, f.exception()))
+        sent.add_done_callback(lambda f: fut.resolve(None, f.exception()))
         return fut
 
     def flush_before_pull(self, timeout: float | None = None) -> None:

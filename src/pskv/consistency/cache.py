@@ -8,6 +8,7 @@ import numpy as np
 
 from ..updaters import _scatter_add
 
+
 class RowCache:
     """A node's bounded cache of rows it does not own, each tagged with the global clock it is fresh to.
 
@@ -100,7 +101,8 @@ class RowCache:
             if not len(at):
                 return
             if self._additive and updates is not None:
-                _scatter_add(self._values, slots[at], np.ascontiguousarray(updates[at], self._values.dtype), self._values.dtype.type(1))
+                _scatter_add(self._values, slots[at], np.ascontiguousarray(updates[at], self._values.dtype),
+                             self._values.dtype.type(1))
             else:
                 self._drop(slots[at])
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..errors import ConsistencyError, WaitTimeout
 from ..net.future import Future
+
+if TYPE_CHECKING:
+    from ..membership.waiting import Patience
 
 INF = 1 << 62  # "no open worker holds the clock back" (JSON-safe integer)
 _WAIT_POLL = 0.2  # seconds between health checks while a pull waits for the global clock
@@ -35,7 +39,7 @@ class Clocks:
         self._base = 0  # the clock new workers start at: the global clock when this node joined a running cluster
         # set by the node: (clock, timeout) -> a Patience (membership.waiting) whose check() logs who
         # holds the global clock back, every 30 s of a wait
-        self.waiting: Callable[[int, float | None], object] | None = None
+        self.waiting: Callable[[int, float | None], Patience] | None = None
 
     def start_at(self, clock: int) -> None:
         """This node joined a running cluster whose global clock is `clock`: its workers start there.
@@ -150,7 +154,7 @@ class Clocks:
 
     def _watch(self, stamp: int, futures: list[Future]) -> None:
         for fut in futures:
-            fut.add_done_callback(lambda f, c=stamp: self._acked(c))
+            fut.add_done_callback(lambda _f: self._acked(stamp))
 
     def _acked(self, stamp: int) -> None:
         with self._cond:
@@ -165,8 +169,8 @@ class Clocks:
             if applied == self._applied:
                 return
             self._applied = applied
-            if self.global_clock > applied:  # a new worker here holds the global clock back from now on
-                self.global_clock = applied
+            # a new worker here holds the global clock back from now on
+            self.global_clock = min(self.global_clock, applied)
         with self._report_lock:  # each report carries the latest value and a sequence number:
             self._report_seq += 1  # threads send on sockets of their own, so reports may overtake
             self._report(self._applied, self._report_seq)

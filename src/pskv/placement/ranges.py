@@ -44,7 +44,7 @@ class KeyRanges:
     def num_nodes(self) -> int:  # (the name routing used before ranges could move)
         return self.nodes
 
-    def with_managers(self, managers, nodes: int) -> "KeyRanges":
+    def with_managers(self, managers, nodes: int) -> KeyRanges:
         """The same ranges with `managers` (R,) and rank space `nodes`."""
         return KeyRanges(self.rows, self.num_ranges, managers, nodes)
 
@@ -100,7 +100,7 @@ class SparseRanges(KeyRanges):
         self._ubounds = [i * (1 << 64) // num_ranges for i in range(num_ranges + 1)]  # python ints, last 2**64
         self._starts = np.array(self._ubounds[:-1], np.uint64)  # (R,) each range's first key
 
-    def with_managers(self, managers, nodes: int) -> "SparseRanges":
+    def with_managers(self, managers, nodes: int) -> SparseRanges:
         return SparseRanges(self.num_ranges, managers, nodes)
 
     def range_bounds(self, r: int) -> tuple[int, int]:

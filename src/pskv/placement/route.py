@@ -8,7 +8,7 @@ locks or keeps state; the shard's arrays (`slot`, `owner`) are read as they are 
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 

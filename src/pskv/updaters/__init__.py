@@ -8,19 +8,19 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError, ConfigTypeError
-from .linear import FTRL as FTRL
-from .linear import BlockProx as BlockProx
-from .linear import Prox as Prox
-from .rules import SGD as SGD
-from .rules import Adagrad as Adagrad
-from .rules import Adam as Adam
-from .rules import Add as Add
-from .rules import Assign as Assign
-from .rules import Custom as Custom
-from .rules import Updater as Updater
-from .rules import _fma as _fma
-from .rules import _scatter_add as _scatter_add
-from .rules import _stable_order as _stable_order
+from .linear import FTRL as FTRL, BlockProx as BlockProx, Prox as Prox
+from .rules import (
+    SGD as SGD,
+    Adagrad as Adagrad,
+    Adam as Adam,
+    Add as Add,
+    Assign as Assign,
+    Custom as Custom,
+    Updater as Updater,
+    _fma as _fma,
+    _scatter_add as _scatter_add,
+    _stable_order as _stable_order,
+)
 
 _BUILTINS: dict[str, type[Updater]] = {"add": Add, "assign": Assign, "sgd": SGD, "adagrad": Adagrad, "adam": Adam,
                                        "prox": Prox, "ftrl": FTRL, "block_prox": BlockProx}

@@ -15,7 +15,8 @@ and may be shared across threads.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numba
 import numpy as np
@@ -192,7 +193,8 @@ class Updater:
     if they keep per-row state); `_params()` lists the constructor arguments for `config()` and `repr()`."""
 
     name: str = ""
-    in_order = False  # True: one apply of two updates concatenated equals applying them one after the other, bit for bit
+    in_order = False  # True: one apply of two updates concatenated equals applying them one after the other,
+    # bit for bit
 
     def state_width(self, dim: int) -> int:
         """Columns of per-row state this rule keeps for a table of width `dim`; 0 means none."""
