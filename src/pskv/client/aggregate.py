@@ -350,7 +350,7 @@ class Aggregator:
             self._resolve(p)
 
     def _resolve(self, p: _Pull) -> None:
-        p.future._resolve(None if p.error else p.out, p.error)
+        p.future.resolve(None if p.error else p.out, p.error)
 
     def _on_request_done(self, fut: Future) -> None:
         """A level-2 request failed (owner's ERROR, node failure): fail every waiting pull with it."""
@@ -364,7 +364,7 @@ class Aggregator:
                 self._error = error
             failed, self._waiting = self._waiting, []
         for p in failed:
-            p.future._resolve(None, error)
+            p.future.resolve(None, error)
 
     # ---- owner side, pskv-server ------------------------------------------------------------------
     def serve(self, header: Header, payload: Payload) -> None:

@@ -128,7 +128,7 @@ class Hold:
             if len(calls) == 1:
                 c = calls[0]
                 fut = self._send_one(self.table, c.keys, c.out, c.gpos, False)
-                fut.add_done_callback(lambda f: c.future._resolve(f._result, f._error))
+                fut.add_done_callback(lambda f: c.future.resolve(*f.outcome()))
                 return
             merged = _Merged(self.table, calls)
             rid, fut = self.ctx.tracker.new_request(merged.bounds[-1], on_part=merged.on_part,
@@ -210,8 +210,9 @@ class _Merged:
             _put(self.calls[i], values[sel], pos[sel] - bounds[i])
 
     def landed(self, fut: Future) -> None:
+        error = fut.exception()
         for c in self.calls:
-            c.future._resolve(None if fut._error is not None else c.out, fut._error)
+            c.future.resolve(None if error is not None else c.out, error)
 
 
 def _put(call: _Call, rows: np.ndarray, at) -> None:

@@ -181,7 +181,10 @@ class Future:
         self.add_done_callback(chain)
         return nxt
 
-    def _resolve(self, result: Any = None, error: BaseException | None = None) -> None:
+    def resolve(self, result: Any = None, error: BaseException | None = None) -> None:
+        """Complete this Future, once: with `result`, or failed with `error` (later calls do nothing).
+        Its callbacks run now, in the calling thread. For the code that completes requests: the
+        RequestTracker, a stage or buffer that answers a call itself, a Future that follows another."""
         with self._lock:
             if self._done:
                 return
@@ -192,6 +195,12 @@ class Future:
             callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:
             self._run_callback(fn)
+
+    _resolve = resolve  # (the name this module's own code calls it by)
+
+    def outcome(self) -> tuple[Any, BaseException | None]:
+        """(result, error) of a done Future, without waiting or raising; (None, None) while pending."""
+        return (self._result, self._error) if self._done else (None, None)
 
     def _run_callback(self, fn) -> None:
         try:

@@ -116,7 +116,7 @@ class RequestTracker:
         no reply will ever come for it, so waiting for one would wait forever."""
         fut = Future(desc, self._health)
         if total <= 0:
-            fut._resolve(result)
+            fut.resolve(result)
             return next(self._ids), fut
         with self._lock:  # (id and registration together: see low_watermark)
             rid = next(self._ids)
@@ -165,7 +165,7 @@ class RequestTracker:
                     if self._pending.get(rid) is p:
                         del self._pending[rid]
                         self._count(p, 0.0, True)
-                p.future._resolve(None, exc)
+                p.future.resolve(None, exc)
         return len(hit)
 
     def sent_to(self, rid: int, rank: int) -> None:
@@ -205,7 +205,7 @@ class RequestTracker:
         if finished:
             if error is None and p.remaining < 0:
                 error = PskvError(f"{p.future.desc}: {-p.remaining} more keys were answered than requested")
-            p.future._resolve(p.result if error is None else None, error)
+            p.future.resolve(p.result if error is None else None, error)
         return True
 
     def expire(self, now: float, timeout: float, error_for: Callable[..., BaseException]) -> list[str]:
@@ -217,7 +217,7 @@ class RequestTracker:
                 del self._pending[rid]
                 self._count(p, now, True)
         for _, p in hit:
-            p.future._resolve(None, error_for(p.future.desc, now - p.born, now - p.progress, p.remaining, p.total,
+            p.future.resolve(None, error_for(p.future.desc, now - p.born, now - p.progress, p.remaining, p.total,
                                               sorted(p.ranks), p.last))
         return [p.describe(now) for _, p in hit]
 
@@ -238,7 +238,7 @@ class RequestTracker:
             for p in hit:
                 self._count(p, 0.0, True)
         for p in hit:
-            p.future._resolve(None, error_for())
+            p.future.resolve(None, error_for())
 
     def _count(self, p: _Pending, now: float, failed: bool, _bounds=LATENCY_BUCKETS) -> None:
         """Under _lock: request `p` completed at `now` (monotonic), or failed. (Positional, with the

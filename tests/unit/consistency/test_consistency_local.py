@@ -71,7 +71,7 @@ def test_clock_advances_when_every_worker_ended_it_and_updates_are_acked():
     assert rec.reports == [] and clocks.clock_of(a) == 1 and clocks.clock_of(b) == 0
     clocks.tick(b, [])
     assert rec.flushes == 1 and rec.reports == []  # b ended clock 0, but a's update is not applied
-    update._resolve(None)
+    update.resolve(None)
     assert rec.reports[-1][0] == 1
     clocks.tick(b, [])
     assert rec.reports[-1][0] == 1  # a is still at clock 1
@@ -89,7 +89,7 @@ def test_clock_waits_for_the_flush_of_the_buffers():
     rec.pending = [flush]
     clocks.tick(w, [])
     assert rec.reports == []
-    flush._resolve(None)
+    flush.resolve(None)
     assert rec.reports[-1][0] == 1
 
 
@@ -227,7 +227,7 @@ def test_push_buffer_flush_failure_fails_the_pushes():
     """If the flush's push fails, every buffered push's Future fails with it."""
     def send(keys, values):
         fut = Future("push")
-        fut._resolve(None, pskv.RemoteError("node 1 rejected it", 1))
+        fut.resolve(None, pskv.RemoteError("node 1 rejected it", 1))
         return fut
 
     buf = PushBuffer(1, np.float64, capacity=100, send=send)
@@ -243,7 +243,7 @@ def test_future_then_runs_before_wait_returns():
     src = Future("pull")
     chained = src.then(lambda r: seen.append(r))
     assert not chained.done()
-    src._resolve("rows")
+    src.resolve("rows")
     assert chained.wait(1) == "rows" and seen == ["rows"]
     bad = Future.completed(1).then(lambda r: 1 / 0)
     with pytest.raises(ZeroDivisionError):

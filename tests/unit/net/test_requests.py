@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def resolve_later(fut: Future, delay: float, result=None, error=None) -> threading.Thread:
     """Resolve `fut` from another thread after `delay` seconds (as pskv-server would); returns the thread."""
-    t = threading.Thread(target=lambda: (time.sleep(delay), fut._resolve(result, error)), name="test-resolver")
+    t = threading.Thread(target=lambda: (time.sleep(delay), fut.resolve(result, error)), name="test-resolver")
     t.start()
     return t
 
@@ -40,7 +40,7 @@ def test_future_wait_raises_error():
     """wait() raises the error the Future was resolved with, every time it is called."""
     fut = Future("push")
     err = RemoteError("node 1 rejected the request", 1)
-    fut._resolve(None, err)
+    fut.resolve(None, err)
     for _ in range(2):
         with pytest.raises(RemoteError) as info:
             fut.wait(timeout=1)
@@ -86,18 +86,18 @@ def test_future_done_false_until_resolved():
     fut = Future("set on table 't'")
     assert not fut.done() and fut.exception() is None
     assert repr(fut) == "<Future set on table 't' pending>"
-    fut._resolve("ok")
+    fut.resolve("ok")
     assert fut.done() and repr(fut) == "<Future set on table 't' done>"
     failed = Future("x")
-    failed._resolve(None, PskvError("bad"))
+    failed.resolve(None, PskvError("bad"))
     assert repr(failed) == "<Future x failed>"
 
 
 def test_future_resolves_only_once():
     """A second resolve is ignored: result and error stay those of the first."""
     fut = Future()
-    fut._resolve(1)
-    fut._resolve(None, PskvError("late"))
+    fut.resolve(1)
+    fut.resolve(None, PskvError("late"))
     assert fut.wait(0) == 1
 
 
@@ -113,8 +113,8 @@ def test_future_callback_before_resolution_runs_once():
     seen = []
     fut.add_done_callback(seen.append)
     assert seen == []
-    fut._resolve(5)
-    fut._resolve(6)
+    fut.resolve(5)
+    fut.resolve(6)
     assert seen == [fut]
 
 
@@ -132,7 +132,7 @@ def test_future_callbacks_run_in_order_of_adding():
     order = []
     for i in range(3):
         fut.add_done_callback(lambda f, i=i: order.append(i))
-    fut._resolve()
+    fut.resolve()
     assert order == [0, 1, 2]
 
 
@@ -142,7 +142,7 @@ def test_future_callback_exception_does_not_propagate_on_resolve():
     seen = []
     fut.add_done_callback(lambda f: 1 / 0)
     fut.add_done_callback(seen.append)
-    fut._resolve(7)  # must not raise in the resolving (server) thread
+    fut.resolve(7)  # must not raise in the resolving (server) thread
     assert seen == [fut] and fut.wait(0) == 7
 
 
@@ -164,7 +164,7 @@ def test_future_callback_sees_result_in_place():
     fut = Future()
     got = []
     fut.add_done_callback(lambda f: got.append(f.wait(0)))
-    fut._resolve("value")
+    fut.resolve("value")
     assert got == ["value"]
 
 
@@ -180,7 +180,7 @@ def test_wait_returns_results_in_order():
 def test_wait_raises_first_error():
     """pskv.wait raises the error of the first failed Future met in order."""
     ok, bad = Future.completed(1), Future()
-    bad._resolve(None, RemoteError("rejected", 2))
+    bad.resolve(None, RemoteError("rejected", 2))
     with pytest.raises(RemoteError, match="rejected"):
         pskv.wait(ok, bad, timeout=1)
 
@@ -345,8 +345,8 @@ def test_future_wakes_every_waiter_once_resolved():
     for t in threads:
         t.start()
     assert not fut.done()
-    fut._resolve(7)
-    fut._resolve(8)  # a second resolve is ignored
+    fut.resolve(7)
+    fut.resolve(8)  # a second resolve is ignored
     for t in threads:
         t.join(5)
     assert got == [7] * 4 and fut.done() and fut.wait(0) == 7
