@@ -40,8 +40,9 @@ import socket
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Literal
 
 from ..config import ConfigError, NodeConfig
 from ..net.auth import new_secret
@@ -54,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 _MAX_GRACE = 5.0  # a failed cluster's survivors get at most this long to exit by themselves
 _PER_NODE_FIELDS = ("coordinator", "num_nodes", "rank", "host", "threads")  # written even at their defaults
-_PER_NODE_VARS = tuple("PSKV_" + name.upper() for name in _PER_NODE_FIELDS) + ("PSKV_EXTERNAL_COORDINATOR",)
+_PER_NODE_VARS = (*("PSKV_" + name.upper() for name in _PER_NODE_FIELDS), "PSKV_EXTERNAL_COORDINATOR")
 
 CoordinatorFactory = Callable[..., Any]  # (num_nodes=, host=, port=, config=) -> Coordinator-like
 
@@ -121,6 +122,9 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
         raise ConfigError(f"nodes is {nodes!r}; launch at least 1 node")
     if not command:
         raise ConfigError("the command to launch is empty; give it after `--`")
+    if isinstance(coordinator, str) and coordinator != "node0":
+        raise ConfigError(f"coordinator={coordinator!r}: use True, False, \"node0\" (node 0's process runs it) or a "
+                          "factory called like pskv.membership.coordinator.Coordinator")
     hosts = read_hostfile(hostfile) if hostfile is not None else None
     if emulated_hosts is not None or link is not None:  # before anything starts: root, ip, tc
         emulation.check(emulated_hosts, nodes, link, conflicts={
@@ -154,10 +158,11 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
             emulated.start()
             coordinator_host = emulated.coordinator_host
         in_node = coordinator == "node0"
+        address: str | None = None
         if in_node:  # node 0's process runs it, as under a launcher that runs none (e.g. slurm)
             host = coordinator_host or (hosts[0] if hosts else "127.0.0.1")
             address = f"{host}:{_free_port(host)}"
-        elif coordinator is not False:
+        elif coordinator is True or callable(coordinator):
             host = coordinator_host or _coordinator_host(hosts)
             coord_config = dataclasses.replace(base, num_nodes=nodes, host=host)
             cluster._coordinator = _start_coordinator(coordinator, coord_config)
@@ -298,12 +303,15 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-def _start_coordinator(coordinator: bool | CoordinatorFactory, config: NodeConfig) -> Any:
+def _start_coordinator(coordinator: Literal[True] | CoordinatorFactory, config: NodeConfig) -> Any:
+    factory: CoordinatorFactory
     if coordinator is True:
         from ..membership.coordinator import Coordinator  # lazily: process tests need no coordinator
 
-        coordinator = Coordinator
-    coord = coordinator(num_nodes=config.num_nodes, host=config.host, port=0, config=config)
+        factory = Coordinator
+    else:
+        factory = coordinator
+    coord = factory(num_nodes=config.num_nodes, host=config.host, port=0, config=config)
     try:
         coord.start()
     except BaseException:
@@ -329,7 +337,7 @@ def _coordinator_host(hosts: list[str] | None) -> str:
         return socket.gethostbyname(socket.gethostname())
     except OSError as exc:
         raise ConfigError(f"cannot resolve this machine's hostname {socket.gethostname()!r} "
-                          f"({exc}); pass --coordinator-host with an address the hosts can reach")
+                          f"({exc}); pass --coordinator-host with an address the hosts can reach") from None
 
 
 def _ssh_argv(host: str, command: list[str], env: dict[str, str]) -> list[str]:

@@ -105,7 +105,7 @@ class Cluster:
         return (f"<Cluster nodes={len(self._nodes)} alive={len(self.alive_pids())} "
                 f"coordinator={self.coordinator_address!r} failure={self._failure}>")
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -191,7 +191,8 @@ class Cluster:
         log = None
         if self._log_dir is not None:
             Path(self._log_dir).mkdir(parents=True, exist_ok=True)
-            log = open(Path(self._log_dir) / f"node-{rank}.log", "w", encoding="utf-8")
+            # open while the node runs (shutdown() closes it)
+            log = open(Path(self._log_dir) / f"node-{rank}.log", "w", encoding="utf-8")  # noqa: SIM115
         try:
             proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True)
@@ -242,18 +243,18 @@ class Cluster:
                 sys.stdout.flush()
 
     def _say(self, line: str) -> None:
-        with self._echo_lock:
-            # a closed or missing stdout must not stop the reader: the pipe must keep draining
-            with contextlib.suppress(AttributeError, ValueError, OSError):
-                bar = self._bar if terminal() else ""  # a live bar stays below the lines
-                sys.stdout.write(("\r\x1b[K" if bar else "") + line + "\n" + bar)
-                sys.stdout.flush()
+        # a closed or missing stdout must not stop the reader: the pipe must keep draining
+        with self._echo_lock, contextlib.suppress(AttributeError, ValueError, OSError):
+            bar = self._bar if terminal() else ""  # a live bar stays below the lines
+            sys.stdout.write(("\r\x1b[K" if bar else "") + line + "\n" + bar)
+            sys.stdout.flush()
 
     def _watch(self) -> None:
         escalation: collections.deque[tuple[float, int]] = collections.deque()  # (when, signal)
         while not self._stop.wait(POLL_INTERVAL):
             codes = [node.exit_code() for node in self._nodes]
-            failed = [(n, c) for n, c in zip(self._nodes, codes) if c not in (None, 0)]
+            # (not strict: a node may start meanwhile)
+            failed = [(n, c) for n, c in zip(self._nodes, codes, strict=False) if c not in (None, 0)]
             for node, code in failed:
                 if node.rank in self._died:
                     continue

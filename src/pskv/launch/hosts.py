@@ -43,7 +43,7 @@ __all__ = ["Hosts", "check", "from_environ", "parse_rate", "sweep"]
 
 logger = logging.getLogger(__name__)
 
-_POOL = ipaddress.ip_network("10.217.0.0/16")  # private; each launcher takes one /24 of it
+_POOL = ipaddress.IPv4Network("10.217.0.0/16")  # private; each launcher takes one /24 of it
 _LOCK_FILE = Path("/run/lock/pskv-hosts.lock") if Path("/run/lock").is_dir() else Path("/tmp/pskv-hosts.lock")
 _LATENCY = "25ms"  # tbf's queue: at most this long a packet waits (more is dropped, as at a real switch)
 _MIN_BURST = 16_000  # bytes; tbf needs at least a packet (GSO segments are split to fit)
@@ -290,7 +290,8 @@ def _exclusive():
 def _run(*argv: str, check: bool = True) -> str:
     """Run `ip`/`tc` and return its stdout; with check, a failure is a ConfigError quoting it."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT, stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT, stdin=subprocess.DEVNULL,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         if not check:
             return ""
@@ -304,7 +305,8 @@ def _run(*argv: str, check: bool = True) -> str:
 def _try(*argv: str) -> None:
     """Run a removal; log (not raise) a failure other than the thing being gone already."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT, stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT, stdin=subprocess.DEVNULL,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         logger.warning("emulated hosts: `%s` could not run (%s); remove it by hand", " ".join(argv), exc)
         return

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import signal
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 _TRACEBACK = "Traceback (most recent call last):"
 _PSKV_LINE = re.compile(r"^pskv\.\w+: ")  # node.diagnostics.one_line, printed without a traceback
@@ -46,7 +46,7 @@ def root_cause(failed: list[tuple[int, int]], output: Callable[[int], str]) -> s
     `node 1 (exit status 1): ValueError: bad batch 7`. `output(rank)`: what that node printed."""
     errors = {rank: exception_line(output(rank)) for rank, _ in failed}
     causes = [(rank, code) for rank, code in failed
-              if errors[rank] is None or not errors[rank].startswith(tuple(c + ":" for c in _CONSEQUENCES))]
+              if (error := errors[rank]) is None or not error.startswith(tuple(c + ":" for c in _CONSEQUENCES))]
     rank, code = (causes or failed)[0]
     error = errors[rank]
     if error is None:
