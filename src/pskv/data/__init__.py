@@ -5,12 +5,14 @@
     for b in Lookahead(batches, lambda b: {table: keys_of(b)}, ahead=4): ...   # intents (lookahead.py)
 """
 
-from .fetch import DATASETS as DATASETS
-from .fetch import DataError as DataError
-from .fetch import Dataset as Dataset
-from .fetch import cache_dir as cache_dir
-from .fetch import fetch as fetch
-from .fetch import lapse_toy_dir as lapse_toy_dir
+from .fetch import (
+    DATASETS as DATASETS,
+    DataError as DataError,
+    Dataset as Dataset,
+    cache_dir as cache_dir,
+    fetch as fetch,
+    lapse_toy_dir as lapse_toy_dir,
+)
 from .lookahead import Lookahead as Lookahead
 
 __all__ = ["DATASETS", "DataError", "Dataset", "Lookahead", "cache_dir", "fetch", "lapse_toy_dir"]

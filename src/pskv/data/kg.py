@@ -31,8 +31,10 @@ import bz2
 import gzip
 import lzma
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +42,7 @@ from ..errors import ConfigError
 from .fetch import DataError
 
 SPLITS = ("train", "valid", "test")
-_OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+_OPENERS: dict[str, Callable[..., Any]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 _RANDOM = re.compile(r"random:(\d+),(\d+),(\d+)")
 
 
@@ -168,7 +170,7 @@ def _recbole_columns(path: Path) -> tuple[tuple[int, int, int], int]:
     for number, line in _lines(path):
         names = [f.split(":")[0].strip() for f in line.split("\t")]
         try:
-            return tuple(names.index(c) for c in ("head_id", "relation_id", "tail_id")), len(names)
+            return (names.index("head_id"), names.index("relation_id"), names.index("tail_id")), len(names)
         except ValueError:
             raise DataError(f"{path}:{number}: expected a recbole header with head_id, relation_id and tail_id "
                             f"columns, got {line[:80]!r}") from None
@@ -207,7 +209,7 @@ def _seeded_split(kg: KG, seed: int, held_out: float) -> KG:
     """`held_out` of kg.train's triples each for valid and test (at least one each from 10 triples
     on), by a seeded permutation; held-out triples with an entity or relation that train lacks go back."""
     order = np.random.default_rng(seed).permutation(len(kg.train))
-    n = int(round(held_out * len(order)))
+    n = int(round(held_out * len(order)))  # noqa: RUF046 - under numpy 1.x round() of a float64 is a float64
     n = max(n, 1) if len(order) >= 10 else n
     train, valid, test = kg.train[order[2 * n:]], kg.train[order[:n]], kg.train[order[n:2 * n]]
     seen_e = np.zeros(kg.num_entities, bool)

@@ -36,7 +36,7 @@ def scan(text: bytes):
 
 @numba.njit(cache=True, nogil=True)
 def _space(c):  # pragma: no cover - compiled
-    return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
+    return c == 32 or c == 9 or c == 13 or c == 11 or c == 12  # noqa: PLR1714 - numba: no set to build
 
 
 @numba.njit(cache=True, nogil=True)

@@ -17,9 +17,13 @@ before the batch is used: a batch that carries what it draws (negative samples) 
 from __future__ import annotations
 
 import collections
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..client.worker import Worker
 
 
 class Lookahead:
@@ -34,7 +38,7 @@ class Lookahead:
         if int(ahead) < 0:
             raise ConfigError(f"Lookahead(ahead={ahead}): batches read ahead, >= 0")
         self.batches, self.keys_of, self.ahead = batches, keys_of, int(ahead)
-        self.worker = None  # the worker whose tables keys_of names (known at the first batch)
+        self.worker: Worker | None = None  # the worker whose tables keys_of names (known at the first batch)
 
     def __iter__(self) -> Iterator:
         source = iter(self.batches)

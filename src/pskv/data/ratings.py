@@ -52,7 +52,7 @@ class Ratings:
     def __len__(self) -> int:
         return len(self.values)
 
-    def take(self, index: np.ndarray) -> "Ratings":
+    def take(self, index: np.ndarray) -> Ratings:
         """The ratings at `index` (a mask or positions), with the same shape and tokens."""
         return dataclasses.replace(self, users=self.users[index], items=self.items[index],
                                    values=self.values[index])
@@ -109,8 +109,11 @@ def load_table(path: Path) -> Ratings:
     DataError naming the file and line for a wrong field count, a rating that is not a finite
     number, or a file with no ratings."""
     path = Path(path)
-    us, its, vs = [], [], []
-    split = cols = width = None
+    us: list[str] = []
+    its: list[str] = []
+    vs: list[float] = []
+    split = None
+    cols, width = (0, 1, 2), 0
     for lineno, line in _text_lines(path):
         if not line.strip():
             continue
@@ -121,10 +124,10 @@ def load_table(path: Path) -> Ratings:
             if width < 3:
                 raise DataError(f"{path} line {lineno}: {line[:80]!r} has {width} field(s); expected user, "
                                 "item and rating (separated by tabs, commas, '::' or spaces)")
-            cols = _header_columns(fields)
-            if cols is not None:
+            header = _header_columns(fields)
+            if header is not None:
+                cols = header
                 continue
-            cols = (0, 1, 2)
         fields = split(line)
         if len(fields) != width or not all(fields[c].strip() for c in cols):
             raise DataError(f"{path} line {lineno}: {line[:80]!r} has {len(fields)} field(s), the first line "
@@ -164,8 +167,8 @@ def _header_columns(fields: list[str]) -> tuple[int, int, int] | None:
     except ValueError:
         pass
     names = [f.strip().strip('"').lower() for f in fields]
-    found = [next((k for k, n in enumerate(names) if n in wanted), None) for wanted in _COLUMNS]
-    return tuple(found) if None not in found and len(set(found)) == 3 else (0, 1, 2)
+    u, i, r = (next((k for k, n in enumerate(names) if n in wanted), -1) for wanted in _COLUMNS)
+    return (u, i, r) if -1 not in (u, i, r) and len({u, i, r}) == 3 else (0, 1, 2)
 
 
 def _text_lines(path: Path):
@@ -256,7 +259,7 @@ def zipf_ratings(n_users: int, n_items: int, nnz: int, *, seed: int = 0, exponen
 def split(ratings: Ratings, *, test_fraction: float = 0.1, seed: int = 0) -> tuple[Ratings, Ratings]:
     """A fixed random split: the first round(test_fraction * nnz) of a seeded permutation are the test set."""
     order = np.random.default_rng(seed).permutation(len(ratings))
-    n_test = int(round(test_fraction * len(ratings)))
+    n_test = int(round(test_fraction * len(ratings)))  # noqa: RUF046 - numpy 1.x: round(float64) is a float64
     return ratings.take(np.sort(order[n_test:])), ratings.take(np.sort(order[:n_test]))
 
 

@@ -54,7 +54,7 @@ class SparseData:
         return int(self.indptr[-1] - self.indptr[0])
 
     @classmethod
-    def open(cls, path) -> "SparseData":
+    def open(cls, path) -> SparseData:
         """Memory-map a .pskvsp file (nothing is read until used). Raises DataError."""
         path = Path(path)
         try:
@@ -68,7 +68,10 @@ class SparseData:
                     raise DataError(f"{path} is not a pskv sparse file (a header of {size} bytes); convert it again")
                 meta = json.loads(f.read(size))
             rows, nnz, at = int(meta["rows"]), int(meta["nnz"]), meta["offsets"]
-            mm = lambda name, dtype, n: np.memmap(path, dtype, "r", int(at[name]), (n,)) if n else np.empty(0, dtype)
+
+            def mm(name: str, dtype, n: int) -> np.ndarray:
+                return np.memmap(path, dtype, "r", int(at[name]), (n,)) if n else np.empty(0, dtype)
+
             labels = mm("labels", np.float64 if meta.get("labels") == "float64" else np.float32, rows)
             indptr = mm("indptr", np.int64, rows + 1)
             keys = mm("keys", np.uint64, nnz)
@@ -76,15 +79,16 @@ class SparseData:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DataError(f"{path} cannot be read as a pskv sparse file ({exc}); convert it again") from None
         if len(indptr) and (indptr[0] != 0 or indptr[-1] != nnz):
-            raise DataError(f"{path}: row offsets do not cover its {nnz} entries; the file is damaged, convert it again")
+            raise DataError(f"{path}: row offsets do not cover its {nnz} entries; the file is damaged, convert it "
+                            "again")
         return cls(labels, indptr, keys, values, meta, path)
 
-    def shard(self, rank: int, n: int) -> "SparseData":
+    def shard(self, rank: int, n: int) -> SparseData:
         """Rows [rank * rows // n, (rank + 1) * rows // n): views, offsets rebased to 0."""
         lo, hi = rank * self.rows // n, (rank + 1) * self.rows // n
         return self.slice(lo, hi)
 
-    def slice(self, lo: int, hi: int) -> "SparseData":
+    def slice(self, lo: int, hi: int) -> SparseData:
         a, b = int(self.indptr[lo]), int(self.indptr[hi])
         return SparseData(self.labels[lo:hi], np.asarray(self.indptr[lo:hi + 1]) - a, self.keys[a:b],
                           None if self.values is None else self.values[a:b], self.meta, self.path)
@@ -117,7 +121,7 @@ class SparseData:
                 f.write(MAGIC + len(header).to_bytes(8, "little") + header)
                 for name, arr in arrays:
                     f.write(b"\0" * (meta["offsets"][name] - f.tell()))
-                    f.write(memoryview(arr).cast("B"))
+                    f.write(arr.data.cast("B"))
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -183,8 +187,8 @@ def _parse_lines(text: bytes, path: Path, real_labels: bool):
             try:
                 k, v = int(idx), float(val)
             except ValueError:
-                k = v = None
-            if not sep or k is None or k < 0 or k >= 1 << 64 or not np.isfinite(v):
+                k, v = -1, float("nan")  # (refused below)
+            if not sep or k < 0 or k >= 1 << 64 or not np.isfinite(v):
                 raise DataError(f"{path}:{number}: {pair.decode(errors='replace')!r} is not idx:value with a "
                                 "non-negative integer idx and a finite value; is this a libsvm/svmlight file?")
             keys.append(k)
@@ -229,7 +233,7 @@ def write_libsvm(data: SparseData, path, *, real_labels: bool = False) -> Path:
                 vals = ["1"] * (b - a) if values is None else [f"{v:.9g}" for v in values[a:b].tolist()]
                 label = repr(float(data.labels[i])) if real_labels else "+1" if data.labels[i] > 0.5 else "-1"
                 f.write(label + "".join(
-                    f" {k}:{v}" for k, v in zip(keys[a:b].tolist(), vals)) + "\n")
+                    f" {k}:{v}" for k, v in zip(keys[a:b].tolist(), vals, strict=True)) + "\n")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -30,8 +30,9 @@ import dataclasses
 import functools
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -52,7 +53,7 @@ def _lines(path: Path, what: str) -> Iterable[tuple[int, str]]:
     """(line number, text without the newline) of a UTF-8 file; DataError on bytes that are not text."""
     path = Path(path)
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - apart from the with: an open error is told from a read error
     except OSError as exc:
         raise DataError(f"cannot open {what} {str(path)!r}: {exc.strerror}") from None
     with f:
@@ -109,7 +110,7 @@ def read_corpus_path(path: Path, *, clean: bool = False) -> list[list[str]]:
 
 def read_wordsim(path: Path, *, lowercase: bool = True) -> list[tuple[str, str, float]]:
     """WordSim-353 pairs `(word1, word2, human score)`; `#` comments and a header line are skipped."""
-    pairs = []
+    pairs: list[tuple[str, str, float]] = []
     for number, line in _lines(path, "word-similarity file"):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -175,7 +176,7 @@ def write_vectors(path: Path, words: list[str], vectors: np.ndarray) -> None:
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(f"{vectors.shape[0]} {vectors.shape[1]}\n")
-            for word, row in zip(words, vectors):
+            for word, row in zip(words, vectors, strict=True):
                 f.write(word + " " + " ".join(f"{x:.9g}" for x in row) + "\n")
         os.replace(tmp, path)
     finally:
@@ -220,7 +221,7 @@ class Corpus:
     def num_sentences(self) -> int:
         return len(self.offsets) - 1
 
-    def shard(self, part: int, parts: int, *, max_words: int | None = None) -> "Corpus":
+    def shard(self, part: int, parts: int, *, max_words: int | None = None) -> Corpus:
         """Part `part` of `parts` contiguous runs of whole sentences with about equal word counts.
 
         `max_words`: keep only the first `max_words` words of the part, the last sentence cut
@@ -243,11 +244,11 @@ class Vocab:
     counts: np.ndarray  # (V,) int64, non-increasing
 
     @classmethod
-    def build(cls, sentences: Iterable[list[str]], *, min_count: int = 5) -> "Vocab":
+    def build(cls, sentences: Iterable[list[str]], *, min_count: int = 5) -> Vocab:
         """Count the tokens of `sentences` and keep those seen at least `min_count` times.
 
         Ties in count are ordered by the word itself, so every node builds the same ids."""
-        counter = collections.Counter()
+        counter: collections.Counter[str] = collections.Counter()
         for sentence in sentences:
             counter.update(sentence)
         kept = sorted(((w, c) for w, c in counter.items() if c >= min_count), key=lambda wc: (-wc[1], wc[0]))
@@ -389,7 +390,7 @@ def wordsim_spearman(vectors: np.ndarray, vocab: Vocab, pairs: list[tuple[str, s
     if len(used) < 2:
         return Score(float("nan"), len(used), len(pairs))
     unit = _unit(vectors)
-    a, b, human = (np.array(col) for col in zip(*used))
+    a, b, human = (np.array(col) for col in zip(*used, strict=True))
     cosine = np.einsum("ij,ij->i", unit[a], unit[b])
     return Score(spearman(cosine, human), len(used), len(pairs))
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -174,12 +175,12 @@ class Factors:
         if len(u_ids) != len(i_ids) and 1 not in (len(u_ids), len(i_ids)):
             raise ConfigError(f"Factors.predict: {len(u_ids)} users but {len(i_ids)} items; give one of each per "
                               "prediction, or one id to pair with every id of the other side")
-        u_ids, i_ids = np.broadcast_arrays(np.array(u_ids, object), np.array(i_ids, object))
+        u_pairs, i_pairs = np.broadcast_arrays(np.array(u_ids, object), np.array(i_ids, object))
         u_of, i_of = {x: k for k, x in enumerate(self.users)}, {x: k for k, x in enumerate(self.items)}
-        u = np.array([u_of.get(x, -1) for x in u_ids], np.int64)
-        i = np.array([i_of.get(x, -1) for x in i_ids], np.int64)
+        u = np.array([u_of.get(x, -1) for x in u_pairs], np.int64)
+        i = np.array([i_of.get(x, -1) for x in i_pairs], np.int64)
         if unknown == "raise":
-            for side, rows, ids in (("user", u, u_ids), ("item", i, i_ids)):
+            for side, rows, ids in (("user", u, u_pairs), ("item", i, i_pairs)):
                 if (rows < 0).any():
                     missing = ids[int(np.argmax(rows < 0))]
                     raise UnknownId(f"{side} {missing!r} is not in the model (it was not in the training data of "
@@ -221,12 +222,12 @@ def load_factors(directory: Path) -> Factors:
     return Factors(users, items, U, V, bu, bi, meta)
 
 
-def _scalar(value: object) -> bool:
+def _scalar(value: Any) -> bool:
     """One id (a str, an int, a numpy scalar), not a sequence of them."""
     return isinstance(value, (str, bytes)) or np.ndim(value) == 0
 
 
-def _ids(value: object) -> list[str]:
+def _ids(value: Any) -> list[str]:
     """The ids of one id or a sequence of them, as the model's labels spell them (str of each)."""
     return [str(value)] if _scalar(value) else [str(x) for x in value]
 
