@@ -42,6 +42,7 @@ class TableState:
     next_sync: float = 0.0  # Replicate: when the pskv-replica thread syncs this table next
     declined_until: np.ndarray | None = None  # (rows,) monotonic time before which localize skips a key; lazily
     intents: object = None  # a client.intents.NodeIntents once a worker signaled an intent (table.intent)
+    copies: object = None  # a client.intent_sync.Copies: keys several nodes intend, copied here (dense without backups)
     pulls: int = 0  # calls
     pushes: int = 0
     local_keys: int = 0  # keys served from this node's memory without a message

@@ -15,15 +15,19 @@ falls back to 0 an end. Each manager gets one INTENT with its starts and ends pe
 (server.intents), and answers which starts move: those no other node intends. The next
 `advance_clock()` of any worker of the node localizes them (skip > gate > move, as
 `table.localize`; with backups, subscribe), only the keys still intended and not here yet. A key
-several nodes intend stays where it is; a key no longer intended stays where it was last moved.
+several nodes intend stays where it is, and each of them that does not own it gets a copy while its
+windows hold the key (the manager's grant; client.intent_sync); a key no longer intended stays where
+it was last moved.
 
-Exactness: intents only ever cause relocations, so every push is applied once, wherever the key is.
+Exactness: intents cause relocations and copies; a push is applied once, wherever the key is, and a
+push to a copy reaches the key's owner once (client.intent_sync).
 A table whose keys do not move (sparse, aggregated: its localize is refused) takes intents and
 ignores them, so that one Lookahead can name every table a batch uses.
 
 Threads and ownership: a `WorkerIntents` belongs to its worker's thread. `NodeIntents` is shared by
 the node's workers under `_lock`; the INTENT replies land in pskv-server (`_answered`), which only
-appends to `_moves` under the lock (it never localizes: a localize may wait at a checkpoint's gate).
+appends to `_moves` (and a manager's grants to `_grants`) under the lock (it never localizes: a
+localize may wait at a checkpoint's gate).
 """
 
 from __future__ import annotations
@@ -55,11 +59,14 @@ class NodeIntents:
     def __init__(self, state: TableState, ctx: Context) -> None:
         self.state, self.ctx = state, ctx
         self.active = np.zeros(state.spec.rows, np.int32)  # (rows,) windows of this node's workers holding each key
-        self._lock = threading.Lock()  # guards active, _moves, lead and the counters
+        self.ended = np.full(state.spec.rows, -np.inf)  # (rows,) when the node's last window of each key ended
+        self._lock = threading.Lock()  # guards active, ended, _moves, _grants, lead and the counters
         self._moves: list[tuple[float, np.ndarray]] = []  # (when told, keys) the managers said move here
+        self._grants: list[np.ndarray] = []  # keys the managers granted a copy of (several nodes intend them)
+        self._again: list[np.ndarray] = []  # keys still intended whose copies a flush dropped: started again
         self.lead = 0.0  # seconds from telling the managers to the moved keys being here (EMA; 0: none yet)
         self._seq = 0  # numbers the rounds in the order of their counts (INTENT `dim`): threads' sends may overtake
-        self.signaled = self.starts = self.ends = self.verdicts = self.moved = 0
+        self.signaled = self.starts = self.ends = self.verdicts = self.moved = self.grants = 0
 
     # ---- a worker's advance_clock --------------------------------------------------------------
     def update(self, began: list[np.ndarray], ended: list[np.ndarray]) -> None:
@@ -68,7 +75,11 @@ class NodeIntents:
         with self._lock:
             starts = _count(self.active, began, +1)
             ends = _count(self.active, ended, -1)
+            self.ended[ends] = time.monotonic()
             self.starts += len(starts)
+            if self._again:  # told as starts again: their managers grant the copies again
+                again, self._again = np.concatenate(self._again), []
+                starts = np.union1d(starts, again[self.active[again] > 0])
             self.ends += len(ends)
             self._seq += 1
             seq = self._seq
@@ -121,6 +132,33 @@ class NodeIntents:
             self.state.declined_until[keys] = -np.inf
         return min(t for t, _ in moves), keys
 
+    def granted(self, keys: np.ndarray) -> None:
+        """pskv-server: a manager grants copies of `keys` (other nodes intend them too)."""
+        with self._lock:
+            self._grants.append(keys)
+            self.grants += len(keys)
+
+    def again(self, keys: np.ndarray) -> None:
+        """A flush dropped the copies of `keys`: tell their managers of them as starts again at the next
+        update (those still intended then), so that the copies come back while windows hold them."""
+        if len(keys):
+            with self._lock:
+                self._again.append(keys)
+
+    @property
+    def pending(self) -> bool:
+        """Starts to tell again (`again`)."""
+        return bool(self._again)
+
+    def take_grants(self) -> np.ndarray:
+        """The keys granted a copy since the last call that are still intended here, sorted; empties the list."""
+        with self._lock:
+            grants, self._grants = self._grants, []
+            if not grants:
+                return np.zeros(0, np.int64)
+            keys = np.unique(np.concatenate(grants))
+            return keys[self.active[keys] > 0]
+
     def landed(self, told: float) -> None:
         """A localize of verdicts told at `told` completed: how long a move takes here."""
         took = time.monotonic() - told
@@ -128,8 +166,10 @@ class NodeIntents:
             self.lead = took if self.lead == 0 else (1 - _EMA) * self.lead + _EMA * took
 
     def counters(self) -> dict:
+        copies = self.state.copies
         return {"intent_windows": self.signaled, "intent_starts": self.starts, "intent_ends": self.ends,
-                "intent_moves": self.verdicts, "intent_localized": self.moved}
+                "intent_moves": self.verdicts, "intent_localized": self.moved, "intent_grants": self.grants,
+                **(copies.counters() if copies is not None else {})}
 
     def __repr__(self) -> str:
         return (f"<NodeIntents {self.state.spec.name!r} intended={int((self.active > 0).sum())} "
@@ -145,6 +185,13 @@ def _count(active: np.ndarray, windows: list[np.ndarray], step: int) -> np.ndarr
     before = active[keys]
     active[keys] = before + step * times
     return keys[before == 0] if step > 0 else keys[active[keys] == 0]
+
+
+def granted(state: TableState, keys: np.ndarray) -> None:
+    """pskv-server: a manager's grant of copies of `keys` of this table (server.intents); ignored when
+    the table has no intents here or takes no copies (backups)."""
+    if state.intents is not None and state.copies is not None:
+        state.intents.granted(np.asarray(keys, np.int64))
 
 
 def of(state: TableState, ctx: Context, h) -> NodeIntents | None:
@@ -176,13 +223,13 @@ class WorkerIntents:
 
     def signal(self, h, keys, start: int, end: int | None) -> None:
         """Table.intent: remember the window; nothing is sent before the next advance."""
-        st = h._state
+        st = h.state
         keys = np.unique(check_keys(h.spec, keys, "intent"))
         start = int(start)
         end = start + 1 if end is None else int(end)
         if end <= start:
             raise TableError(f"intent on table {h.name!r}: the window [{start}, {end}) is empty; end must be > start")
-        node = of(st, h._ctx, h)
+        node = of(st, h.ctx, h)
         if node is None:
             return  # its keys do not move: nothing to do
         self._tables[id(node)] = h
@@ -215,9 +262,12 @@ class WorkerIntents:
                 continue  # its window passed before it came near (a worker that ticks faster than moves land)
             began.setdefault(id(node), []).append(keys)
             heapq.heappush(self._active, (end, seq, node, keys))
+        for key, h in self._tables.items():
+            if key not in nodes and h.state.intents.pending:
+                nodes[key] = h.state.intents
         for key, node in nodes.items():
             node.update(began.get(key, []), ended.get(key, []))
-        for key, h in self._tables.items():
+        for h in self._tables.values():
             self._localize(h)
         return self.clock
 
@@ -229,11 +279,17 @@ class WorkerIntents:
         return max(2, min(_MAX_AHEAD, 1 + math.ceil(node.lead / self._tick)))
 
     def _localize(self, h) -> None:
-        node = h._state.intents
+        """Act on the managers' verdicts: localize the keys that move here, make the copies granted."""
+        st = h.state
+        node = st.intents
         told, keys = node.take_moves()
         if len(keys):
             node.moved += len(keys)
             h.localize(keys).add_done_callback(lambda f: f.exception() is None and node.landed(told))
+        if st.copies is not None:
+            keys = node.take_grants()
+            if len(keys):
+                st.copies.make(keys, node.active)
 
     def close(self) -> None:
         """The worker leaves: its windows end now (the managers hear of it; nothing waits for them)."""
@@ -245,3 +301,7 @@ class WorkerIntents:
         self._active, self._waiting = [], []
         for key, node in nodes.items():
             node.update([], ended[key])
+        copied = [node for node in nodes.values()
+                  if node.state.copies is not None and node.state.copies.replicas is not None]
+        if copied and not any(node.active.any() for node in copied):  # the node's last windows: its copies go,
+            self.worker.ctx.replica_sync.flush()  # their pushes reach the owners

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from ..catalog import TableState
 from ..net.wire import Kind
-from . import compat, front, stages
+from . import compat, front, intent_sync, stages
 from .context import Context
 from .table import Route, Table
 
@@ -140,6 +140,9 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     heads["push_pull"] = (front.Gate(ctx, front.Clock(request) if sparse else request)
                           if "push_pull" not in refused else front.Refuse(refused["push_pull"]))
     heads["localize"] = (front.Skip(state, front.Gate(ctx, front.Move(state, ctx, backups=backups)))
+    if not sparse and not backups and agg is None:  # copies of keys several nodes intend (client.intent_sync)
+        state.copies = intent_sync.Copies(state, ctx, request)
+        request = intent_sync.Stage(state.copies, request)
                          if "localize" not in refused else front.Refuse(refused["localize"]))
     heads["pull_if_local"] = front.Peek(state) if "pull_if_local" not in refused else front.Refuse(
         refused["pull_if_local"])
@@ -149,3 +152,5 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     if buffer is not None:
         path.flusher = Table(ctx, state, None)  # (its own handle: no worker tracks a flush)
     return path
+        if state.copies is not None:
+            buffered = intent_sync.Stage(state.copies, buffered)

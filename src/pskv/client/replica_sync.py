@@ -11,6 +11,10 @@ that joined later once that node caught up (store.replicas). A node that joined 
 for its changes so far (`catch_up`: REPLICA_SYNC with flag ROWS, answered by PULL_REPLY), so its
 copies start at the cluster's current values and each change reaches it exactly once. Syncing
 runs whenever another member is a peer, also in a cluster that started with one node.
+
+The thread also syncs the copies that intents make of keys several nodes intend (client.intent_sync:
+`Copies.round`, each table's `Copies.rate` times a second, one round in flight), and `flush` sends
+theirs too, dropping the copies no window holds any more.
 """
 
 from __future__ import annotations
@@ -60,9 +64,12 @@ class ReplicaSync:
             self._thread.join(2)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send every change not yet sent, and wait until every node has applied all rounds so far."""
+        """Send every change not yet sent, and wait until every node has applied all rounds so far
+        (copies of intended keys: until their owners have)."""
         for s in self._tables():
             self._round(s, threshold=0.0)
+        for s in self._copied():
+            self._copies_round(s, flush=True)
         with self._lock:
             futures, self._inflight = self._inflight, []
         wait(*futures, timeout=timeout)
@@ -91,6 +98,10 @@ class ReplicaSync:
     def _tables(self) -> list[TableState]:
         return [s for s in self._catalog.tables() if s.shard.replicas is not None]
 
+    def _copied(self) -> list[TableState]:
+        """The tables with copies of intended keys (client.intent_sync)."""
+        return [s for s in self._catalog.tables() if s.copies is not None and s.copies.replicas is not None]
+
     def _run(self) -> None:
         while not self._stop.is_set() and not self._failed():
             now = time.monotonic()
@@ -102,7 +113,12 @@ class ReplicaSync:
                 rate = replicate.syncs_per_sec
                 s.next_sync = now + (1.0 / rate if rate > 0 else float("inf"))
                 self._round(s, replicate.threshold)
-            upcoming = min((s.next_sync for s in self._tables()), default=now + 0.1)
+            for s in self._copied():
+                if s.copies.next_sync <= now:
+                    s.copies.next_sync = now + (1.0 / s.copies.rate if s.copies.rate > 0 else float("inf"))
+                    self._copies_round(s, flush=False)
+            upcoming = min([s.next_sync for s in self._tables()] + [s.copies.next_sync for s in self._copied()],
+                           default=now + 0.1)
             self._stop.wait(min(0.1, max(0.001, upcoming - time.monotonic())))
 
     def _round(self, s: TableState, threshold: float) -> None:
@@ -112,6 +128,14 @@ class ReplicaSync:
             if fut is not None:
                 with self._lock:
                     self._inflight = [f for f in self._inflight if not f.done()] + [fut]
+
+    def _copies_round(self, s: TableState, flush: bool) -> None:
+        """A sync round of the table's copies of intended keys; its requests join _inflight."""
+        with self._sending:
+            futures = s.copies.round(flush)
+            if futures:
+                with self._lock:
+                    self._inflight = [f for f in self._inflight if not f.done()] + futures
 
     def _send(self, s: TableState, threshold: float) -> Future | None:
         replicas = s.shard.replicas

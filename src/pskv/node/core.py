@@ -45,7 +45,7 @@ from ..catalog import Catalog
 from ..checkpoint import format as checkpoint_format
 from ..checkpoint.collective import Checkpointer
 from ..checkpoint.restore import Restorer
-from ..client import compat
+from ..client import compat, intents
 from ..client.context import Context
 from ..client.filters import table_codec
 from ..client.replica_sync import ReplicaSync
@@ -134,6 +134,7 @@ class Node:
         self.server = Server(self.store, endpoint, tracker, lambda table_id: catalog.by_id(table_id).ranges,
                              on_declined=lambda table, keys, owner, seconds: catalog.by_id(table).note_declined(
                                  keys, owner, seconds), hops=hops, backups=backups)
+        self.server.intents.on_grant = lambda table, keys: intents.granted(catalog.by_id(table), keys)  # (§3j)
         self._dispatcher = Dispatcher(transport, self.rank, view.admit, on_refused=health.fail)
         self.succession = None
         if backups is not None:

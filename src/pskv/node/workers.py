@@ -78,8 +78,13 @@ def settle(timeout: float | None, *, rank: int, catalog: Catalog, tracker: Reque
     """The last of this node's workers to reach a barrier, before the cluster-wide one: send the
     BSP/SSP push buffers and wait until every request this node issued so far is answered,
     whichever handle issued it (a worker that closed, the main thread's, another worker), so
-    the barrier covers them. Their errors are their issuers' (each Future keeps its own)."""
+    the barrier covers them. Their errors are their issuers' (each Future keeps its own). Copies
+    of intended keys are dropped and their pushes sent first (client.intent_sync), so that a pull
+    after the barrier reads the owners' rows."""
     catalog.flush_buffers()
+    for state in catalog.tables():
+        if state.copies is not None:
+            state.copies.round(flush=True)
     wait = default if timeout is None else timeout
     if not tracker.drain(check, wait):
         raise BarrierTimeout(f"barrier on node {rank}: the requests this node issued before it were not "

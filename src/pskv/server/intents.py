@@ -14,8 +14,15 @@ the others all the same: measured, mf on Zipf ratings on 2 emulated hosts moved 
 node in 2 epochs for no byte saved). That node then localizes them
 (client.intents), under no lease: the manager forgets the keys' leases and move counts here
 (`Relocation.release`), since no other node means to use them. A key several nodes intend stays
-where it is and is read and updated there; a key no node intends any more stays where it was
-last moved. Every move is a plain relocation (server.relocate), so sums stay exact.
+where it is; a key no node intends any more stays where it was last moved. Every move is a plain
+relocation (server.relocate), so sums stay exact.
+
+Copies (AdaPM's replicas): a start that leaves two or more nodes intending a key grants the sender a
+copy of it, and when it is the second, the node that intended it alone until then too; never the
+node that owns the key. A grant is an INTENT with flag GRANT, [header, keys], one per node and
+INTENT handled, with no reply: the node copies the keys it still intends and syncs the copies with
+the owner, and drops each when its windows of the key are over (client.intent_sync). The owner
+keeps no account of copies: a copy's pushes reach it as plain pushes.
 
 A node that dies keeps its intents counted here (nothing moves to a sole other intender of its
 keys until the table is declared again); keys the manager does not manage (a range handed on by
@@ -32,10 +39,11 @@ import numpy as np
 
 from ..errors import ProtocolError
 from ..net.endpoint import Endpoint
-from ..net.wire import Header, Kind, Payload
+from ..net.wire import ROWS, Header, Kind, Payload
 from ..store.shard import Shard
 
 TURN = 1.0  # seconds after another node's intent of a key started or ended during which it moves to none
+GRANT = ROWS  # flag of an INTENT from a manager: copy these keys (no reply; flag ROWS, which INTENTs never carry)
 
 
 class IntentBoard:
@@ -44,6 +52,7 @@ class IntentBoard:
     def __init__(self, endpoint: Endpoint, release) -> None:
         self._endpoint = endpoint
         self._release = release  # (table id, keys): forget their leases (server.relocate.Relocation.release)
+        self.on_grant = lambda table, keys: None  # (table id, keys): a manager granted this node copies (the node's)
         self._count: dict[int, np.ndarray] = {}  # table -> (rows,) int32 nodes intending each key
         self._held: dict[int, dict[int, np.ndarray]] = {}  # table -> origin -> (rows,) bool: keys it intends
         self._round: dict[int, dict[int, np.ndarray]] = {}  # table -> origin -> (rows,) int64 last round applied
@@ -51,10 +60,15 @@ class IntentBoard:
         # each key started or ended last, and when (monotonic seconds)
         self.moves = 0  # keys this manager told their only intending node to take
         self.shares = 0  # starts it answered with "stay": another node intends the key too
+        self.grants = 0  # copies it granted (keys, summed over the nodes)
 
     def handle(self, header: Header, p: Payload, shard: Shard) -> None:
-        """INTENT: apply the sender's ends, then its starts; answer the starts that move (ACK positions)."""
+        """INTENT: apply the sender's ends, then its starts; answer the starts that move (ACK positions),
+        grant copies of the starts several nodes intend. With flag GRANT: a manager's grant to this node."""
         keys = np.asarray(p.keys, np.int64)
+        if header.flags & GRANT:
+            self.on_grant(header.table, keys)
+            return
         n = header.part
         if n > len(keys):
             raise ProtocolError(f"{header!r}: {n} starts among {len(keys)} keys")
@@ -94,6 +108,29 @@ class IntentBoard:
         self.moves += len(pos)
         self.shares += n - len(pos)
         self._endpoint.reply(header, Kind.ACK, n_keys=len(pos), positions=pos)
+        self._grant(header, starts[~late], fresh, count, shard)
+
+    def _grant(self, header: Header, starts: np.ndarray, fresh: np.ndarray, count: np.ndarray, shard: Shard) -> None:
+        """Copies: to the sender of its starts that several nodes intend, and to the one other intending
+        node of those its fresh starts made shared (count 2); none to the key's owner."""
+        origin = header.origin
+        shared = np.unique(starts[count[starts] >= 2])
+        shared = shared[shard.owner[shared] >= 0]  # managed here
+        grants = {origin: shared[shard.owner[shared] != origin]}
+        second = fresh[count[fresh] == 2]
+        second = second[shard.owner[second] >= 0]
+        if len(second):
+            for node, held in self._held[header.table].items():
+                if node != origin:
+                    theirs = second[held[second]]
+                    theirs = theirs[shard.owner[theirs] != node]
+                    if len(theirs):
+                        grants[node] = theirs
+        for node, keys in grants.items():
+            if len(keys):
+                self.grants += len(keys)
+                self._endpoint.send(node, Header(Kind.INTENT, table=header.table, n_keys=len(keys), flags=GRANT,
+                                                 origin=self._endpoint.rank), keys=keys)
 
     def intending(self, table: int, keys) -> np.ndarray:
         """(n,) int32 how many nodes intend each of `keys` now (tests, debug_state)."""
@@ -103,4 +140,5 @@ class IntentBoard:
 
     def __repr__(self) -> str:
         live = {t: int((c > 0).sum()) for t, c in self._count.items()}
-        return f"<IntentBoard keys intended by table {live} moves={self.moves} shares={self.shares}>"
+        return (f"<IntentBoard keys intended by table {live} moves={self.moves} shares={self.shares} "
+                f"grants={self.grants}>")

@@ -27,6 +27,7 @@ class Board:
         self.released: list = []
         self.board = intents.IntentBoard(self.endpoint, lambda table, keys: self.released.append((table, keys.tolist())))
         self.rounds: dict[int, int] = {}
+        self.grants: list[tuple[int, list[int]]] = []  # (node, keys) of each grant of copies sent
 
     def intent(self, origin: int, starts, ends=(), round_: int | None = None) -> list[int]:
         """The starts node `origin` is told to take (the ACK's positions, as keys); `round_`: the
@@ -36,10 +37,16 @@ class Board:
             round_ = self.rounds[origin] = self.rounds.get(origin, 0) + 1
         header = Header(Kind.INTENT, table=3, request_id=9, part=len(starts), origin=origin, n_keys=len(keys),
                         dim=round_)
+        before = len(self.transport.sent)
         self.board.handle(header, Payload(keys, None, None, None), self.shard)
-        rank, frames = self.transport.sent[-1]
+        sent = self.transport.sent[before:]
+        rank, frames = sent[0]  # the ACK first, then the grants
         reply = unpack_header(bytes(frames[0]))
         assert (rank, reply.kind, reply.request_id) == (origin, Kind.ACK, 9)
+        for node, grant in sent[1:]:
+            h = unpack_header(bytes(grant[0]))
+            assert (h.kind, h.flags, h.origin) == (Kind.INTENT, intents.GRANT, 0), h
+            self.grants.append((node, unpack(h, [bytes(f) for f in grant]).keys.tolist()))
         pos = unpack(reply, [bytes(f) if not isinstance(f, np.ndarray) else f for f in frames]).positions
         return [int(starts[i]) for i in pos]
 
@@ -92,3 +99,35 @@ def test_more_starts_than_keys_is_a_protocol_error():
     header = Header(Kind.INTENT, table=3, request_id=1, part=3, origin=1, n_keys=2)
     with pytest.raises(ProtocolError, match="3 starts among 2 keys"):
         b.board.handle(header, Payload(np.array([1, 2]), None, None, None), b.shard)
+
+
+def test_copies_are_granted_to_every_intending_node_but_the_owner():
+    """A start that makes a key shared grants the sender a copy, and the node that intended it alone
+    the same; later intending nodes get theirs at their start; the owner never; unmanaged keys never."""
+    b = Board()
+    b.shard.owner[7] = 1  # key 7 lives on node 1 (moved there)
+    assert b.intent(1, [3, 4, 7, 60]) == [3, 4, 7]
+    assert b.grants == []  # alone: moves, no copies
+    assert b.intent(2, [4, 5, 7, 60]) == [5]
+    assert sorted(b.grants) == [(1, [4]), (2, [4, 7])]  # 7: node 1 owns it, node 2 copies it
+    b.grants.clear()
+    assert b.intent(0, [4]) == []  # node 0 owns 4 (it manages it and nothing moved it yet): no copy for it
+    assert b.grants == []  # (the third: 1 and 2 have theirs)
+    assert b.intent(3, [4]) == []
+    assert b.grants == [(3, [4])]
+    b.grants.clear()
+    assert b.intent(2, [], ends=[4]) == [] and b.intent(2, [4]) == []  # node 2 again: count 4, its copy only
+    assert b.grants == [(2, [4])]
+    assert b.board.intending(3, [3, 4, 5, 7]).tolist() == [1, 4, 1, 2]
+    assert b.board.grants == 5
+
+
+def test_a_grant_is_handed_to_the_node():
+    """An INTENT with flag GRANT is a manager's grant to this node: handed on, not counted, not answered."""
+    b = Board()
+    got = []
+    b.board.on_grant = lambda table, keys: got.append((table, keys.tolist()))
+    header = Header(Kind.INTENT, table=3, origin=1, n_keys=2, flags=intents.GRANT)
+    b.board.handle(header, Payload(np.array([8, 9]), None, None, None), b.shard)
+    assert got == [(3, [8, 9])] and b.transport.sent == []
+    assert b.board.intending(3, [8, 9]).tolist() == [0, 0]
