@@ -39,7 +39,8 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .config import ConfigError, NodeConfig
 from .errors import ClusterError, NodeFailure
@@ -194,7 +195,7 @@ def _wait(ray, refs: dict, is_command: bool, grace: float) -> _Outcome:
             rank = refs[ref]
             try:
                 value = ray.get(ref)
-            except Exception as exc:  # the function raised (RayTaskError) or the actor died (RayActorError)
+            except Exception as exc:  # noqa: BLE001 - the function raised (RayTaskError) or the actor died (RayActorError)
                 _fail(outcome, rank, 1, _describe(exc), exc)
                 continue
             if is_command and value[0] != 0:
@@ -266,6 +267,7 @@ class _NodeActor:
             for name in [n for n in os.environ if n.startswith("PSKV_")]:
                 del os.environ[name]
             os.environ.update(env)
+            assert fn is not None  # (launch_ray gives a command, run_ray a function)
             return fn(*args)
         finally:
             shutil.rmtree(os.path.dirname(secret_file), ignore_errors=True)
@@ -278,11 +280,13 @@ class _NodeActor:
         except OSError as exc:
             return 127, f"cannot start {command!r}: {exc.strerror}; check the command and PATH on this Ray node"
         tail: list[str] = []
-        with self._proc.stdout:
-            for raw in iter(self._proc.stdout.readline, b""):
+        stdout = self._proc.stdout
+        assert stdout is not None  # (stdout=PIPE)
+        with stdout:
+            for raw in iter(stdout.readline, b""):
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 print(f"[node {self.rank}] {line}", flush=True)  # Ray forwards it to the driver
-                tail = (tail + [line])[-_TAIL:]
+                tail = [*tail, line][-_TAIL:]
         while True:  # reap only under the lock, so that stop() never signals a PID the OS may reuse
             with self._reap_lock:
                 if self._proc.poll() is not None:

@@ -43,7 +43,7 @@ from .floor import Floor, floor_table
 from .nodes import run
 from .report import _load, _revision, auth_table, machine, table, targets
 
-__all__ = ["main", "machine", "run"]
+__all__ = ["machine", "main", "run"]
 
 _FULL_SIZES = (1, 1_000, 100_000, 1_000_000)
 _QUICK_SIZES = (1, 1_000, 100_000)

@@ -6,9 +6,11 @@ import collections
 import dataclasses
 import gc
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
+
+from ..net.future import Future
 
 BIG = 64 << 20  # bytes of values from which a request counts as large: fewer repeats
 WINDOW_BYTES = 512 << 20  # cap on the pull buffers of one windowed run (W * n * dim * 4)
@@ -56,7 +58,7 @@ def _timed(fn: Callable[[], object], plan: Plan, n: int, dim: int, reps_min: int
     reps_max = max(reps_min, 20 if big else plan.reps_max)
     fn()  # warm-up: numba compiles/loads on first call, zmq connects on first send
     gc.collect()
-    times = []
+    times: list[float] = []
     start = time.perf_counter()
     while len(times) < reps_max:
         t0 = time.perf_counter()
@@ -73,7 +75,7 @@ def _result(op, where, mode, n, dim, times: np.ndarray) -> Result:
     return Result(op, where, mode, n, dim, float(p50), float(p50), float(p99), len(times))
 
 
-def _windowed(issue: Callable[[int], object], plan: Plan, window: int, requests: int) -> float:
+def _windowed(issue: Callable[[int], Future], plan: Plan, window: int, requests: int) -> float:
     """Seconds per request with `window` requests outstanding; issue(i) returns a Future."""
     for f in [issue(i) for i in range(window)]:
         f.wait(WAIT)  # warm-up
@@ -139,7 +141,8 @@ def remote_cells(table, d: Data, offset: int, plan: Plan, where: str = "remote")
     results = []
     for op, issue in ops.items():
         rtt = _result(op, where, "rtt", d.n, d.dim,
-                      _timed(lambda: issue(0).wait(WAIT), plan, d.n, d.dim, reps_min=max(plan.reps_min, 20)))
+                      _timed(lambda: issue(0).wait(WAIT), plan, d.n, d.dim,  # noqa: B023 - called in this round only
+                             reps_min=max(plan.reps_min, 20)))
         est = max(rtt.seconds / 2, 1e-6)  # pipelining hides at most about half of a round trip
         requests = int(min(2000, max(4 * window, plan.budget / est)))
         if d.n * d.dim * 4 >= BIG:

@@ -6,7 +6,7 @@ import collections
 import dataclasses
 import gc
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -28,7 +28,7 @@ def raw_server(port: int, rows: int, dim: int, stop, host: str = "127.0.0.1", ke
     import zmq
 
     data = touched((rows, dim))  # (rows, dim) float32, like node 1's shard
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context = zmq.Context.instance()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     if keys is not None:
@@ -58,14 +58,15 @@ class RawClient:
         import zmq
 
         self.dim = dim
-        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock: zmq.Socket = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         if keys is not None:
             keys.client(self.sock)
         self.sock.connect(f"tcp://{host}:{port}")
 
     def send_pull(self, keys: np.ndarray) -> None:
-        self.sock.send_multipart([_RAW_PULL, keys], copy=False)
+        # (an ndarray is a buffer; numpy's annotations say so only for Python >= 3.12)
+        self.sock.send_multipart([_RAW_PULL, keys], copy=False)  # type: ignore[list-item]
 
     def recv_rows(self, n: int, out: np.ndarray | None = None) -> np.ndarray:
         rows = np.frombuffer(self.sock.recv(copy=False).buffer, np.float32).reshape(n, self.dim)
@@ -79,7 +80,7 @@ class RawClient:
         return self.recv_rows(len(keys), out)
 
     def push(self, keys: np.ndarray, vals: np.ndarray) -> None:
-        self.sock.send_multipart([_RAW_PUSH, keys, vals], copy=False)
+        self.sock.send_multipart([_RAW_PUSH, keys, vals], copy=False)  # type: ignore[list-item]  # (as above)
         self.sock.recv(copy=False)
 
     def close(self) -> None:
@@ -99,8 +100,8 @@ class Floor:
     def ratios(self) -> list[float]:
         """pskv speed / raw speed per round (>= 1: pskv at or past the floor)."""
         if self.unit == "µs":
-            return [r / p for r, p in zip(self.raw, self.pskv)]
-        return [p / r for r, p in zip(self.raw, self.pskv)]
+            return [r / p for r, p in zip(self.raw, self.pskv, strict=True)]
+        return [p / r for r, p in zip(self.raw, self.pskv, strict=True)]
 
 
 def _raw_windowed(raw: RawClient, keys: np.ndarray, window: int, requests: int) -> float:

@@ -19,7 +19,7 @@ import ast
 import math
 import re
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import ConfigError
 from ..net.requests import LATENCY_BUCKETS, Latency
@@ -103,7 +103,8 @@ def families(sample: dict) -> list:
                                "(remote)", labels=["node", "table", "location"])
     staleness = GaugeMetricFamily("pskv_table_staleness", "the table's staleness bound in clocks (0: BSP, "
                                   "+Inf: Async)", labels=["node", "table"])
-    extra = {key: CounterMetricFamily(name, doc, labels=["node", "table"]) for key, (name, doc) in _TABLE_COUNTERS.items()}
+    extra = {key: CounterMetricFamily(name, doc, labels=["node", "table"])
+             for key, (name, doc) in _TABLE_COUNTERS.items()}
     for table, st in sorted(sample["tables"].items()):
         requests.add_metric([node, table, "pull"], st["pulls"])
         requests.add_metric([node, table, "push"], st["pushes"])
@@ -118,12 +119,14 @@ def families(sample: dict) -> list:
     out += _latency(node, sample.get("latency", {}))
     for key, (name, doc) in _NODE_COUNTERS.items():
         if key in sample:
-            out.append(CounterMetricFamily(name, doc, labels=["node"]))
-            out[-1].add_metric([node], sample[key])
+            counter = CounterMetricFamily(name, doc, labels=["node"])
+            counter.add_metric([node], sample[key])
+            out.append(counter)
     for key, (name, doc) in _NODE_GAUGES.items():
         if key in sample:
-            out.append(GaugeMetricFamily(name, doc, labels=["node"]))
-            out[-1].add_metric([node], float(sample[key]))
+            gauge = GaugeMetricFamily(name, doc, labels=["node"])
+            gauge.add_metric([node], float(sample[key]))
+            out.append(gauge)
     members = GaugeMetricFamily("pskv_members", "live nodes of the cluster as this node sees them", labels=["node"])
     members.add_metric([node], len(sample["members"]))
     dropped = CounterMetricFamily("pskv_dropped_messages", "messages dropped: garbage or another cluster's "
@@ -132,7 +135,7 @@ def families(sample: dict) -> list:
     for reason, key in (("garbage", "dropped"), ("fenced", "fenced")):
         if key in sample:
             dropped.add_metric([node, reason], sample[key])
-    return out + [members, dropped]
+    return [*out, members, dropped]
 
 
 def _latency(node: str, latency: dict[str, Latency]) -> list:
@@ -148,14 +151,14 @@ def _latency(node: str, latency: dict[str, Latency]) -> list:
     merged: dict[tuple[str, str], Latency] = {}  # descriptions that differ only after the table name
     for desc, lat in latency.items():
         into = merged.setdefault(kind_and_table(desc), Latency())
-        into.counts = [a + b for a, b in zip(into.counts, lat.counts)]
+        into.counts = [a + b for a, b in zip(into.counts, lat.counts, strict=True)]
         into.seconds += lat.seconds
         into.keys += lat.keys
         into.failed += lat.failed
     for (kind, table), lat in sorted(merged.items()):
         labels = [node, table, kind]
         cumulative, buckets = 0, []
-        for bound, count in zip((*LATENCY_BUCKETS, math.inf), lat.counts):
+        for bound, count in zip((*LATENCY_BUCKETS, math.inf), lat.counts, strict=True):
             cumulative += count
             buckets.append(("+Inf" if bound == math.inf else repr(bound), cumulative))
         hist.add_metric(labels, buckets, lat.seconds)

@@ -50,8 +50,8 @@ def parse(text: str) -> list[Sample]:
 def urls_for(port: int | None, nodes: int | None, host: str, urls: list[str]) -> list[str]:
     """The endpoints to watch: node r at http://host:(port + r)/metrics, then `urls` (host:port or URLs)."""
     out = [f"http://{host}:{port + r}/metrics" for r in range(nodes or 0)] if port else []
-    for url in urls:
-        url = url if "://" in url else f"http://{url}"
+    for given in urls:
+        url = given if "://" in given else f"http://{given}"
         out.append(url if url.split("://", 1)[1].count("/") else url + "/metrics")
     return out
 
@@ -138,15 +138,16 @@ def quantile(q: float, buckets: dict[float, float]) -> float | None:
 def rows(now: View, before: View | None) -> list[tuple[str, ...]]:
     """The lines of one node: `*` first, then each table."""
     dt = (now.when - before.when) if before is not None else 0.0
-    out = []
+    out: list[tuple[str, ...]] = []
     for table in ["*", *now.tables()]:
-        def total(column: str) -> float | None:
+        def total(column: str, table: str = table) -> float | None:
             return now.totals.get((table, column))
 
-        def rate(column: str) -> float | None:
-            if dt <= 0 or total(column) is None:
+        def rate(column: str, table: str = table) -> float | None:
+            value = total(column, table)
+            if dt <= 0 or value is None or before is None:  # (dt > 0: there is a view before)
                 return None
-            return (total(column) - before.totals.get((table, column), 0.0)) / dt
+            return (value - before.totals.get((table, column), 0.0)) / dt
 
         hist = now.buckets.get(table, {})
         delta = {le: c - (before.buckets.get(table, {}).get(le, 0.0) if before else 0.0) for le, c in hist.items()}
@@ -161,13 +162,15 @@ def rows(now: View, before: View | None) -> list[tuple[str, ...]]:
 
 def frame(views: list[View | str], before: dict[int, View]) -> list[str]:
     """The text of one refresh: a header and each node's lines (or why it could not be read)."""
-    lines = [" ".join(h.rjust(w) if i > 1 else h.ljust(w) for i, (h, w) in enumerate(zip(_HEADER, _WIDTHS)))]
+    lines = [" ".join(h.rjust(w) if i > 1 else h.ljust(w)
+                      for i, (h, w) in enumerate(zip(_HEADER, _WIDTHS, strict=True)))]
     for i, view in enumerate(views):
         if isinstance(view, str):
             lines.append(f"{'?'.ljust(_WIDTHS[0])} {view}")
             continue
         for row in rows(view, before.get(i)):
-            lines.append(" ".join(c.rjust(w) if j > 1 else c.ljust(w) for j, (c, w) in enumerate(zip(row, _WIDTHS))))
+            lines.append(" ".join(c.rjust(w) if j > 1 else c.ljust(w)
+                                  for j, (c, w) in enumerate(zip(row, _WIDTHS, strict=True))))
     return lines
 
 
@@ -191,7 +194,8 @@ def run(urls: list[str], *, once: bool = False, interval: float = 1.0, out: Text
                 out.write("\n".join(lines) + "\n")
                 return int(any(isinstance(v, str) for v in views))
             stamp = time.strftime("%H:%M:%S")
-            out.write("\x1b[H\x1b[2J" + f"pskv top  {len(urls)} node(s)  {stamp}  (Ctrl-C quits)\n" + "\n".join(lines) + "\n")
+            out.write("\x1b[H\x1b[2J" + f"pskv top  {len(urls)} node(s)  {stamp}  (Ctrl-C quits)\n"
+                      + "\n".join(lines) + "\n")
             out.flush()
             before = {i: v for i, v in enumerate(views) if isinstance(v, View)}
             shown += 1

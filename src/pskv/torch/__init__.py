@@ -20,8 +20,10 @@ try:
 except ImportError:  # pragma: no cover - the extra is installed by make test
     raise ConfigError("pskv.torch needs PyTorch: pip install 'pskv[torch]' (torch 2.13.0, CPU wheel)") from None
 
-from .embedding import Embedding as Embedding  # noqa: E402
-from .parallel import DataParallel as DataParallel  # noqa: E402
-from .parallel import load_weights as load_weights  # noqa: E402
+from .embedding import Embedding as Embedding
+from .parallel import (
+    DataParallel as DataParallel,
+    load_weights as load_weights,
+)
 
 __all__ = ["DataParallel", "Embedding", "load_weights"]

@@ -26,7 +26,7 @@ class _Lookup(torch.autograd.Function):
     """rows[inverse]; backward pushes the summed gradient of each distinct row to the table."""
 
     @staticmethod
-    def forward(ctx, anchor, rows, inverse, owner, keys):  # noqa: D401 - torch's signature
+    def forward(ctx, anchor, rows, inverse, owner, keys):
         ctx.owner, ctx.keys, ctx.n = owner, keys, rows.shape[0]
         ctx.save_for_backward(inverse)
         return rows[inverse]
@@ -51,7 +51,8 @@ class Embedding(torch.nn.Module):
         self._anchor = torch.zeros(0, requires_grad=True)  # makes autograd call _Lookup.backward
         self._pushes: collections.deque[Future] = collections.deque()
         self._max = max_in_flight
-        self._next = None  # (ids, keys, inverse, Future of the rows) from prefetch()
+        self._next: tuple[torch.Tensor, np.ndarray, np.ndarray, Future] | None = None  # from prefetch():
+        # (ids, keys, inverse, Future of the rows)
         self.pushed_rows = 0
 
     def prefetch(self, ids: torch.Tensor) -> None:

@@ -50,6 +50,7 @@ import hashlib
 import math
 import time
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -58,6 +59,9 @@ from ..errors import ConfigError, DTypeError, PskvError, ShapeError, UnknownTabl
 from ..node import Node
 from ..options import BSP, Async, NodeAggregate, as_consistency
 from ..updaters import SGD, Updater
+
+if TYPE_CHECKING:
+    from ..client.table import Table
 
 _ROW = 256  # floats per row: few keys per layer, little padding
 _BUCKET = 4 << 20  # bytes of gradients per push: few messages, some overlap with backprop in big models
@@ -164,7 +168,7 @@ class DataParallel(torch.nn.Module):
         self._buckets = _buckets(params, ranges, row, bucket_bytes)  # [(param indices, first row, end row)]
         self._bucket_of = {i: k for k, (members, _, _) in enumerate(self._buckets) for i in members}
         self._all = np.arange(rows, dtype=np.int64)
-        for p, (a, _) in zip(params, ranges):
+        for p, (a, _) in zip(params, ranges, strict=True):
             view = self._w[a * row:a * row + p.numel()].view_as(p)
             view.copy_(p.data)
             p.data = view
@@ -175,7 +179,7 @@ class DataParallel(torch.nn.Module):
         self._warned = False  # this step's backward-twice warning was given
         self._sync = mode == "sync"
         self._buffer_list, brows, bdigest = _buffers(model)
-        self._btable = None  # the buffers table (None: no buffers, or broadcast_buffers=False)
+        self._btable: Table | None = None  # the buffers table (None: no buffers, or broadcast_buffers=False)
         if broadcast_buffers and brows:
             try:
                 self._btable = where.table(f"{self._tname}/buffers/{bdigest}")
@@ -239,6 +243,7 @@ class DataParallel(torch.nn.Module):
             values[at:at + b.numel()] = b.detach().reshape(-1).to(torch.float64).numpy()
             at += b.numel()
         flat[:, _BUFFER_ROW] = self._steps
+        assert self._btable is not None  # (the caller checks)
         return self._btable.set(self._bkeys, flat)
 
     def _take_buffers(self, step: int | None, timeout: float | None) -> None:
@@ -246,6 +251,7 @@ class DataParallel(torch.nn.Module):
         row holds that step's (or a later one's) values."""
         deadline = time.monotonic() + (timeout or _BUFFER_WAIT)
         pause = 0.0005
+        assert self._btable is not None  # (the caller checks)
         while True:
             rows = self._btable.pull(self._bkeys, timeout=timeout)  # (brows, _BUFFER_ROW + 1) float64
             if step is None or rows[:, _BUFFER_ROW].min() >= step:
@@ -286,7 +292,10 @@ class DataParallel(torch.nn.Module):
                               UserWarning, stacklevel=2)
             view = self._g[a * self.row:a * self.row + p.numel()]
             if param.grad is None or param.grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none) ran
-                view.copy_(param.grad.reshape(-1) if param.grad is not None else 0)
+                if param.grad is not None:
+                    view.copy_(param.grad.reshape(-1))
+                else:
+                    view.zero_()
                 param.grad = view.view_as(param)
             k = self._bucket_of[i]
             self._waiting[k] -= 1
@@ -331,9 +340,9 @@ class DataParallel(torch.nn.Module):
     def state_dict(self, *args, **kwargs):
         return self.module.state_dict(*args, **kwargs)
 
-    def load_state_dict(self, state_dict, strict: bool = True):
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         """Load into the model and, from the first worker, into the table (before training starts)."""
-        result = self.module.load_state_dict(state_dict, strict=strict)
+        result = self.module.load_state_dict(state_dict, strict=strict, assign=assign)
         self._publish()
         return result
 
@@ -355,5 +364,5 @@ def load_weights(model: torch.nn.Module, rows: np.ndarray, row: int = _ROW) -> N
                          f"parameters take ({total}, {row}); is it the model the run trained?")
     flat = np.ascontiguousarray(rows, np.float32).reshape(-1)
     with torch.no_grad():
-        for p, (a, _) in zip(params, ranges):
+        for p, (a, _) in zip(params, ranges, strict=True):
             p.copy_(torch.from_numpy(flat[a * row:a * row + p.numel()]).view_as(p))
