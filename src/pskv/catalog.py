@@ -15,10 +15,9 @@ import numpy as np
 
 from .consistency.buffer import PushBuffer
 from .consistency.cache import RowCache
-from .options import Consistency
 from .errors import TableError, UnknownTable
 from .net.future import Future
-from .options import TableOptions
+from .options import Consistency, TableOptions
 from .placement.ranges import KeyRanges
 from .store.shard import Shard
 from .store.spec import TableSpec
@@ -73,7 +72,8 @@ class TableState:
             out.update(cache_hits=self.cache.hits, cache_misses=self.cache.misses,
                        cache_evictions=self.cache.evictions, cache_rows=len(self.cache))
         if self.buffer is not None:
-            out.update(flushes=self.buffer.flushes, buffered_rows=self.buffer.rows_in, flushed_rows=self.buffer.rows_out)
+            out.update(flushes=self.buffer.flushes, buffered_rows=self.buffer.rows_in,
+                       flushed_rows=self.buffer.rows_out)
         if self.aggregator is not None:
             out.update(aggregated_rounds=self.aggregator.rounds, aggregated_messages=self.aggregator.messages)
         if getattr(self.shard, "disk", None) is not None:

@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--coordinator-host", help="address the coordinator binds (default 127.0.0.1, "
                                                 "or this machine's address with a remote hostfile)")
     run.add_argument("--ray", action="store_true",
-                     help="one node per Ray actor, placed by Ray (pip install 'pskv[ray]'); node 0 runs the coordinator")
+                     help="one node per Ray actor, placed by Ray (pip install 'pskv[ray]'); node 0 runs the "
+                          "coordinator")
     run.add_argument("--address", metavar="ADDR",
                      help="with --ray: the Ray cluster (ray.init's address: auto, ray://HEAD:10001; "
                           "default a private local Ray)")

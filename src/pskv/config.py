@@ -29,14 +29,14 @@ below carries its reason.
 | PSKV_FULL_TRACEBACKS | 1: an uncaught pskv.NodeFailure prints Python's whole traceback, not one line (node.diagnostics) | 0 |
 | PSKV_WAIT_LOG_INTERVAL | seconds between the "still waiting for node 1 in barrier #3" lines of a waiting collective | 30 |
 | PSKV_TEST_DROP_RATE | test only: fraction of outgoing data messages dropped | 0 |
-"""
+"""  # noqa: E501 - a markdown table, one row per line
 
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from .environments import detect
 from .errors import ConfigError, ConsistencyError
@@ -73,7 +73,7 @@ class NodeConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, caller: str = "pskv.init",
-                 **overrides) -> "NodeConfig":
+                 **overrides) -> NodeConfig:
         """Read PSKV_* from `environ` (default os.environ); keyword overrides win. PSKV_* variables
         that are unset (or empty) come from torchrun's, SLURM's or a Kubernetes Indexed Job's
         variables when those are present (`environments.detect`), except with PSKV_JOIN. A bad
@@ -150,8 +150,8 @@ class NodeConfig:
         if self.backups < 0:
             raise bad("backups", "must be 0 (no backups) or more")
         if self.backups >= self.num_nodes > 1:
-            raise ConfigError(f"PSKV_BACKUPS is {self.backups} on {self.num_nodes} node(s); a key range can have at most "
-                              f"{self.num_nodes - 1} backup(s) (one on each other node)")
+            raise ConfigError(f"PSKV_BACKUPS is {self.backups} on {self.num_nodes} node(s); a key range can have at "
+                              f"most {self.num_nodes - 1} backup(s) (one on each other node)")
 
     def to_env(self) -> dict[str, str]:
         """The PSKV_* variables that describe this config (used by pskv.launch)."""

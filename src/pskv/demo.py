@@ -135,7 +135,8 @@ class _Progress:
         self.unit = unit
         self.terminal = sys.stderr.isatty() if terminal is None else terminal
         self._bar = None
-        self._first = self._last_line = None  # (time, done) of the first report; time of the last line
+        self._first: tuple[float, int] | None = None  # (time, done) of the first report
+        self._last_line = 0.0  # time of the last line
         self.done = self.total = 0
 
     def update(self, done: int, total: int) -> None:
@@ -158,6 +159,7 @@ class _Progress:
             self._line(now)
 
     def _line(self, now: float) -> None:
+        assert self._first is not None  # (update() set it before any line)
         t0, done0 = self._first
         rate = f"  {(self.done - done0) / (now - t0):,.0f} {self.unit}/s" if now - t0 >= self.RATE_AFTER else ""
         print(f"  {100 * self.done / max(self.total, 1):5.1f}%  {self.done:,} {self.unit}{rate}", file=sys.stderr,

@@ -20,7 +20,7 @@ PSKV_HOST, the address a node binds and announces, is 127.0.0.1 when the coordin
 loopback, and otherwise this machine's address on the route to the coordinator (the pod's own
 address under Kubernetes, where the coordinator's name may not resolve before its pod runs).
 Host names are resolved here because ZeroMQ binds only to addresses, never to names.
-"""
+"""  # noqa: E501 - a markdown table, one row per line
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import dataclasses
 import ipaddress
 import re
 import socket
-from typing import Mapping
+from collections.abc import Mapping
 
 from .errors import ConfigError
 

@@ -8,7 +8,7 @@ its own, over pskv tables and worker clocks:
 
     sched = pskv.schedule.Scheduler(node, "lasso", coords=p, per_round=16, policy="strads",
                                     dependencies=safe_subset, seed=0)     # collective
-    sched.start(rounds)                                                   # node 0: its thread starts at the first begin()
+    sched.start(rounds)                                       # node 0: its thread starts at the first begin()
     # every worker thread:
     sched.begin(w)                            # once: its first clock (push what round 0 needs first)
     for t in range(rounds):
@@ -23,13 +23,13 @@ clock t + 1, which means every worker ended round t - 1 (its pushes are applied)
 published round t. The scheduler publishes round t + 1 as soon as the global clock reaches t + 1,
 so it chooses while the workers compute round t (pipelined), and it uses the sizes reported for
 round t - 2, which are in by then and not yet overwritten whatever the timing (reports go to one of
-three tables by round: round t's cannot overwrite them), so a run is deterministic for a seed. Policies: "cyclic" (P coordinates in order),
-"shotgun" (P uniformly at random, no dependency check: Bradley et al.'s Shotgun), "strads"
-(C candidates drawn without replacement, each draw with probability proportional to
-`priority(sizes)` (by Efraimidis and Spirakis' keys: O(coords), no cumulative sums), default |change| + eta x
-the largest |change| (eta = 0.01: a coordinate that stopped moving is still drawn now and then;
-uniform once every last change is 0),
-then `dependencies(candidates)` keeps a safe subset, earlier draws first, of which the first P go out).
+three tables by round: round t's cannot overwrite them), so a run is deterministic for a seed.
+Policies: "cyclic" (P coordinates in order), "shotgun" (P uniformly at random, no dependency
+check: Bradley et al.'s Shotgun), "strads" (C candidates drawn without replacement, each draw with
+probability proportional to `priority(sizes)` (by Efraimidis and Spirakis' keys: O(coords), no
+cumulative sums), default |change| + eta x the largest |change| (eta = 0.01: a coordinate that
+stopped moving is still drawn now and then; uniform once every last change is 0), then
+`dependencies(candidates)` keeps a safe subset, earlier draws first, of which the first P go out).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numba
 import numpy as np
@@ -101,8 +101,9 @@ class Scheduler:
         the global clock until round 0 is out. While it runs, no worker may wait in a barrier (the
         scheduler's worker never arrives)."""
         if self.node.clocks.global_clock != 0:
-            raise ScheduleError(f"scheduler {self.name!r}: the cluster's clocks are at {self.node.clocks.global_clock}, "
-                                "not 0; rounds are clocks, so a scheduler runs first and once per cluster run")
+            raise ScheduleError(f"scheduler {self.name!r}: the cluster's clocks are at "
+                                f"{self.node.clocks.global_clock}, not 0; rounds are clocks, so a scheduler runs "
+                                "first and once per cluster run")
         if self.node.rank == 0:
             self._rounds = int(rounds)
 
@@ -153,7 +154,7 @@ class Scheduler:
                 sets.set(np.arange(slot, slot + self._width), row[:, None]).wait()
                 w.clock()
                 self.rounds += 1
-        except BaseException as exc:  # noqa: BLE001 - kept for close(), and the workers stall loudly
+        except BaseException as exc:
             self._error = exc
             log.error("scheduler %r failed", self.name, exc_info=exc)
         finally:
