@@ -154,7 +154,7 @@ class Scheduler:
                 sets.set(np.arange(slot, slot + self._width), row[:, None]).wait()
                 w.clock()
                 self.rounds += 1
-        except BaseException as exc:
+        except BaseException as exc:  # kept for close(), and the workers stall loudly
             self._error = exc
             log.error("scheduler %r failed", self.name, exc_info=exc)
         finally:

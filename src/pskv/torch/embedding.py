@@ -26,7 +26,7 @@ class _Lookup(torch.autograd.Function):
     """rows[inverse]; backward pushes the summed gradient of each distinct row to the table."""
 
     @staticmethod
-    def forward(ctx, anchor, rows, inverse, owner, keys):
+    def forward(ctx, anchor, rows, inverse, owner, keys):  # (torch's signature: ctx, not self)
         ctx.owner, ctx.keys, ctx.n = owner, keys, rows.shape[0]
         ctx.save_for_backward(inverse)
         return rows[inverse]
