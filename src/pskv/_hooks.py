@@ -15,22 +15,22 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Iterator
 
-_points: dict[str, Callable[..., None]] = {}  # callers on the data path test it first: `if _points and reach(...)`
+points: dict[str, Callable[..., None]] = {}  # the data path tests it first: `if _hooks.points and _hooks.reach(...)`
 
 
 def reach(name: str, **context) -> bool:
     """Run the hook at `name`, if any; True if it asks the caller to drop what it handles."""
-    fn = _points.get(name)
+    fn = points.get(name)
     return bool(fn(**context)) if fn is not None else False
 
 
 @contextlib.contextmanager
 def installed(name: str, fn: Callable[..., None]) -> Iterator[None]:
     """Run fn(**context) at point `name` inside the block (a true result: drop the message there)."""
-    if name in _points:
+    if name in points:
         raise RuntimeError(f"a hook is already installed at {name!r}")
-    _points[name] = fn
+    points[name] = fn
     try:
         yield
     finally:
-        del _points[name]
+        del points[name]

@@ -119,7 +119,7 @@ def compose(cluster_factory, tmp_path, seed: int) -> None:
     try:
         status = wait_or_dump(run, 150)
     except AssertionError:
-        coord = run._coordinator  # (a hang: what the coordinator holds, for the report)
+        coord = run.coordinator  # (a hang: what the coordinator holds, for the report)
         if coord is not None:
             print(f"coordinator: states {getattr(coord, '_state', '?')} barriers {getattr(coord, '_barriers', '?')} "
                   f"joined {getattr(coord, '_joined', '?')} epoch {getattr(coord, '_epoch', '?')}", flush=True)

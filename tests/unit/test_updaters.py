@@ -343,5 +343,5 @@ def test_stable_order_matches_stable_argsort_on_both_paths():
     """The composite-key sort and its overflow fallback both give np.argsort(kind='stable')."""
     idx = np.random.default_rng(4).integers(0, 50, size=500)  # (500,) int64, many duplicates
     expected = np.argsort(idx, kind="stable")
-    np.testing.assert_array_equal(updaters._stable_order(idx, 50), expected)
-    np.testing.assert_array_equal(updaters._stable_order(idx, 2**62), expected)
+    np.testing.assert_array_equal(updaters.stable_order(idx, 50), expected)
+    np.testing.assert_array_equal(updaters.stable_order(idx, 2**62), expected)

@@ -211,7 +211,7 @@ class Aggregator:
         if finished:
             self._resolve(p)
         if len(reads):
-            read = worker.table(self.spec.name)._request(Kind.PULL, keys[reads], None, out, copy=True, gpos=reads)
+            read = worker.table(self.spec.name).request(Kind.PULL, keys[reads], None, out, copy=True, gpos=reads)
             read.add_done_callback(lambda f: self._read_done(p, f.exception()))
         return fut
 

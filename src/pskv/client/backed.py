@@ -54,7 +54,7 @@ class BackedRequest:
         part = len(self.parts)
         self.parts.append((keys, values, gpos, np.zeros(len(keys), bool), rounds))
         t = self.table
-        t._ctx.endpoint.request(dest, self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
+        t.ctx.endpoint.request(dest, self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
                                 reply_to=self.reply_to, flags=self.flags, keys=keys, values=values, rounds=rounds)
 
     def on_part(self, sender: int, payload) -> Credit | None:
@@ -87,15 +87,15 @@ class BackedRequest:
         """pskv-server, after a membership change: send the unanswered keys of every part again, to
         their range's head now, keeping the request id and part (positions name the keys)."""
         t = self.table
-        heads = t._ctx.chains().heads
+        heads = t.ctx.chains().heads
         for part, (keys, values, _, answered, rounds) in enumerate(self.parts):
             left = np.flatnonzero(~answered)
             if not len(left):
                 continue
-            dest = heads[t._state.ranges.range_of(keys[left])]
+            dest = heads[t.state.ranges.range_of(keys[left])]
             for d in np.unique(dest):
                 sel = left[dest == d]
-                t._ctx.endpoint.request(int(d), self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
+                t.ctx.endpoint.request(int(d), self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
                                         reply_to=self.reply_to, flags=self.flags, keys=keys[sel], positions=sel,
                                         values=None if values is None else values[sel],
                                         rounds=None if rounds is None else rounds[sel])
@@ -107,10 +107,10 @@ class BackedRequest:
         if not left:
             return "every key answered"
         keys = np.concatenate(left)[:8]
-        ranges = t._state.ranges.range_of(keys)
-        heads = t._ctx.chains().heads[ranges]
+        ranges = t.state.ranges.range_of(keys)
+        heads = t.ctx.chains().heads[ranges]
         return (f"unanswered keys {keys.tolist()} of key ranges {ranges.tolist()}, headed by nodes {heads.tolist()} "
-                f"(epoch's chains: {t._ctx.chains()!r})")
+                f"(epoch's chains: {t.ctx.chains()!r})")
 
 
 def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool, rows: bool = False,
@@ -119,10 +119,10 @@ def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool
     docstring). `rows`: a push whose Future's result is `out` filled with the rows after it (from
     the chain's tail: the aggregated tables' level 2, client.aggregate). `rounds` (kind AGG_PUSH): the round
     of each key, for a BSP/SSP aggregated table's level 2 (server.rounds)."""
-    st = table._state
-    ctx = table._ctx
+    st = table.state
+    ctx = table.ctx
     req = BackedRequest(table, kind, out, ROWS if rows else 0)
-    req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=table._desc(kind),
+    req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=table.desc(kind),
                                            retry=req.retry, explain=req.explain)
     if direct:
         req.reply_to = ctx.endpoint.reply_box()
@@ -145,7 +145,7 @@ def subscribe(table, rid: int, keys: np.ndarray) -> None:
     """localize with backups: ask the heads of `keys` (marked incoming here, awaited by request
     `rid`) to make this node their reader (server.readers). After a membership change the keys
     still incoming are asked for again, of the new heads."""
-    ctx, st = table._ctx, table._state
+    ctx, st = table.ctx, table.state
 
     def send(keys: np.ndarray) -> None:
         chains = ctx.chains()

@@ -110,7 +110,7 @@ class Hold:
         with self.lock:
             if self.inflight == 0 and not self.calls:  # nothing in flight: at once, alone
                 return self._send_one(h, keys, out, gpos, fresh)
-            fut = Future(h._desc(Kind.PULL), self.ctx.check).pumped_by(self.pump)
+            fut = Future(h.desc(Kind.PULL), self.ctx.check).pumped_by(self.pump)
             fut.kick = self.flush
             self.calls.append(_Call(keys, out, gpos, fut))
             self.n_keys += len(keys)
@@ -142,7 +142,7 @@ class Hold:
         req = Request(h, Kind.PULL, out, fresh)
         req.parts.append((gpos, None))
         req.rid, fut = self.ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out,
-                                                    desc=h._desc(Kind.PULL))
+                                                    desc=h.desc(Kind.PULL))
         fut.pumped_by(self.pump)
         self._send(req.rid, fut, keys)
         return fut
@@ -154,7 +154,7 @@ class Hold:
         self.sent += 1
         fut.add_done_callback(self._landed)
         t = self.table
-        t._state.remote_keys += len(keys)
+        t.state.remote_keys += len(keys)
         try:
             self.ctx.endpoint.request(self.dest, Kind.PULL, t.spec.table_id, rid, dim=t.dim, via=self.box,
                                       reply_to=self.port, keys=keys)

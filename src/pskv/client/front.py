@@ -79,7 +79,7 @@ class Clock(Front):
         self.next = nxt
 
     def write(self, h, kind, keys, values, out, copy, rows, codec) -> Future:
-        return h._update(self.next.write(h, kind, keys, values, out, copy, rows, codec))
+        return h.note_write(self.next.write(h, kind, keys, values, out, copy, rows, codec))
 
 
 class Ordered(Front):
@@ -128,10 +128,10 @@ class Aggregate(Front):
         self.aggregator = aggregator
 
     def write(self, h, kind, keys, values, out, copy, rows, codec) -> Future:
-        return self.aggregator.push(h._worker, keys, values)
+        return self.aggregator.push(h.worker, keys, values)
 
     def read(self, h, keys, out, fresh, direct, codec) -> Future:
-        return self.aggregator.pull(h._worker, keys, out)
+        return self.aggregator.pull(h.worker, keys, out)
 
 
 class Bounded(Front):
@@ -143,11 +143,11 @@ class Bounded(Front):
 
     def read(self, h, keys, out, fresh, direct, codec) -> Future:
         st, ctx = self.state, self.ctx
-        needed = ctx.clocks.clock_of(h._worker) - st.consistency.staleness  # the global clock the rows need
+        needed = ctx.clocks.clock_of(h.worker) - st.consistency.staleness  # the global clock the rows need
         rest = np.arange(len(keys))  # (n,) positions in out not yet served
         # copies of rows owned elsewhere, fresh enough for this clock; a handle whose thread ticks no clock
         # (the main thread's, after training) has no clock to be fresh for: it reads the owners' rows
-        if st.cache is not None and ctx.clocks.takes_part(h._worker):
+        if st.cache is not None and ctx.clocks.takes_part(h.worker):
             far = np.flatnonzero(self._cacheable(keys))
             if len(far):
                 todo = np.ones(len(keys), bool)
@@ -155,12 +155,12 @@ class Bounded(Front):
                 todo[far[st.cache.lookup(keys[far], needed, out, far)]] = True
                 rest = np.flatnonzero(todo)
                 if not len(rest):
-                    return Future.completed(out, h._desc(Kind.PULL))
+                    return Future.completed(out, h.desc(Kind.PULL))
         try:
             ctx.clocks.wait_for(needed, ctx.collective_timeout)
         except WaitTimeout as exc:  # a worker somewhere stopped calling clock(): fail loudly, not forever
-            raise RequestStalled(f"{h._desc(Kind.PULL)}: {exc} (PSKV_COLLECTIVE_TIMEOUT); the node logs of the "
-                                 "slowest workers show where they are", request=h._desc(Kind.PULL)) from None
+            raise RequestStalled(f"{h.desc(Kind.PULL)}: {exc} (PSKV_COLLECTIVE_TIMEOUT); the node logs of the "
+                                 "slowest workers show where they are", request=h.desc(Kind.PULL)) from None
         # before the flush: a push written to the cache before `since` is in the buffer by then (see RowCache)
         since = st.cache.sequence() if st.cache is not None else 0
         st.buffer.flush_before_pull()  # read-my-writes: our buffered updates reach the owners first
@@ -232,7 +232,7 @@ class Move(Front):
             for m in np.unique(managers):
                 ctx.endpoint.request(int(m), Kind.LOCALIZE, h.spec.table_id, rid, part=lease_ms,
                                      flags=FORCE if force else 0, keys=fresh[managers == m])
-        h._track(fut)
+        h.track(fut)
         return fut
 
 

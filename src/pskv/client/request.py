@@ -70,7 +70,7 @@ class Request:
             if keys is not None:
                 keys = keys[p.positions]
         if keys is not None:
-            self.table._state.loc_cache[keys] = sender
+            self.table.state.loc_cache[keys] = sender
         if self.out is None:  # a push or set (a push_pull has `out`: its reply is PULL_REPLY)
             return None
         t = self.table

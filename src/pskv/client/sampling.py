@@ -41,10 +41,10 @@ class SampleHandle:
 
     def __init__(self, table, n: int, scheme: str) -> None:
         self.table = table
-        self.sampling: Sampling = table._state.sampling
+        self.sampling: Sampling = table.state.sampling
         self.scheme = scheme
         self.left = n
-        w = table._worker
+        w = table.worker
         self.rng = np.random.default_rng([self.sampling.seed, table.spec.table_id, w.rank, w.thread + 1,
                                          next(self._ids)])
         self.drawn: list[np.ndarray] = []
@@ -81,8 +81,8 @@ class SampleHandle:
 
     def _postpone(self, keys: np.ndarray) -> np.ndarray:
         """Swap keys not local yet with local ones from later in the queue (same multiset)."""
-        local = self.table._state.shard.owned(keys)
-        later = self.table._state.shard.owned(self.queue)
+        local = self.table.state.shard.owned(keys)
+        later = self.table.state.shard.owned(self.queue)
         for i in np.flatnonzero(~local):
             swap = np.flatnonzero(later)
             if not len(swap):
@@ -93,7 +93,7 @@ class SampleHandle:
         return keys
 
     def _draw_local(self, k: int) -> np.ndarray:
-        state = self.table._state
+        state = self.table.state
         if not callable(self.sampling.dist):
             assert isinstance(self.sampling.dist, np.ndarray)  # (options.Sampling made weights one)
             local = np.flatnonzero(state.shard.slot >= 0)
@@ -107,7 +107,7 @@ class SampleHandle:
             got = []
             for _ in range(100):  # bounded rejection sampling
                 cand = self.sampling.draw(self.rng, max(k, 16))
-                got.append(cand[self.table._state.shard.owned(cand) | _replicated(state, cand)])
+                got.append(cand[self.table.state.shard.owned(cand) | _replicated(state, cand)])
                 if sum(map(len, got)) >= k:
                     break
             keys = np.concatenate(got)[:k]
@@ -121,7 +121,7 @@ def _replicated(state, keys: np.ndarray) -> np.ndarray:
 
 
 def prepare(table, n: int, scheme: str | None) -> SampleHandle:
-    sampling = table._state.sampling
+    sampling = table.state.sampling
     if sampling is None:
         raise TableError(f"table {table.name!r} has no sampling distribution; declare it with "
                          "node.table(..., sampling=pskv.Sampling(weights))")

@@ -68,7 +68,7 @@ class SparseTable(Table):
         def retry() -> None:  # pskv-server, after a membership change: the parts not answered yet
             send([part for part, got in enumerate(found) if got is None])
 
-        rid, fut = self._ctx.tracker.new_request(len(pieces), on_part=on_part, desc=self._desc(Kind.RANGE),
+        rid, fut = self._ctx.tracker.new_request(len(pieces), on_part=on_part, desc=self.desc(Kind.RANGE),
                                                  retry=None if self._ctx.chains() is None else retry)
         chains, remote = self._ctx.chains(), []
         for part, (r, a, b) in enumerate(pieces):

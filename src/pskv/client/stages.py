@@ -5,7 +5,7 @@ A request stage serves what it can of a request and hands the rest to the stage 
 
     request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future
 
-    h       the client.table.Table handle that called (its worker tracks the Future; `_desc`)
+    h       the client.table.Table handle that called (its worker tracks the Future; `desc`)
     kind    Kind.PULL / PUSH / SET
     keys    (n,) int64; values (n, dim) or None (pulls)
     out     (m, dim) the result of a pull (or a push_pull), else None
@@ -72,7 +72,7 @@ class Stage:
         """This stage served all keys but `miss` (indices) from memory: done, or the rest to the next stage."""
         state.local_keys += len(keys) - len(miss)
         if not len(miss):
-            return Future.completed(out, h._desc(kind))
+            return Future.completed(out, h.desc(kind))
         if len(miss) < len(keys):
             keys, values, gpos = left(miss, keys, values, gpos)
             copy = False
@@ -107,7 +107,7 @@ class Replica(Stage):
                 self.replicas.set(keys[at], values[at])
             self.state.local_keys += len(at)
             if len(at) == n:
-                return Future.completed(out, h._desc(kind))
+                return Future.completed(out, h.desc(kind))
             keys, values, gpos = left(np.flatnonzero(~hot), keys, values, gpos)
             copy = False
         return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
@@ -124,7 +124,7 @@ class Owned(Stage):
 
     def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
         if not len(keys):
-            return Future.completed(out, h._desc(kind))
+            return Future.completed(out, h.desc(kind))
         if not self.probe or self.shard.slot[keys[0]] >= 0:
             miss = serve_local(h, self.shard, kind, keys, values, out, gpos, rows)
             return self.rest(self.state, miss, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
@@ -185,7 +185,7 @@ class Shared(Stage):
         their time there). The sums of keys no shard held go on: pushing a sum is the same update."""
         st, me = self.state, self.ctx.rank
         ranges, nodes = st.ranges, st.ranges.nodes
-        distinct, summed = rowlock.summed_by_key(keys, values, rules._stable_order(keys, st.spec.rows), st.spec)
+        distinct, summed = rowlock.summed_by_key(keys, values, rules.stable_order(keys, st.spec.rows), st.spec)
         cuts = np.searchsorted(distinct, ranges.bounds).tolist()
         missed = []
         for r in range(ranges.num_ranges):
@@ -201,7 +201,7 @@ class Shared(Stage):
             if len(miss):
                 missed.append(miss + a)
         if not missed:
-            return Future.completed(out, h._desc(Kind.PUSH))
+            return Future.completed(out, h.desc(Kind.PUSH))
         rest = np.concatenate(missed)
         return self.next.request(h, Kind.PUSH, distinct[rest], summed[rest], out, None, False, fresh, direct, False,
                                  codec)
@@ -223,7 +223,7 @@ class Shared(Stage):
             if d != me:
                 st.shared_keys += len(keys) - len(miss)
             if not len(miss):
-                return Future.completed(out, h._desc(kind))
+                return Future.completed(out, h.desc(kind))
             keys, values, gpos = left(miss, keys, values, gpos)
             copy = False
         return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
@@ -242,7 +242,7 @@ class HeldRows(Stage):
             miss = self.shard.pull(keys, out, gpos)
             self.state.local_keys += len(keys) - len(miss)
             if not len(miss):
-                return Future.completed(out, h._desc(kind))
+                return Future.completed(out, h.desc(kind))
             keys = keys[miss]
             gpos = miss if gpos is None else gpos[miss]
         return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
@@ -276,7 +276,7 @@ class HeldRanges(Stage):
             if here.all():
                 self.shard.pull(keys, out, gpos)
                 self.state.local_keys += len(keys)
-                return Future.completed(out, h._desc(kind))
+                return Future.completed(out, h.desc(kind))
             if here.any():
                 at = np.flatnonzero(here)
                 self.shard.pull(keys[at], out, at if gpos is None else gpos[at])
@@ -294,9 +294,9 @@ class Heads(Stage):
 
     def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
         if not len(keys):
-            return Future.completed(out, h._desc(kind))
+            return Future.completed(out, h.desc(kind))
         fut = backed.request(h, kind, keys, values, out, gpos, direct)
-        h._track(fut)
+        h.track(fut)
         return fut
 
 
@@ -310,11 +310,11 @@ class Ranges(Stage):
 
     def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
         if not len(keys):
-            return Future.completed(out, h._desc(kind))
+            return Future.completed(out, h.desc(kind))
         ctx, st = self.ctx, self.state
         ranges = st.ranges
         req = Request(h, kind, out, fresh)
-        req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=h._desc(kind))
+        req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=h.desc(kind))
         if direct:
             req.reply_to = ctx.endpoint.reply_box()
         r = ranges.one_range(keys)
@@ -336,7 +336,7 @@ class Ranges(Stage):
                                  codec=codec, keys=pk, values=pv)
         if req.reply_to and req.parts:
             fut.pumped_by(ctx.endpoint.pump)
-        h._track(fut)
+        h.track(fut)
         return fut
 
 
@@ -351,7 +351,7 @@ class MyRange(Stage):
 
     def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
         if not len(keys):
-            return Future.completed(out, h._desc(kind))
+            return Future.completed(out, h.desc(kind))
         st = self.state
         mine = st.ranges.manager_of(keys) == self.ctx.rank  # (n,) bool
         at = np.flatnonzero(mine)
@@ -361,7 +361,7 @@ class MyRange(Stage):
             mine[at[miss]] = False  # (keys of a range the shard handed on: they go on, as remote ones)
             st.local_keys += len(at) - len(miss)
             if mine.all():
-                return Future.completed(out, h._desc(kind))
+                return Future.completed(out, h.desc(kind))
             keys, values, gpos = left(np.flatnonzero(~mine), keys, values, gpos)
             copy = False
         return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
@@ -379,12 +379,12 @@ class Buffer(Stage):
 
     def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
         if not len(keys):
-            return Future.completed(None, h._desc(kind))
+            return Future.completed(None, h.desc(kind))
         if self.cache is None:
             fut = self.buffer.add(keys, values)
         else:
             with self.cache.ordering:  # write + add as one step against a pull's sequence() (see RowCache)
                 self.cache.write(keys, values)
                 fut = self.buffer.add(keys, values)
-        h._track(fut)
+        h.track(fut)
         return fut

@@ -180,7 +180,7 @@ class Table:
         if self._worker is None or self._worker.thread < 0:
             raise TableError(f"intent on table {self.name!r}: only a worker of node.run() or node.worker() has an "
                              "intent clock")
-        self._worker._intent_clock().signal(self, keys, start, end)
+        self._worker.intents().signal(self, keys, start, end)
 
     def prepare_sample(self, n: int, *, scheme: str | None = None) -> "sampling.SampleHandle":
         """A handle that gives out at most `n` keys drawn from the table's distribution.
@@ -213,8 +213,23 @@ class Table:
             return from_numpy(self.pull_if_local(keys, out=out)[0]), values
         return self._path.peek(self, keys, out)
 
-    # ---- the data path --------------------------------------------------------------------------
-    def _request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool, gpos=None,
+    # ---- for its path's stages and techniques (client.path, front, stages, backed, ...) ---------------
+    @property
+    def ctx(self) -> Context:
+        """What the node handed in (client.context): endpoint, tracker, catalog, clocks, ..."""
+        return self._ctx
+
+    @property
+    def state(self) -> TableState:
+        """The table's state on this node (catalog.TableState): its shard, ranges, options, parts."""
+        return self._state
+
+    @property
+    def worker(self):
+        """The client.worker.Worker that made this handle; None: the node's push-buffer flusher."""
+        return self._worker
+
+    def request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool, gpos=None,
                  fresh: bool = False, direct: bool = False, rows: bool = False, codec=None) -> Future:
         """The table's request stages alone, no gate or technique before them (an aggregated
         table's plain reads, client.aggregate): see client.stages for the arguments."""
@@ -238,14 +253,17 @@ class Table:
                              "pass np.ascontiguousarray(out) or let pull allocate it")
         return out
 
-    def _track(self, fut: Future) -> None:
+    def track(self, fut: Future) -> None:
+        """An asynchronous call's Future: its worker's wait_all() waits for it."""
         if self._worker is not None:
-            self._worker._track(fut)
+            self._worker.track(fut)
 
-    def _update(self, fut: Future) -> Future:
-        return fut if self._worker is None else self._worker._update(fut)
+    def note_write(self, fut: Future) -> Future:
+        """A push's or set's Future: its worker's next clock() waits until it is applied."""
+        return fut if self._worker is None else self._worker.note_write(fut)
 
-    def _desc(self, kind: Kind) -> str:
+    def desc(self, kind: Kind) -> str:
+        """What a call of `kind` is called in its Futures and stall reports."""
         desc = self._descs.get(kind)  # (one f-string per kind, not per request)
         if desc is None:
             desc = self._descs[kind] = f"{kind.name.lower()} on table {self.name!r} by node {self._ctx.rank}"
@@ -291,7 +309,7 @@ class Route:
 
     def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
         if not len(keys):
-            return Future.completed(out, h._desc(kind))
+            return Future.completed(out, h.desc(kind))
         ctx, st = self.ctx, self.state
         ranges = st.ranges  # (read once: a membership change puts a new one in its place)
         # nothing moved here and one manager holds every key: skip per-key routing (correct even if
@@ -300,10 +318,10 @@ class Route:
         if direct is False and kind == Kind.PULL and codec is None and 0 <= dest < ranges.nodes and \
                 dest != ctx.rank and len(keys) <= coalesce.CAP_KEYS and ctx.neighbors.view(st.spec, dest) is None:
             fut = coalesce.pull(h, ctx, dest, keys, out, gpos, fresh)  # a small pull_async: maybe held, merged
-            h._track(fut)
+            h.track(fut)
             return fut
         req = Request(h, kind, out, fresh)
-        req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=h._desc(kind))
+        req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=h.desc(kind))
         if direct:
             req.reply_to = ctx.endpoint.reply_box()
         if dest >= 0:
@@ -317,7 +335,7 @@ class Route:
                     self._part(h, req, d, pk, pv, idx if gpos is None else gpos[idx], False, ranges.nodes, rows, codec)
         if req.reply_to and req.parts:
             fut.pumped_by(ctx.endpoint.pump)
-        h._track(fut)
+        h.track(fut)
         return fut
 
     def _part(self, h, req, dest, keys, values, gpos, copy, incoming, rows, codec) -> None:

@@ -72,14 +72,20 @@ class Worker:
         The intent clock is apart from clock() (BSP/SSP): it never makes a pull wait. Never blocks
         but for a checkpoint in progress (as localize)."""
         self._ctx.check()
-        return self._intent_clock().advance(int(ticks))
+        return self.intents().advance(int(ticks))
 
     @property
     def intent_clock(self) -> int:
         """How often this worker advanced its intent clock (advance_clock)."""
         return 0 if self._intents is None else self._intents.clock
 
-    def _intent_clock(self) -> WorkerIntents:
+    @property
+    def ctx(self) -> Context:
+        """What the node handed in (client.context), for the parts that act for this worker."""
+        return self._ctx
+
+    def intents(self) -> WorkerIntents:
+        """This worker's intent clock and windows (client.intents), made at its first intent."""
         if self._intents is None:
             self._intents = WorkerIntents(self)
         return self._intents
@@ -110,7 +116,7 @@ class Worker:
         self.wait_all(timeout)
         self._ctx.barrier.wait(timeout, self)
 
-    def _bind_thread(self) -> None:
+    def bind_thread(self) -> None:
         """Only the calling thread uses this worker: a barrier that another worker enters from this
         thread counts this one as arrived too (pskv.torch.DataParallel's own worker; LocalBarrier)."""
         self._ctx.barrier.bind(self, threading.get_ident())
@@ -153,7 +159,7 @@ class Worker:
             updates, self._updates = self._updates, []
         self._ctx.clocks.close(self, [f for f in updates if not f.done()])
 
-    def _update(self, fut: Future) -> Future:
+    def note_write(self, fut: Future) -> Future:
         """Remember a push/set for clock(): the node's clock waits until it is applied."""
         if not fut.done():
             with self._lock:
@@ -165,7 +171,8 @@ class Worker:
                     self._prune_updates_at = max(4096, 2 * len(self._updates))
         return fut
 
-    def _track(self, fut: Future) -> None:
+    def track(self, fut: Future) -> None:
+        """An asynchronous call's Future, for wait_all()."""
         with self._lock:
             if self._pending and self._pending[-1] is fut:  # pushes into one buffer share its Future
                 return

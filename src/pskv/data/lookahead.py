@@ -54,7 +54,7 @@ class Lookahead:
                 return False
             for table, keys in self.keys_of(batch).items():
                 if self.worker is None:
-                    self.worker = table._worker
+                    self.worker = table.worker
                 if start is None:
                     start = self.worker.intent_clock
                 table.intent(keys, start + read)

@@ -144,14 +144,14 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     if base.backups and base.backups >= nodes > 1:
         raise ConfigError(f"backups={base.backups} on {nodes} nodes: a key range can have at most {nodes - 1} "
                           "backup(s) (one on each other node)")
-    cluster = Cluster(echo=echo, log_dir=log_dir, grace=min(_MAX_GRACE, base.failure_timeout), backups=base.backups)
+    cluster = Cluster(echo=echo, log_dir=log_dir, grace=min(_MAX_GRACE, base.failure_timeout), backups=base.backups,
+                      remote=hosts is not None, prefixed=nodes > 1 or join is not None)  # (one node's lines need no
+    # `[node 0] `, nor a joiner's: its rank is not 0)
     cluster.metrics_port = base.metrics_port
     insecure = os.environ.get("PSKV_INSECURE") == "1"  # the user's choice: no secret, no CURVE (trusted networks)
     if not base.secret_file and not insecure and (coordinator is True or coordinator == "node0"):  # ours
         cluster.secret_file = _new_secret(hosts)  # (its directory goes at shutdown)
         base = dataclasses.replace(base, secret_file=cluster.secret_file)
-    cluster._remote = hosts is not None
-    cluster._prefixed = nodes > 1 or join is not None  # one node's lines need no `[node 0] ` (nor a joiner's: rank > 0)
     try:
         if emulated_hosts is not None:
             cluster.hosts = emulated = emulation.Hosts(emulated_hosts, nodes, link)  # shutdown() removes them
@@ -165,9 +165,9 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
         elif coordinator is True or callable(coordinator):
             host = coordinator_host or _coordinator_host(hosts)
             coord_config = dataclasses.replace(base, num_nodes=nodes, host=host)
-            cluster._coordinator = _start_coordinator(coordinator, coord_config)
+            cluster.coordinator = _start_coordinator(coordinator, coord_config)
         if not in_node:
-            address = cluster._coordinator.address if cluster._coordinator is not None else None
+            address = cluster.coordinator.address if cluster.coordinator is not None else None
         cluster.coordinator_address = join or address or ""
         for rank in range(nodes):
             host = hosts[rank % len(hosts)] if hosts else "127.0.0.1"
@@ -182,8 +182,8 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
             argv = _ssh_argv(host, command, child_env) if hosts else list(command)
             if cluster.hosts is not None:
                 argv = cluster.hosts.argv(rank, argv, path=child_env.get("PATH"))
-            cluster._start_node(rank, host, argv, child_env)
-        cluster._watcher.start()
+            cluster.start_node(rank, host, argv, child_env)
+        cluster.watch()
     except BaseException:
         cluster.shutdown()
         raise
@@ -236,7 +236,7 @@ def _start_lines(cluster: Cluster, nodes: int, threads: int, *, verbose: bool, j
     """What launch() says at the start: nodes and coordinator; the emulated hosts; metrics; how to join."""
     where = ("joining the cluster at " if joining else "coordinator at ") + (cluster.coordinator_address or "?")
     lines = [f"{nodes} node{'s' if nodes != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}, {where}"
-             + (f", backups {cluster._backups}" if cluster._backups else "")]
+             + (f", backups {cluster.backups}" if cluster.backups else "")]
     if cluster.hosts is not None:
         lines.append(cluster.hosts.describe())
     if cluster.metrics_port:
@@ -244,7 +244,7 @@ def _start_lines(cluster: Cluster, nodes: int, threads: int, *, verbose: bool, j
         watch = f"pskv top --metrics-port {cluster.metrics_port}" + (f" --host {host}" if host != "127.0.0.1" else "")
         spread = f" (node r at port {cluster.metrics_port} + r)" if len(urls) > 1 else ""
         lines.append(f"metrics at {urls[0]}{spread}; watch them with `pskv top` (or `{watch} --nodes {len(urls)}`)")
-    if verbose and nodes > 1 and cluster._coordinator is not None and not cluster._backups and cluster.hosts is None:
+    if verbose and nodes > 1 and cluster.coordinator is not None and not cluster.backups and cluster.hosts is None:
         secret = f"PSKV_SECRET_FILE={shlex.quote(cluster.secret_file)} " if cluster.secret_file else ""
         lines.append(f"add nodes while it runs with `{secret}pskv launch -n K --join {cluster.coordinator_address} "
                      "-- CMD`")

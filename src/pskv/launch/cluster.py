@@ -79,25 +79,28 @@ class Cluster:
     Thread-safe. `pids` lists the node PIDs by rank; `coordinator_address` is "host:port"
     ("" when started with coordinator=False)."""
 
-    def __init__(self, *, echo: bool, log_dir: Path | None, grace: float, backups: int = 0) -> None:
+    def __init__(self, *, echo: bool, log_dir: Path | None, grace: float, backups: int = 0, remote: bool = False,
+                 prefixed: bool = True) -> None:
+        """`backups` > 0: the others go on when a node dies; `remote`: the nodes run through ssh (a
+        hostfile); `prefixed`: echo each line as `[node i] line` (not for a lone node, nor a joiner)."""
         self.coordinator_address = ""
         self.secret_file = ""  # the secret this launcher made for the cluster (net.auth), in a private directory
         self.metrics_port = 0  # P: node r serves Prometheus metrics at port P + r of its host (0: none)
         self.pids: list[int] = []
         self._nodes: list[_Node] = []
-        self._coordinator: Any = None
+        self.coordinator: Any = None  # the coordinator service, when this launcher runs it (launch sets it)
         self._echo, self._log_dir, self._grace = echo, log_dir, grace
         self._echo_lock = threading.Lock()  # guards writes to sys.stdout (and _bar): one whole line at a time
         self._bar = ""  # the last progress bar frame a node sent (BAR_TAG lines), drawn below the others
-        self._prefixed = True  # echo each line as `[node i] line` (start_local: not for a lone node)
+        self._prefixed = prefixed
         self._failure: tuple[int, int] | None = None  # (rank, code) of the first failed node
-        self._backups = backups  # > 0: the others go on when a node dies (its backups take over)
+        self.backups = backups  # > 0: the others go on when a node dies (its backups take over)
         self._died: set[int] = set()  # ranks reported failed to the coordinator
         self._stop = threading.Event()  # tells the watcher to return (shutdown() took over)
         self._done = threading.Event()  # set once every node has exited and been reaped
         self._shutdown_lock = threading.Lock()  # held for all of shutdown(); guards _closed
         self._closed = False
-        self._remote = False  # nodes run through ssh (a hostfile)
+        self._remote = remote
         self.hosts: Any = None  # launch.hosts.Hosts when the nodes run as emulated hosts; removed at shutdown
         self._watcher = threading.Thread(target=self._watch, name="pskv-launch-watch", daemon=True)
 
@@ -187,7 +190,21 @@ class Cluster:
         """Send `sig` to node `rank` (its process group), e.g. to inject a fault."""
         self._nodes[rank].signal_group(sig)
 
-    def _start_node(self, rank: int, host: str, argv: list[str], env: dict[str, str]) -> None:
+    @property
+    def failure(self) -> tuple[int, int] | None:
+        """(rank, code) of the first node the watcher saw fail, or None."""
+        return self._failure
+
+    def exit_codes(self) -> list[tuple[int, int | None]]:
+        """(rank, exit status or None while it runs) of every node started."""
+        return [(node.rank, node.exit_code()) for node in self._nodes]
+
+    def watch(self) -> None:
+        """Start watching the nodes (once every node was started): a failure is reported and, without
+        backups, stops the others."""
+        self._watcher.start()
+
+    def start_node(self, rank: int, host: str, argv: list[str], env: dict[str, str]) -> None:
         log = None
         if self._log_dir is not None:
             Path(self._log_dir).mkdir(parents=True, exist_ok=True)
@@ -260,7 +277,7 @@ class Cluster:
                     continue
                 first = self._failure is None
                 self._on_failure(node, code)
-                if first and not self._backups:
+                if first and not self.backups:
                     now = time.monotonic()
                     escalation.extend([(now + self._grace, signal.SIGTERM),
                                        (now + self._grace + _KILL_AFTER, signal.SIGKILL)])
@@ -280,9 +297,9 @@ class Cluster:
         reason = (f"process exited with status {code}" if code > 0
                   else f"process was killed by {signal.Signals(-code).name}")
         alive = len(self.alive_pids())
-        if self._backups:
+        if self.backups:
             message = f"node {node.rank} failed: {reason}" + (
-                f"; the other {alive} nodes go on (backups={self._backups})" if alive else "")
+                f"; the other {alive} nodes go on (backups={self.backups})" if alive else "")
         else:
             message = f"node {node.rank} failed: {reason}" + (
                 f"; stopping the other {alive} nodes" if alive else "")
@@ -290,9 +307,9 @@ class Cluster:
             self._say(f"[launcher] {message}")
         else:
             logger.warning(message)
-        if self._coordinator is not None:
+        if self.coordinator is not None:
             try:
-                self._coordinator.report_failure(node.rank, reason)
+                self.coordinator.report_failure(node.rank, reason)
             except Exception:  # the nodes then notice by heartbeats, or by our SIGTERM
                 logger.exception("could not report the failure of node %d", node.rank)
 
@@ -322,14 +339,14 @@ class Cluster:
                     node.log.close()
                     node.log = None
         try:
-            if self._coordinator is not None:
-                self._coordinator.close()
+            if self.coordinator is not None:
+                self.coordinator.close()
         finally:
             if self.hosts is not None:  # after the coordinator, which binds the bridge's address
                 self.hosts.close()
 
     def _status(self) -> int:
-        if self._backups and self._failure is not None:
+        if self.backups and self._failure is not None:
             # nodes that were killed by a signal died; the job succeeded if every other node finished well
             codes = [n.exit_code() for n in self._nodes]
             rest = [c for c in codes if c is None or c >= 0]

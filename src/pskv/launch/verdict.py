@@ -61,13 +61,12 @@ def report(cluster, code: int) -> int:
     if code == 0:
         return code
     failed = []
-    first = cluster._failure  # (rank, code) the watcher saw fail first
+    first = cluster.failure  # (rank, code) the watcher saw fail first
     if first is not None:
         failed.append(first)
-    for node in cluster._nodes:
-        status = node.exit_code()
-        if status not in (None, 0) and (first is None or node.rank != first[0]):
-            failed.append((node.rank, status))
+    for rank, status in cluster.exit_codes():
+        if status not in (None, 0) and (first is None or rank != first[0]):
+            failed.append((rank, status))
     if failed:
         print(f"[launcher] root cause: {root_cause(failed, cluster.output)}", file=sys.stderr, flush=True)
     return code

@@ -131,6 +131,11 @@ class Endpoint:
         self.send(dest, Header(Kind.CHAIN, table=table, request_id=rid, part=part, dim=dim, flags=flags,
                                origin=origin), **arrays)
 
+    def notice(self, dest: int, kind: Kind, table: int, *, flags: int = 0, **arrays) -> None:
+        """A message of this node's own to `dest` that asks no reply (an INTENT with flag GRANT:
+        server.intents)."""
+        self.send(dest, Header(kind, table=table, flags=flags, origin=self.rank), **arrays)
+
     def batch(self, dest: int, kind: Kind, table: int, *, origin: int = 0, **arrays) -> None:
         """Several writes of `table` in one message (CHAIN hops, or ACKs to `origin`): `writes`, a
         (m, 5) frame, names each (flag BATCH, `wire.split`)."""

@@ -202,7 +202,8 @@ class Node:
         except BaseException:
             self._teardown()
             raise
-        atexit.register(diagnostics.exit_hook, weakref.ref(self))
+        atexit.register(diagnostics.exit_hook, self.health, weakref.WeakMethod(self._abort),
+                        weakref.WeakMethod(self._teardown))
         diagnostics.live.add(self)
         diagnostics.install_dump_handler()
         diagnostics.install_excepthook(self.config.full_tracebacks)

@@ -99,12 +99,13 @@ def one_line(exc: BaseException, tb) -> str:
     return f"{kind.__module__}.{kind.__qualname__}: {exc}{where}"
 
 
-def exit_hook(ref) -> None:
-    """At interpreter exit, a node that was never shut down tells the others it is gone."""
-    node = ref()
-    if node is not None and not node.health.closed:
-        node._abort("process exited without node.shutdown()", ClosedError("process exiting"))
-        node._teardown()
+def exit_hook(health, abort, teardown) -> None:
+    """At interpreter exit, a node that was never shut down tells the others it is gone (`abort`,
+    `teardown`: weak references to the node's own methods, so that the hook does not keep it alive)."""
+    abort_, teardown_ = abort(), teardown()
+    if abort_ is not None and teardown_ is not None and not health.closed:
+        abort_("process exited without node.shutdown()", ClosedError("process exiting"))
+        teardown_()
 
 
 def stalled(desc: str, age: float, idle: float, remaining: int, total: int, ranks: list[int], seen: str, *,

@@ -129,8 +129,7 @@ class IntentBoard:
         for node, keys in grants.items():
             if len(keys):
                 self.grants += len(keys)
-                self._endpoint.send(node, Header(Kind.INTENT, table=header.table, n_keys=len(keys), flags=GRANT,
-                                                 origin=self._endpoint.rank), keys=keys)
+                self._endpoint.notice(node, Kind.INTENT, header.table, flags=GRANT, keys=keys)
 
     def intending(self, table: int, keys) -> np.ndarray:
         """(n,) int32 how many nodes intend each of `keys` now (tests, debug_state)."""

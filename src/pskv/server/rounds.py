@@ -152,7 +152,7 @@ class Rounds:
             log.warning("node %d: a round of table %r was not acknowledged: %s", self._endpoint.rank,
                         self.spec.name, error)
             return
-        if _hooks._points:
+        if _hooks.points:
             _hooks.reach("rounds.written", node=self._endpoint.rank, keys=keys)
         alive = self._alive()
         for node, nrid, part, positions, k in answers:

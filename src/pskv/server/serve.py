@@ -96,7 +96,7 @@ class Server:
         """Apply one request or relocation message (ERROR to its origin on any problem)."""
         self.requests += 1
         try:
-            if _hooks._points and _hooks.reach("server.handle", node=self.rank, header=header):
+            if _hooks.points and _hooks.reach("server.handle", node=self.rank, header=header):
                 return  # a test drops it: a hung or lost server
             shard = self._store.get(header.table)
             if shard is None:
@@ -137,7 +137,7 @@ class Server:
         while i < n:
             header = items[i][0]
             j = i + 1
-            if plain(header) and not _hooks._points:
+            if plain(header) and not _hooks.points:
                 while j < n and items[j][0].kind == header.kind and items[j][0].table == header.table and \
                         plain(items[j][0]):
                     j += 1
@@ -199,9 +199,9 @@ class Server:
             miss = shard.set(keys, p.values)
         served = len(keys) - len(miss)
         if served:
-            self._reply(header, p.positions, miss, out, len(keys))
+            self.reply_served(header, p.positions, miss, out, len(keys))
         if len(miss):
-            self._pass_on(header, p, keys, miss, shard)
+            self.pass_on(header, p, keys, miss, shard)
 
     def _serve_run(self, run: list) -> None:
         """Plain requests of one table and kind (see the module docstring): one shard operation."""
@@ -234,10 +234,10 @@ class Server:
             try:
                 mine = kernels.NONE if misses is None else misses[m] - a  # (k,) positions in this message
                 if b - a > len(mine):
-                    self._reply(h, positions[m], mine, None if out is None else out[a:b], b - a)
+                    self.reply_served(h, positions[m], mine, None if out is None else out[a:b], b - a)
                 if len(mine):
                     part = Payload(keys[a:b], positions[m], None if values is None else values[a:b], None)
-                    self._pass_on(h, part, keys[a:b], mine, shard)
+                    self.pass_on(h, part, keys[a:b], mine, shard)
             except Exception as exc:  # noqa: BLE001 - answered with an ERROR, never dropped
                 self.reject(h, exc)
 
@@ -295,7 +295,9 @@ class Server:
         keys, rows = shard.scan(lo, last + 1)
         self._endpoint.reply(header, Kind.RANGE_REPLY, n_keys=len(keys), keys=keys.view(np.int64), values=rows)
 
-    def _reply(self, header, positions, miss, out, n) -> None:
+    def reply_served(self, header, positions, miss, out, n) -> None:
+        """Answer the `n` - len(`miss`) keys of request part `header` served here (`out`: their rows,
+        for a pull), naming their `positions` in the part when they are not all of them."""
         pos = None
         if len(miss):  # partial: name the positions answered
             hit = np.ones(n, bool)
@@ -308,7 +310,7 @@ class Server:
         kind = Kind.PULL_REPLY if out is not None else Kind.ACK
         self._endpoint.reply(header, kind, n_keys=n - len(miss), positions=pos, values=out)
 
-    def _pass_on(self, header: Header, p: Payload, keys: np.ndarray, miss: np.ndarray, shard: Shard) -> None:
+    def pass_on(self, header: Header, p: Payload, keys: np.ndarray, miss: np.ndarray, shard: Shard) -> None:
         """Forward the keys this node does not own; queue those on their way here."""
         mkeys = keys[miss]
         positions = miss if p.positions is None else p.positions[miss]

@@ -26,7 +26,7 @@ import numpy as np
 from . import shm
 from .shard import Shard
 from .spec import TableSpec
-from .spin import STRIDE, Held
+from .spin import STRIDE, Held, alive
 
 _LOOK_AGAIN = 1.0  # seconds before looking again for a shard that was not there
 _ALIVE_EVERY = 0.2  # seconds between checks that the owner's process lives
@@ -75,7 +75,7 @@ class PeerShard(Shard):
             raise _Gone
         now = time.monotonic()
         if now > self._alive_at:
-            if not shm._alive(self.pid):
+            if not alive(self.pid):
                 self.gone = True
                 raise _Gone
             self._alive_at = now + _ALIVE_EVERY
@@ -87,7 +87,7 @@ class PeerShard(Shard):
     def static(self) -> bool:
         return bool(self._header[shm.STATIC])
 
-    def _follow(self) -> bool:
+    def follow(self) -> bool:
         """store.rowlock, without the locks: map the files of the current generation (again, if the
         owner grew meanwhile: the kernel sees it); False when the shard is gone."""
         try:
@@ -100,7 +100,7 @@ class PeerShard(Shard):
         return True
 
     def pull(self, keys, out, pos=None):
-        if not self._follow():
+        if not self.follow():
             return np.arange(len(keys))
         try:
             return super().pull(keys, out, pos)
@@ -109,7 +109,7 @@ class PeerShard(Shard):
             return np.arange(len(keys))
 
     def push(self, keys, updates):
-        if not self._follow():
+        if not self.follow():
             return np.arange(len(keys))
         try:
             return super().push(keys, updates)
@@ -118,7 +118,7 @@ class PeerShard(Shard):
             return np.arange(len(keys))
 
     def push_distinct(self, distinct, summed):
-        if not self._follow():
+        if not self.follow():
             return np.arange(len(distinct))
         try:
             return super().push_distinct(distinct, summed)

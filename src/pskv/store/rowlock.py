@@ -124,7 +124,7 @@ def _adagrad(data, state, slot, keys, summed, lr, eps, miss, words, stripes, met
 @numba.njit(nogil=True, cache=True)
 def _missed(keys, order, miss, out):
     """out[i] = True where keys[i]'s distinct key missed: the distinct keys are `keys` in the sorted
-    `order`, numbered as rules._dedupe_sum numbers them; returns how many."""
+    `order`, numbered as rules.dedupe_sum numbers them; returns how many."""
     m, n = -1, 0
     for i in range(order.shape[0]):
         k = order[i]
@@ -139,15 +139,16 @@ def _missed(keys, order, miss, out):
 def _run(shard, kernel, keys: np.ndarray, miss: np.ndarray, args) -> None:
     """Call `kernel(shard arrays..., *args)` until every key is done (see the module docstring)."""
     me = np.int32(os.getpid())
-    words, stripes = shard._words, len(shard._words) // STRIDE
+    words = shard.lock_words
+    stripes = len(words) // STRIDE
     k, rounds, since = 0, 0, None
     while True:
-        gen = shard._gen  # (before the arrays: _grow sets the arrays first, then the generation)
-        k, why = kernel(*args(), miss, words, stripes, shard._meta, gen, me, _SPINS, k)
+        gen = shard.generation  # (before the arrays: _grow sets the arrays first, then the generation)
+        k, why = kernel(*args(), miss, words, stripes, shard.meta, gen, me, _SPINS, k)
         if why == DONE:
             return
         if why == MOVED:
-            if not shard._follow():  # a view of a retired shard, or of a dead owner: the rest misses
+            if not shard.follow():  # a view of a retired shard, or of a dead owner: the rest misses
                 miss[k:] = True
                 return
             continue
@@ -185,7 +186,7 @@ def rows_push(shard, keys: np.ndarray, updates: np.ndarray) -> np.ndarray | None
         _run(shard, _add, keys, miss, lambda: (shard.data, shard.slot, keys, upd))
         return np.flatnonzero(miss) if miss.any() else kernels.NONE
     if type(rule) is updaters.Adagrad:
-        order = rules._stable_order(keys, shard.spec.rows)  # duplicates summed first, as Adagrad._apply does
+        order = rules.stable_order(keys, shard.spec.rows)  # duplicates summed first, as Adagrad._apply does
         distinct, summed = summed_by_key(keys, updates, order, shard.spec)
         miss = np.zeros(len(distinct), np.bool_)
         _run(shard, _adagrad, distinct, miss,
@@ -200,11 +201,11 @@ def rows_push(shard, keys: np.ndarray, updates: np.ndarray) -> np.ndarray | None
 
 def summed_by_key(keys: np.ndarray, updates: np.ndarray, order: np.ndarray, spec) -> tuple[np.ndarray, np.ndarray]:
     """The distinct keys in ascending order and each one's updates summed in arrival order (as
-    Adagrad._apply sums them): `order` is rules._stable_order(keys, spec.rows)."""
+    Adagrad._apply sums them): `order` is rules.stable_order(keys, spec.rows)."""
     acc = np.result_type(spec.dtype, updates.dtype)
     distinct = np.empty(len(keys), np.int64)
     summed = np.empty((len(keys), spec.dim), acc)
-    m = rules._dedupe_sum(keys, np.ascontiguousarray(updates), order, distinct, summed)
+    m = rules.dedupe_sum(keys, np.ascontiguousarray(updates), order, distinct, summed)
     return distinct[:m], summed[:m]
 
 

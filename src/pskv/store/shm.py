@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import PskvError
-from .spin import STRIDE, _alive  # _alive: one check, a zombie counting as dead (holders, owners, sweeps)
+from .spin import STRIDE, alive  # alive: one check, a zombie counting as dead (holders, owners, sweeps)
 
 if TYPE_CHECKING:
     from .spec import TableSpec
@@ -82,7 +82,7 @@ def sweep() -> int:
     for d in glob.glob(os.path.join(top, "*")):
         for f in os.listdir(d) if os.path.isdir(d) else ():
             m = _NAME.match(f)
-            if m and not _alive(int(m.group(2))):
+            if m and not alive(int(m.group(2))):
                 try:
                     os.unlink(os.path.join(d, f))
                     gone += 1
@@ -241,7 +241,24 @@ class Published:
         """Its rows are in shared memory, open to the node's co-located peers."""
         return self._meta is not None
 
-    def _follow(self) -> bool:
+    # ---- for the row-lock kernels (store.rowlock), which work on a shared shard's words -----------
+    @property
+    def lock_words(self) -> np.ndarray | None:
+        """The spinlock word of each stripe (shared; None: private memory)."""
+        return self._words
+
+    @property
+    def meta(self) -> np.ndarray | None:
+        """The meta block's int64 header words (shared; None: private memory)."""
+        return self._meta
+
+    @property
+    def generation(self) -> int:
+        """The generation of its files of data and state (one more per grow): read it before the
+        arrays, which a grow sets first."""
+        return self._gen
+
+    def follow(self) -> bool:
         """store.rowlock: the files changed under a row kernel; this shard's own `_grow` has already
         set its arrays (a peer view maps the new files: store.peer)."""
         return True

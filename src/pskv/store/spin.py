@@ -96,7 +96,7 @@ def _swap(words, s, expected, desired):
     return _cas(words, s, expected, desired)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Process `pid` may still run. A zombie cannot: dead, not yet reaped (pskv's launcher reaps
     its nodes only at the end of a run, so that their PIDs are not reused meanwhile)."""
     try:
@@ -137,7 +137,7 @@ def still_waiting() -> None:
 def free_if_dead(words: np.ndarray, s: int, me) -> None:
     """Free stripe `s`'s word if the process holding it has died (killed while it held it)."""
     holder = int(words[s * STRIDE])
-    if holder and holder != me and not _alive(holder):
+    if holder and holder != me and not alive(holder):
         _swap(words, s * STRIDE, np.int32(holder), np.int32(0))
 
 

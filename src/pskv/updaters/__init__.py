@@ -19,7 +19,7 @@ from .rules import (
     Updater as Updater,
     _fma as _fma,
     _scatter_add as _scatter_add,
-    _stable_order as _stable_order,
+    stable_order as stable_order,
 )
 
 _BUILTINS: dict[str, type[Updater]] = {"add": Add, "assign": Assign, "sgd": SGD, "adagrad": Adagrad, "adam": Adam,

@@ -3,7 +3,7 @@
 A shard is `data`, (n_rows, dim) float32/float64, plus an optional `state`, (n_rows, width) of the same dtype,
 that stateful rules keep beside the rows. `apply(data, state, idx, upd)` sums the update rows of duplicate
 keys first, then applies the rule once per distinct row. Linear rules (add, sgd, assign) get the same result
-by scattering straight into `data` with no sort; the others sort `idx`, sum each run (`_dedupe_sum`) and then
+by scattering straight into `data` with no sort; the others sort `idx`, sum each run (`dedupe_sum`) and then
 run their kernel on the distinct rows.
 
 Threads and ownership: this module has no threads and no locks. The store calls `apply()` with the stripe
@@ -68,7 +68,7 @@ def _scatter_assign(data, idx, upd):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True)
-def _dedupe_sum(idx, upd, order, rows, summed):  # pragma: no cover - compiled
+def dedupe_sum(idx, upd, order, rows, summed):  # pragma: no cover - compiled
     """Sum runs of equal keys in sorted order into rows[:m], summed[:m]; return m, the distinct count."""
     dim = upd.shape[1]
     m = -1
@@ -147,7 +147,7 @@ def _adam(data, state, rows, summed, lr, b1, b2, eps):  # pragma: no cover - com
 # ---- the rules --------------------------------------------------------------------------------------------------
 
 
-def _stable_order(idx: np.ndarray, n_rows: int) -> np.ndarray:
+def stable_order(idx: np.ndarray, n_rows: int) -> np.ndarray:
     """np.argsort(idx, kind="stable"), faster: sorting the int64 keys idx * n + position with np.sort (SIMD)
     took 14 ms for 1M keys where the stable argsort took 91 ms. Falls back if the keys could overflow."""
     n = len(idx)
@@ -162,11 +162,11 @@ def _dedupe(data: np.ndarray, idx: np.ndarray, upd: np.ndarray) -> tuple[np.ndar
     """Distinct keys of `idx` in ascending order and the summed update of each.
 
     Sums in float64 if `data` or `upd` is float64, so duplicates lose nothing before the rule runs."""
-    order = _stable_order(idx, len(data))  # (n,) int64; stable, so duplicates sum in arrival order
+    order = stable_order(idx, len(data))  # (n,) int64; stable, so duplicates sum in arrival order
     acc = np.result_type(data.dtype, upd.dtype)
     rows = np.empty(len(idx), np.int64)  # (n,) int64, first m used
     summed = np.empty((len(idx), data.shape[1]), acc)  # (n, dim) acc dtype, first m rows used
-    m = _dedupe_sum(idx, upd, order, rows, summed)
+    m = dedupe_sum(idx, upd, order, rows, summed)
     return rows[:m], summed[:m]
 
 

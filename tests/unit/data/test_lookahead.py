@@ -24,10 +24,10 @@ class FakeWorker:
 
 class FakeTable:
     def __init__(self, name: str, worker: FakeWorker) -> None:
-        self.name, self._worker = name, worker
+        self.name, self.worker = name, worker
 
     def intent(self, keys, start: int, end=None) -> None:
-        self._worker.log.append((self.name, tuple(int(k) for k in keys), start))
+        self.worker.log.append((self.name, tuple(int(k) for k in keys), start))
 
 
 def test_signals_ahead_batches_early_and_advances_once_per_batch():

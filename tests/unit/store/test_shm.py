@@ -183,7 +183,7 @@ def test_a_holder_that_died_unreaped_is_dead(segments):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert words[2 * spin.STRIDE] == pid  # held by a zombie
-        assert not spin._alive(pid) and not shm._alive(pid)
+        assert not spin.alive(pid) and not shm.alive(pid)
         t0 = time.monotonic()
         spin.acquire(words, 1 << 2, np.int32(os.getpid()))
         assert time.monotonic() - t0 < 10
