@@ -10,7 +10,7 @@ the owner. The pskv-replica thread (client.replica_sync) syncs each table's copi
 `SYNCS_PER_SEC` times a second (`Copies.round`), one round in flight per table:
 
     the summed pushes of each copy since the last round   -> one push_pull to the keys' owners
-    copies without pushes                                 -> one pull
+    copies read since, or not refreshed for STALE rounds   -> one pull
     the replies                                           -> each copy's new base (store.intent_replicas.refresh)
 
 A copy is dropped when no window of the node has held its key for `LINGER` seconds, or when the key
@@ -53,7 +53,7 @@ from .stages import Stage as _Stage
 from .table import Table
 
 SYNCS_PER_SEC = 25.0  # sync rounds of a table's copies per second (as pskv.Replicate's default; 0: flushes only)
-LINGER = 1.0  # seconds a copy outlives its node's last window of the key (a key used again soon keeps it)
+LINGER = 5.0  # seconds a copy outlives its node's last window of the key (a key used again soon keeps it)
 _create = threading.Lock()  # makes a table's IntentReplicas once
 
 
@@ -150,7 +150,7 @@ class Copies:
             return {}
         return {"intent_copies": reps.live, "intent_copies_made": reps.installed, "intent_copies_dropped": reps.dropped,
                 "intent_copy_keys_served": reps.served, "intent_copy_rounds": reps.rounds,
-                "intent_copy_keys_synced": reps.keys_synced}
+                "intent_copy_keys_synced": reps.keys_synced, "intent_copy_keys_refreshed": reps.keys_refreshed}
 
 
 class Stage(_Stage):

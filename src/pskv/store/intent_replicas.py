@@ -5,7 +5,8 @@ client.intent_sync makes and syncs them. This module holds the rows, no I/O:
 
     install(keys, rows)          the rows pulled from the keys' owners: copies from now on
     serve(kind, keys, ...)       a pull, push or set of the keys that have a copy here, in it; the rest miss
-    take()                       a sync round: each copy's pushes since the last round (summed) and the round's number
+    take()                       a sync round: each copy's pushes since the last round (summed), the copies to
+                                 refresh (read since the last round, or not refreshed for STALE rounds)
     refresh(round, keys, rows)   the owner's rows after that round: the copies' new base
     drop(keys)                   no copy any more: their unsent pushes wait in `leftover` for the next round
 
@@ -31,6 +32,7 @@ from .. import kernels, updaters
 from .spec import TableSpec
 
 _ADD = updaters.get("add")  # sums pushes into `pending` (duplicates summed)
+STALE = 8  # rounds after which a copy nobody used since is refreshed all the same
 
 
 class IntentReplicas:
@@ -46,7 +48,7 @@ class IntentReplicas:
         self.leftover: list[tuple[np.ndarray, np.ndarray]] = []  # (keys, summed pushes) of dropped copies, unsent
         self.flushes = 0  # drop_all calls: rows pulled before one are not installed after it
         self._lock = threading.Lock()  # guards everything here
-        self.installed = self.dropped = self.rounds = self.keys_synced = self.served = 0  # counters
+        self.installed = self.dropped = self.rounds = self.keys_synced = self.keys_refreshed = self.served = 0
 
     def _alloc(self, cap: int) -> None:
         spec = self.spec
@@ -54,7 +56,8 @@ class IntentReplicas:
         self.data = np.zeros((cap, spec.dim), spec.dtype)  # (cap, dim) the copies' rows
         self.pending = np.zeros((cap, spec.dim), spec.dtype)  # (cap, dim) pushes since the last take, summed
         self.dirty = np.zeros(cap, bool)  # (cap,) pending holds a push
-        self.since = np.full(cap, -1, np.int64)  # (cap,) the round whose refresh this slot waits for, -1 none
+        self.used = np.zeros(cap, bool)  # (cap,) pulled or pushed since the last round
+        self.since = np.full(cap, -1, np.int64)  # (cap,) the round of its last refresh (requested), or install
         self.state = None if not self._width else np.zeros((cap, self._width), spec.dtype)
         self._free = list(range(cap - 1, -1, -1))  # free slots, lowest last
 
@@ -66,9 +69,10 @@ class IntentReplicas:
             new *= 2
         if new == cap:
             return
-        old = (self.keys, self.data, self.pending, self.dirty, self.since, self.state)
+        old = (self.keys, self.data, self.pending, self.dirty, self.used, self.since, self.state)
         self._alloc(new)
-        for a, b in zip((self.keys, self.data, self.pending, self.dirty, self.since, self.state), old, strict=True):
+        for a, b in zip((self.keys, self.data, self.pending, self.dirty, self.used, self.since, self.state), old,
+                        strict=True):
             if b is not None:
                 a[:cap] = b
         self._free = list(range(new - 1, cap - 1, -1)) + [s for s in range(cap - 1, -1, -1) if old[0][s] < 0]
@@ -92,7 +96,8 @@ class IntentReplicas:
             self.data[slots] = rows
             self.pending[slots] = 0
             self.dirty[slots] = False
-            self.since[slots] = -1
+            self.used[slots] = False
+            self.since[slots] = self._round
             if self.state is not None:  # (a local state for the view: it starts at init)
                 fresh = np.empty((len(slots), self._width), self.spec.dtype)
                 self.spec.updater.init_state(fresh)
@@ -183,6 +188,7 @@ class IntentReplicas:
             at = np.flatnonzero(hit)
             s = slots[at].astype(np.int64)
             self.served += len(at)
+            self.used[s] = True
             if kind == "push":
                 upd = values[at]
                 _ADD.apply(self.pending, None, s, upd)
@@ -195,19 +201,25 @@ class IntentReplicas:
 
     # ---- sync rounds --------------------------------------------------------------------------------
     def take(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        """A sync round: (its number, keys with pushes since the last round, their summed pushes, keys
-        without). Both key sets wait for `refresh` with the owners' rows after the pushes."""
+        """A sync round: (its number, keys with pushes since the last round, their summed pushes, keys to
+        refresh without: read since the last round, or not refreshed for STALE rounds). Both key sets wait
+        for `refresh` with the owners' rows after the pushes; a copy nobody used keeps its rows (a read
+        of it is then at most STALE rounds older than the owner's row, and refreshed at the next round)."""
         with self._lock:
             self._round += 1
-            used = np.flatnonzero(self.keys >= 0)
-            changed = used[self.dirty[used]]
-            same = used[~self.dirty[used]]
+            live = np.flatnonzero(self.keys >= 0)
+            changed = live[self.dirty[live]]
+            rest = live[~self.dirty[live]]
+            same = rest[self.used[rest] | (self.since[rest] <= self._round - STALE)]
             updates = self.pending[changed].copy()
             self.pending[changed] = 0
             self.dirty[changed] = False
-            self.since[used] = self._round
+            self.used[live] = False
+            self.since[changed] = self._round
+            self.since[same] = self._round
             self.rounds += 1
             self.keys_synced += len(changed)
+            self.keys_refreshed += len(same)
             return self._round, self.keys[changed].copy(), updates, self.keys[same].copy()
 
     def refresh(self, round_: int, keys: np.ndarray, rows: np.ndarray) -> None:
