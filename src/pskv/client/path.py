@@ -113,6 +113,9 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
         request = stages.HeldRows(state, stages.Heads())
     else:
         request = stages.Owned(state, stages.Shared(state, ctx, Route(state, ctx)))
+    if not sparse and not backups and agg is None:  # copies of keys several nodes intend (client.intent_sync)
+        state.copies = intent_sync.Copies(state, ctx, request)
+        request = intent_sync.Stage(state.copies, request)
     if state.shard.replicas is not None:
         request = stages.Replica(state, request)
     if agg is not None:
@@ -123,6 +126,8 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
         if not backups:  # (with backups every write goes through its range's head)
             buffered = (stages.MyRange(state, ctx, buffered) if sparse
                         else stages.Owned(state, buffered, probe=False))
+        if state.copies is not None:
+            buffered = intent_sync.Stage(state.copies, buffered)
         if state.shard.replicas is not None:
             buffered = stages.Replica(state, buffered)
         push = front.Gate(ctx, front.Clock(buffered))
@@ -140,9 +145,6 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     heads["push_pull"] = (front.Gate(ctx, front.Clock(request) if sparse else request)
                           if "push_pull" not in refused else front.Refuse(refused["push_pull"]))
     heads["localize"] = (front.Skip(state, front.Gate(ctx, front.Move(state, ctx, backups=backups)))
-    if not sparse and not backups and agg is None:  # copies of keys several nodes intend (client.intent_sync)
-        state.copies = intent_sync.Copies(state, ctx, request)
-        request = intent_sync.Stage(state.copies, request)
                          if "localize" not in refused else front.Refuse(refused["localize"]))
     heads["pull_if_local"] = front.Peek(state) if "pull_if_local" not in refused else front.Refuse(
         refused["pull_if_local"])
@@ -152,5 +154,3 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     if buffer is not None:
         path.flusher = Table(ctx, state, None)  # (its own handle: no worker tracks a flush)
     return path
-        if state.copies is not None:
-            buffered = intent_sync.Stage(state.copies, buffered)
