@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..errors import ConfigError, PskvError
 from .metrics import STALL_TIMEOUT

@@ -35,7 +35,8 @@ import dataclasses
 import json
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
@@ -209,9 +210,12 @@ def piece(lo: int, hi: int, j: int, pieces: int) -> tuple[int, int]:
     return lo + (hi - lo) * j // pieces, lo + (hi - lo) * (j + 1) // pieces
 
 
-def run_app(app: str, args: argparse.Namespace, *, metrics: int, setup: Callable[[Session], object],
-            train: Callable[[pskv.Worker, object], None], finish: Callable[[object, float], list[str] | None],
-            then: Callable[[object, list[str]], list[str]] | None = None) -> int:
+State = TypeVar("State")  # what an app's setup() makes and its train/finish/then take
+
+
+def run_app(app: str, args: argparse.Namespace, *, metrics: int, setup: Callable[[Session], State],
+            train: Callable[[pskv.Worker, State], None], finish: Callable[[State, float], list[str] | None],
+            then: Callable[[State, list[str]], list[str]] | None = None) -> int:
     """Run `app` on this node; returns the exit status (0). What the apps share:
 
     1. join the cluster (pskv.init, with --consistency) and make the Report;

@@ -176,5 +176,6 @@ def evaluate(E: np.ndarray, R: np.ndarray, triples: np.ndarray, filt: Filter, mo
             scores = compose(E[tri[:, anchor]], R[tri[:, 1]], model, side) @ E.T  # (c, n_entities) float32
             offsets, known = filt.answers(tri, side)
             ranks = filtered_ranks(scores, tri[:, target], offsets, known)
-            out += [np.sum(1 / ranks), np.sum(ranks <= 1), np.sum(ranks <= 3), np.sum(ranks <= 10), len(ranks)]
+            out += np.array([np.sum(1 / ranks), np.sum(ranks <= 1), np.sum(ranks <= 3), np.sum(ranks <= 10),
+                             len(ranks)], np.float64)
     return out

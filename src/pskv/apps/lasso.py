@@ -46,7 +46,7 @@ from ..data import DataError
 from ..data.trained import write_atomic
 from ..errors import ConfigError
 from . import common, lasso_design
-from .lasso_design import load  # noqa: F401 - (X, y) of --data: the tests' and the benchmark's reader
+from .lasso_design import load  # (X, y) of --data: the tests' and the benchmark's reader too
 
 _SUMS, _GAP = "lasso-sums", "lasso-gap"
 
@@ -63,8 +63,9 @@ def _parser() -> argparse.ArgumentParser:
                                                              "/ synthetic, 256 for a file: sparse columns of distinct "
                                                              "features are mostly uncorrelated)")
     g.add_argument("--candidates", type=int, default=0, help="strads: candidates drawn per round (0: 4 x per-round)")
-    g.add_argument("--rho", type=float, default=0.5, help="strads: the largest |correlation| of two coordinates of one "
-                                                          "round (and each one's summed |correlation| with the others < 1)")
+    g.add_argument("--rho", type=float, default=0.5,
+                   help="strads: the largest |correlation| of two coordinates of one round (and each one's summed "
+                        "|correlation| with the others < 1)")
     g.add_argument("--planted", type=int, default=20, help="all / synthetic: non-zero coefficients of the planted y")
     g.add_argument("--eval-every", type=int, default=1, help="rounds between objective evaluations")
     g.add_argument("--tol", type=float, default=1e-4, help="stop once the duality gap is at most tol x |y - mean(y)|^2 "
@@ -304,8 +305,8 @@ def orchestrate(argv: list[str], nodes: int | None, threads: int | None, launch)
     args, _ = _parser().parse_known_args(argv)
     if args.scheduler != "all":
         return None
-    rest = [a for i, a in enumerate(argv) if not (a == "--scheduler" or i and argv[i - 1] == "--scheduler"
-                                                  or a == "--plot" or i and argv[i - 1] == "--plot"
+    rest = [a for i, a in enumerate(argv) if not (a == "--scheduler" or (i and argv[i - 1] == "--scheduler")
+                                                  or a == "--plot" or (i and argv[i - 1] == "--plot")
                                                   or a.startswith("--scheduler=") or a.startswith("--plot="))]
     curves = {}
     with tempfile.TemporaryDirectory(prefix="pskv-lasso-") as tmp:
@@ -333,8 +334,8 @@ def _plot(path: Path, curves: dict) -> str:
     except ImportError:
         return f"--plot {path}: matplotlib is not installed; pip install 'pskv[plot]'"
     fig, ax = plt.subplots(figsize=(7, 4))
-    for policy, rows in curves.items():
-        rows = [r for r in rows if np.isfinite(r.get("objective", np.nan))]
+    for policy, curve in curves.items():
+        rows = [r for r in curve if np.isfinite(r.get("objective", np.nan))]
         ax.plot([r["wall"] for r in rows], [r["objective"] for r in rows], marker=".", label=policy)
     ax.set_xlabel("seconds")
     ax.set_ylabel("objective")

@@ -41,7 +41,7 @@ class Csr:
     def nnz(self) -> int:
         return int(self.indptr[-1])
 
-    def columns(self, lo: int = 0, hi: int | None = None) -> "Columns":
+    def columns(self, lo: int = 0, hi: int | None = None) -> Columns:
         """Rows [lo, hi) by columns (CSC), row ids counted from lo."""
         hi = self.shape[0] if hi is None else hi
         a, b = int(self.indptr[lo]), int(self.indptr[hi])
@@ -139,16 +139,16 @@ def _col_sums(ptr, vals):  # pragma: no cover - compiled
     return s, q
 
 
-def load(data: str, planted: int, seed: int, *, dense: bool = False):
+def load(data: str, planted: int, seed: int, *, dense: bool = False) -> tuple[np.ndarray | Csr, np.ndarray]:
     """(X, y) of --data: X a float64 ndarray (all, synthetic, or a file with `dense`) or a Csr; y float64."""
     if data == "all":
         x = genes.all_expression()
         return x, genes.planted(x, planted, seed)[0]
     if data.startswith("synthetic:"):
         try:
-            shape, rho = data.split(":")[1:]
+            shape, corr = data.split(":")[1:]
             n, p = (int(v) for v in shape.split("x"))
-            rho = float(rho)
+            rho = float(corr)
         except ValueError:
             raise DataError(f"--data {data!r}: write synthetic:NxP:RHO, e.g. synthetic:400x2000:0.9") from None
         x = genes.correlated(n, p, rho, 10, seed)
@@ -157,14 +157,14 @@ def load(data: str, planted: int, seed: int, *, dense: bool = False):
     d = load_sparse(data, real_labels=True)
     keys, cols = _columns_of(np.asarray(d.keys))
     vals = np.ones(d.nnz) if d.values is None else np.asarray(d.values, np.float64)
-    x = Csr(np.asarray(d.indptr, np.int64), cols.astype(np.int32), vals, (d.rows, len(keys)), keys)
+    csr = Csr(np.asarray(d.indptr, np.int64), cols.astype(np.int32), vals, (d.rows, len(keys)), keys)
     y = np.asarray(d.labels, np.float64)
     if dense:
         if d.rows * len(keys) > DENSE_LIMIT:
             raise DataError(f"{data}: {d.rows} x {len(keys)} is too large to hold dense ({DENSE_LIMIT // 10**6}M "
                             "values at most); leave out --dense: it is read sparse")
-        return x.to_dense(), y
-    return x, y
+        return csr.to_dense(), y
+    return csr, y
 
 
 def _columns_of(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

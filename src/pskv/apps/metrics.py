@@ -12,8 +12,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -117,8 +117,8 @@ class _Frames:
         self._file = file
 
     def write(self, text: str) -> None:
-        frame = text.replace("\n", "\r").split("\r")
-        frame = next((f for f in reversed(frame) if f.strip()), "")
+        frames = text.replace("\n", "\r").split("\r")
+        frame = next((f for f in reversed(frames) if f.strip()), "")
         if frame:
             self._file.write(BAR_TAG + frame.rstrip() + "\n")
 
@@ -145,7 +145,7 @@ class Watchdog:
     def poke(self) -> None:
         self._last = time.monotonic()
 
-    def __enter__(self) -> "Watchdog":
+    def __enter__(self) -> Watchdog:
         if self.seconds > 0 and self._thread is None:
             self.poke()
             self._stop.clear()
@@ -195,9 +195,9 @@ class Reducer:
 
     def sum(self, w: pskv.Worker, values: Sequence[float]) -> np.ndarray:
         """Blocks until every worker called sum() for this round; returns the (size,) float64 totals."""
-        values = np.asarray(values, dtype=np.float64).reshape(-1)
-        if values.shape != (self.size,):
-            raise ConfigError(f"Reducer.sum got {values.shape[0]} values; it was made with size={self.size}")
+        mine = np.asarray(values, dtype=np.float64).reshape(-1)
+        if mine.shape != (self.size,):
+            raise ConfigError(f"Reducer.sum got {mine.shape[0]} values; it was made with size={self.size}")
         with self._lock:
             rounds, seen = self._seen.get((w.rank, w.thread), (0, [np.zeros(self.size), np.zeros(self.size)]))
         slot = rounds % 2
@@ -205,7 +205,7 @@ class Reducer:
         if rounds == 0:  # the sums so far (a resumed run restored them) are no worker's: start from them
             seen = [table.pull(np.arange(s * self.size, (s + 1) * self.size))[:, 0] for s in (0, 1)]
             w.barrier()  # nobody pushes before every worker read them
-        table.push(keys, values[:, None])
+        table.push(keys, mine[:, None])
         w.barrier()
         cumulative = table.pull(keys)[:, 0]  # (size,) float64
         totals = cumulative - seen[slot]
@@ -279,7 +279,7 @@ class Report:
         names = [n for n in (metrics or every) if n in every and n not in ("epoch", "wall", "seconds")]
         # one panel per metric: scales differ (a loss of 2.4 beside 150,000 words/s would be a flat line)
         fig, axes = plt.subplots(len(names), 1, sharex=True, figsize=(7, 0.8 + 2.0 * len(names)), squeeze=False)
-        for ax, name in zip(axes[:, 0], names):
+        for ax, name in zip(axes[:, 0], names, strict=True):
             rows = [r for r in self.rows if name in r]  # e.g. valid_mrr only every --eval-every epochs
             ax.plot([r["wall"] for r in rows], [r[name] for r in rows], marker="o")
             ax.set_ylabel(name)

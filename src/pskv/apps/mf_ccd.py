@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Protocol
 
 import numpy as np
 
 import pskv
 
 from .. import schedule
+from ..data.ratings import Ratings
 from ..errors import ConfigError
 from . import common
 
@@ -57,7 +59,7 @@ class Plan:
     epochs: int
 
     @staticmethod
-    def of(args, n_items: int) -> "Plan":
+    def of(args, n_items: int) -> Plan:
         per_round = max(1, min(args.ccd_per_round, args.ccd_blocks, n_items))
         rounds_per_column = -(-min(args.ccd_blocks, n_items) // per_round)
         blocks = per_round * rounds_per_column  # so that cyclic takes each block once per column
@@ -88,12 +90,20 @@ class Plan:
         return min(block * self.size, self.n_items), min((block + 1) * self.size, self.n_items)
 
 
+class Problem(Protocol):
+    """What this module reads of an apps.mf.Problem (mf imports this module: no import back)."""
+
+    train: Ratings
+    test: Ratings
+    clip: tuple[float, float]
+
+
 @dataclasses.dataclass
 class State:
     """What every worker thread of a node shares (mf's summary reads session, problem, items, users)."""
 
     session: common.Session
-    problem: object  # mf.Problem: train, test, clip
+    problem: Problem
     plan: Plan
     sched: schedule.Scheduler
     items: pskv.Table | None  # --out only
@@ -273,7 +283,7 @@ def train(w: pskv.Worker, st: State) -> None:
 
 def _save(w: pskv.Worker, st: State, me: _Part) -> None:
     """--out: this worker's users' factors and biases; the leader writes V (the same everywhere)."""
-    if st.users is None:
+    if st.users is None or st.items is None:  # (--out makes both)
         return
     s, rank = st.session, me.rank
     first, workers = s.index(w), s.workers
@@ -289,7 +299,8 @@ def summary(st: State, wall: float) -> list[str]:
     st.sched.close(timeout=60)
     info = st.sched.stats()
     rounds = max(st.plan.rounds, 1)
-    return [f"mf ccd: {st.session.args.ccd_policy}, {st.plan.rounds} rounds in {wall:.2f} s ({1000 * wall / rounds:.2f} "
-            f"ms per round, {st.plan.per_round} blocks of {st.plan.size} items per round); the scheduler chose for "
-            f"{info['choose_seconds']:.2f} s ({info['choose_seconds'] / max(wall, 1e-9):.0%} of the run, pipelined)"]
+    return [f"mf ccd: {st.session.args.ccd_policy}, {st.plan.rounds} rounds in {wall:.2f} s "
+            f"({1000 * wall / rounds:.2f} ms per round, {st.plan.per_round} blocks of {st.plan.size} items per "
+            f"round); the scheduler chose for {info['choose_seconds']:.2f} s "
+            f"({info['choose_seconds'] / max(wall, 1e-9):.0%} of the run, pipelined)"]
 

@@ -30,7 +30,7 @@ from . import common
 
 def lenet5():
     """LeNet-5 (LeCun et al. 1998) as in torch's tutorials: 61,706 parameters."""
-    import torch.nn as nn
+    from torch import nn
 
     return nn.Sequential(
         nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.AvgPool2d(2),
@@ -44,7 +44,7 @@ def load(data: str, limit: int = 0, test_limit: int = 0):
 
     import torch
 
-    directory = data if os.path.isdir(data) else fetch(data, quiet=True)
+    directory = Path(data) if os.path.isdir(data) else fetch(data, quiet=True)
     tx, ty, vx, vy = load_idx_set(directory)
     if limit:
         tx, ty = tx[:limit], ty[:limit]
@@ -206,9 +206,10 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     import torch
 
     import pskv.torch as ptorch
+
     from ..checkpoint.watch import watch
 
-    p = argparse.ArgumentParser(prog="pskv evaluate", description=evaluate_main.__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="pskv evaluate", description=(evaluate_main.__doc__ or "").split("\n")[0])
     p.add_argument("--checkpoint-dir", type=Path, required=True, help="where the run writes its checkpoints")
     p.add_argument("--data", default="fashion-mnist", help="the run's data set (its test split is used)")
     p.add_argument("--test-limit", type=int, default=0, metavar="N", help="test on the first N examples (0: all)")
@@ -250,7 +251,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
             print(f"--plot {args.plot}: matplotlib is not installed; pip install 'pskv[plot]'", flush=True)
         else:
             fig, axes = plt.subplots(2, 1, sharex=True, figsize=(6, 5))
-            for ax, key in zip(axes, ("test_acc", "test_loss")):
+            for ax, key in zip(axes, ("test_acc", "test_loss"), strict=True):
                 ax.plot([r["step"] for r in results], [r[key] for r in results], marker="o")
                 ax.set_ylabel(key)
                 ax.grid(alpha=0.3)

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import collections
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -50,9 +50,14 @@ class Negatives:
         the sequence is the same), e.g. to signal them as intents (pskv.data.Lookahead)."""
         if self.scheme is not None:
             raise ConfigError(f"Negatives.predraw: pskv's {self.scheme} scheme draws when the batch comes")
-        keys = np.asarray(self._draw(self.rng, n), np.int64)
+        keys = self._own(n)
         self._drawn.append(keys)
         return keys
+
+    def _own(self, n: int) -> np.ndarray:
+        """The app's own draw of n keys."""
+        assert self._draw is not None and self.rng is not None  # (scheme None: __init__ checked them)
+        return np.asarray(self._draw(self.rng, n), np.int64)
 
     def draw(self, n: int) -> tuple[np.ndarray, np.ndarray | None]:
         """(n,) int64 keys and, from the sampling API, their (n, dim) rows (else None)."""
@@ -61,7 +66,7 @@ class Negatives:
                 keys = self._drawn.popleft()
                 assert len(keys) == n, f"a draw of {n} took a predraw of {len(keys)}"
                 return keys, None
-            return np.asarray(self._draw(self.rng, n), np.int64), None
+            return self._own(n), None
         size, handle = self._ready.popleft() if self._ready else (n, None)
         if size != n:  # prepared for another draw size: would give too few or leave keys unused
             self.table.finish_sample(handle)

@@ -7,7 +7,7 @@ they need, word2vec.c's SGNS kernel, and Step, which pulls a batch's rows, train
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterable, Iterator
 
 import numba
 import numpy as np
@@ -140,8 +140,10 @@ def batches(shard: Corpus, keep: np.ndarray, window: int, batch_words: int,
         s = e
 
 
-def ahead(it: Iterator[tuple], prepare) -> Iterator[tuple]:
-    """The batches of `it`, with prepare(batch) called for each one batch before it is handed out."""
+def ahead(batches: Iterable[tuple], prepare) -> Iterator[tuple]:
+    """The batches of `batches` (an iterable: a Lookahead too), with prepare(batch) called for each one
+    batch before it is handed out."""
+    it = iter(batches)
     if prepare is None:
         yield from it
         return
@@ -160,7 +162,9 @@ class _Buffers:
     pushes that still read them."""
 
     def __init__(self, dim: int) -> None:
-        self.dim, self.arrays, self.pushes = dim, {}, []
+        self.dim = dim
+        self.arrays: dict[str, np.ndarray] = {}
+        self.pushes: list = []
 
     def get(self, name: str, n: int) -> np.ndarray:
         """A C-contiguous (n, dim) float32 view of buffer `name`, grown as needed; contents undefined."""

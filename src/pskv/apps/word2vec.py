@@ -48,8 +48,10 @@ import functools
 import importlib.util
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,8 +59,20 @@ import pskv
 
 from ..data.fetch import DataError, cache_dir, fetch, lapse_toy_dir
 from ..data.lookahead import Lookahead
-from ..data.text import (Corpus, Score, Unigram, Vocab, analogy_accuracy, keep_probabilities, read_analogies,
-                         read_corpus_path, read_vectors, read_wordsim, wordsim_spearman, write_vectors)
+from ..data.text import (
+    Corpus,
+    Score,
+    Unigram,
+    Vocab,
+    analogy_accuracy,
+    keep_probabilities,
+    read_analogies,
+    read_corpus_path,
+    read_vectors,
+    read_wordsim,
+    wordsim_spearman,
+    write_vectors,
+)
 from . import common
 from .negatives import Negatives
 from .skipgram import Step, ahead, batches, num_batches, warm_up
@@ -133,7 +147,8 @@ def load_tests(wordsim: Path | None, analogies: Path | None) -> EvalSets:
     cached file makes a note that names the command). Raises DataError for a given file that is
     missing or malformed."""
     cached = cache_dir() / "gensim-text"
-    found, notes = [], []
+    found: list[list | None] = []
+    notes: list[str] = []
     for given, name, read in ((wordsim, "wordsim353.tsv", read_wordsim), (analogies, "questions-words.txt",
                                                                           read_analogies)):
         path = given or cached / name
@@ -144,7 +159,7 @@ def load_tests(wordsim: Path | None, analogies: Path | None) -> EvalSets:
             found.append(None)
             continue
         found.append(read(path))  # DataError for a given file that is missing or malformed
-    return EvalSets(*found, f"word similarity ({wordsim.name})" if wordsim else "WordSim-353", tuple(notes))
+    return EvalSets(found[0], found[1], f"word similarity ({wordsim.name})" if wordsim else "WordSim-353", tuple(notes))
 
 
 def evaluate(vectors: np.ndarray, vocab: Vocab, tests: EvalSets | None = None, *,
@@ -216,10 +231,11 @@ def _train(w: pskv.Worker, run: _Run) -> None:
         return run.shard(p).shard(j, pieces)
 
     def train_on(corpus: Corpus, rng) -> tuple[float, int]:
-        """One pass over `corpus`; the learning rate decays over this worker's own words (pieces take the current one)."""
+        """One pass over `corpus`; the learning rate decays over this worker's own words (pieces take the
+        current one)."""
         nonlocal done
         loss, pairs = 0.0, 0
-        stream = batches(corpus, run.keep, args.window, args.batch_words, rng)
+        stream: Iterable[tuple] = batches(corpus, run.keep, args.window, args.batch_words, rng)
         if args.intent:  # each batch's keys signaled --ahead batches early (AdaPM's intents)
             stream = Lookahead(stream, lambda b: _intended(syn0, syn1, b, negatives, args.neg), ahead=args.ahead)
         for words, centres, contexts in ahead(stream, step.prepare if step.prepares else None):
@@ -245,6 +261,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
             results.append(train_on(corpora[-1], rng))
         loss, pairs = sum(r[0] for r in results), sum(r[1] for r in results)
         clock.pad(epoch * most)  # every worker clocks as often before the reducer's barrier
+        assert s.reducer is not None  # (run_app made it before training)
         sums = s.reducer.sum(w, [loss, pairs, sum(c.num_words for c in corpora)])
         seconds = time.monotonic() - t0
         if common.is_leader(w):
@@ -275,7 +292,9 @@ def _intended(syn0, syn1, batch: tuple, negatives: Negatives, neg: int) -> dict:
 
 def _tables(node: pskv.Node, args, vocab: Vocab, unigram: Unigram) -> pskv.Table:
     """Declare syn0 and syn1neg (collective); returns the main thread's syn0 handle."""
-    extra = {"replicate": pskv.Replicate(keys=np.arange(min(args.replicate, len(vocab))))} if args.replicate else {}
+    extra: dict[str, Any] = {}
+    if args.replicate:
+        extra["replicate"] = pskv.Replicate(keys=np.arange(min(args.replicate, len(vocab))))
     extra["placement"] = common.placement(args)  # --lease, --location-caches
     syn0 = node.table("syn0", rows=len(vocab), dim=args.dim,
                       init=pskv.Uniform(-1.0 / args.dim, 1.0 / args.dim, seed=args.seed), **extra)
@@ -366,6 +385,7 @@ def train_gensim(args, vocab: Vocab, shards: list[Corpus], workers: int) -> tupl
 def _compare_gensim(run: _Run, lines: list[str]) -> list[str]:
     """Node 0, after the cluster is gone: gensim's run beside ours (node 0's `run.result`), above `lines`."""
     args, ours, workers = run.session.args, run.result, run.session.workers
+    assert ours is not None  # (_finish made it)
     vectors, seconds = train_gensim(args, run.vocab, [run.shard(i) for i in range(workers)], workers)
     theirs = {"seconds": seconds, "words_per_s": args.epochs * run.epoch_words / max(seconds, 1e-9),
               **evaluate(vectors, run.vocab, run.tests)}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 
@@ -34,7 +34,7 @@ class Lookahead:
     progress). Owned by the worker thread that iterates it. `keys_of` returns {Table: int keys};
     ConfigError for ahead < 0, TableError from `table.intent` (a table whose keys cannot move)."""
 
-    def __init__(self, batches: Iterable, keys_of: Callable[[object], dict], *, ahead: int = 4) -> None:
+    def __init__(self, batches: Iterable, keys_of: Callable[[Any], dict], *, ahead: int = 4) -> None:
         if int(ahead) < 0:
             raise ConfigError(f"Lookahead(ahead={ahead}): batches read ahead, >= 0")
         self.batches, self.keys_of, self.ahead = batches, keys_of, int(ahead)
