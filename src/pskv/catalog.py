@@ -125,6 +125,14 @@ class Catalog:
     def by_id(self, table_id: int) -> TableState | None:
         return self._by_id.get(table_id)
 
+    def require(self, table_id: int) -> TableState:
+        """Table `table_id`; UnknownTable if this node has not declared it (yet)."""
+        state = self._by_id.get(table_id)
+        if state is None:
+            raise UnknownTable(f"node {self.rank} has no table with id {table_id}; every node declares the same "
+                               "tables in the same order")
+        return state
+
     def names(self) -> list[str]:
         return sorted(n for n, s in list(self._by_name.items()) if s is not None)
 

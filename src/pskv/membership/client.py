@@ -52,7 +52,7 @@ class CoordinatorClient:
                           Kind.MEMBERSHIP: self._membership, Kind.GLOBAL_CLOCK: self._global_clock,
                           Kind.STALLED: self._stalled, Kind.NODE_FAILED: self._node_failed}
         self._cond = threading.Condition()  # guards everything below; never held while sending
-        self.failure: Exception | None = None
+        self.failure: NodeFailure | None = None  # (only _fail sets it)
         self._abort: str | None = None
         self._decl_seq = 0
         self._decl_results: dict[int, tuple[str | None, bool]] = {}  # seq -> (error, whether a ConfigError)

@@ -2,7 +2,6 @@
 its tables it builds (`tables`), its steps in elastic membership (`elastic`) and what it tells
 about itself (`diagnostics`)."""
 
-from .core import Node as Node
-from .core import init as init
+from .core import Node as Node, init as init
 
 __all__ = ["Node", "init"]

@@ -36,7 +36,7 @@ import functools
 import logging
 import threading
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -54,8 +54,7 @@ from ..client.worker import Worker
 from ..config import NodeConfig
 from ..consistency.clocks import Clocks
 from ..errors import ClosedError, ClusterError, NodeFailure, PskvError, ShapeError
-from ..membership import client as coordinator_client
-from ..membership import join
+from ..membership import client as coordinator_client, join
 from ..membership.barrier import LocalBarrier
 from ..membership.client import CoordinatorClient
 from ..membership.coordinator import start_coordinator
@@ -110,6 +109,7 @@ class Node:
         if self._joined is not None:
             self.view.joined(cluster, self._joined)
         self._coordinator, self.config = start_coordinator(config)  # here if a private cluster or node 0
+        assert self.config.coordinator is not None  # (start_coordinator set it: a private cluster's own)
         self._transport.set_address(COORDINATOR, self.config.coordinator)
         self._build()
         self._start()
@@ -131,10 +131,10 @@ class Node:
         hops = Hops(endpoint, self.store)  # forwards, counted: the server's and the chain's
         backups = Backups(endpoint, view.current_chains, view.current_epoch, hops.forward, client.synced) \
             if config.backups else None
-        self.server = Server(self.store, endpoint, tracker, lambda table_id: catalog.by_id(table_id).ranges,
-                             on_declined=lambda table, keys, owner, seconds: catalog.by_id(table).note_declined(
+        self.server = Server(self.store, endpoint, tracker, lambda table_id: catalog.require(table_id).ranges,
+                             on_declined=lambda table, keys, owner, seconds: catalog.require(table).note_declined(
                                  keys, owner, seconds), hops=hops, backups=backups)
-        self.server.intents.on_grant = lambda table, keys: intents.granted(catalog.by_id(table), keys)  # (§3j)
+        self.server.intents.on_grant = lambda table, keys: intents.granted(catalog.require(table), keys)  # (§3j)
         self._dispatcher = Dispatcher(transport, self.rank, view.admit, on_refused=health.fail)
         self.succession = None
         if backups is not None:
@@ -372,7 +372,7 @@ class Node:
 
     close = shutdown
 
-    def __enter__(self) -> "Node":
+    def __enter__(self) -> Node:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

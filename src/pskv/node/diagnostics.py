@@ -39,7 +39,7 @@ from .elastic import MembershipChanges
 
 log = logging.getLogger(__name__)
 
-live: "weakref.WeakSet" = weakref.WeakSet()  # for the SIGUSR1 dump
+live: weakref.WeakSet = weakref.WeakSet()  # for the SIGUSR1 dump
 _dump_installed = False
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # src/pskv: frames in it are pskv's
 
@@ -47,7 +47,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # src/ps
 def install_dump_handler() -> None:
     """SIGUSR1 logs every live node's debug_state() to stderr (main thread only; never replaces
     a handler the program installed itself)."""
-    global _dump_installed
+    global _dump_installed  # noqa: PLW0603 - one handler per process, whichever node installs it
     if _dump_installed or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
         return
     if signal.getsignal(signal.SIGUSR1) not in (signal.SIG_DFL, None):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -85,7 +85,7 @@ class MembershipChanges:
         for fn in self.callbacks:
             try:
                 fn(members)
-            except Exception:  # noqa: BLE001 - a user's callback must not stop pskv-server
+            except Exception:  # a user's callback must not stop pskv-server
                 log.exception("node %d: on_membership_change callback %r raised", self.rank, fn)
 
     def drained(self, now: float) -> None:
@@ -121,13 +121,13 @@ def take_share(state: TableState, joined: dict, localize: Callable, rank: int, t
     if joined.get("backups") or state.spec.sparse:
         return
     members, joiners = len(joined["alive"]), joined["joiners"]
-    ranges, keys = state.ranges, []
+    ranges, parts = state.ranges, []
     for r in range(ranges.num_ranges):
         lo, hi = ranges.range_bounds(r)
         taken = sum((hi - lo) // int(m) for _, m in joiners)
         a, b = join.share(lo, hi, taken, members)
-        keys.append(np.arange(a, b, dtype=np.int64))
-    keys = np.concatenate(keys)
+        parts.append(np.arange(a, b, dtype=np.int64))
+    keys = np.concatenate(parts)
     if len(keys) and state.aggregator is None:
         localize(keys).wait(timeout)
         log.info("node %d took %d rows of table %r", rank, len(keys), state.spec.name)

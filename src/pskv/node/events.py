@@ -47,6 +47,7 @@ class NodeEvents(Events):
 
     def welcomed(self) -> None:
         """Learn the others' addresses, then take what they sent us early."""
+        assert self.view.addresses is not None  # (WELCOME brought them)
         for rank, address in self.view.addresses.items():
             self.transport.set_address(rank, address)
         self.sharing.start()

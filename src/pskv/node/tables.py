@@ -99,6 +99,7 @@ class TableBuilder:
         state = TableState(spec, ranges, shard, options, consistency, loc_cache)
         if options.aggregate is not None:
             if rounds:  # level 2 at each range's head, rounds replicated (server.rounds)
+                assert backups is not None  # (rounds: only with backups)
                 level2 = Rounds(spec, self.config.num_nodes, backups, shard, self.endpoint, self.ctx.tracker,
                                 lambda: self.view.alive)
                 state.aggregator = Aggregator(self.ctx, state, None)
@@ -131,7 +132,8 @@ class TableBuilder:
         the table's request stages (`Path.send_buffered`)."""
         spec = state.spec
         return PushBuffer(spec.dim, spec.dtype, state.options.cache.buffer_rows,
-                          lambda keys, values: state.path.send_buffered(keys, values))
+                          lambda keys, values: state.path.send_buffered(keys, values))  # noqa: PLW0108 - the path
+        # is composed after the buffer (late binding)
 
     def current_ranges(self, state: TableState) -> None:
         """Give a table just added to the catalog the key ranges of the view as it is now.
@@ -183,7 +185,9 @@ class Declarations:
         if saved is not None:  # every node loads its range (and its backup copies), then all go on together
             backups = builder.server.backups
             copies = backups.copies.copies(spec.table_id) if backups is not None else []
-            loaded = sum(self.restorer.load(saved, shard) for shard in [state.shard, *copies])
-            log.info("node %d restored %d rows of table %r from %s", builder.rank, loaded, name, self.restorer.path)
+            restorer = self.restorer
+            assert restorer is not None  # (it found `saved`)
+            loaded = sum(restorer.load(saved, shard) for shard in [state.shard, *copies])
+            log.info("node %d restored %d rows of table %r from %s", builder.rank, loaded, name, restorer.path)
             self.client.barrier()
         return self.main.table(name)

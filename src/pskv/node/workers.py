@@ -8,7 +8,7 @@ by any thread: `_lock` hands out thread indexes); each worker thread owns its Wo
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from ..catalog import Catalog
 from ..client.context import Context
