@@ -217,8 +217,10 @@ def tagged(stdout: str) -> dict:
 
 def job_kv(version: Version, env: dict[str, str], plan: Plan) -> dict[str, float]:
     node = [sys.executable, str(Path(__file__).resolve()), "--kv-node", f"{plan.push_budget},{plan.pull_budget}"]
-    stdout, _ = run_child(pskv_command("launch", "-n", "2", "--", *node), env, version.tree,
-                          f"kv job of {version.label}")
+    # node 1's keys travel as messages (without PSKV_SHARED_MEMORY=0, on by default, node 0
+    # would write them in shared memory and the check in kv_node stops the run)
+    stdout, _ = run_child(pskv_command("launch", "-n", "2", "--", *node), {**env, "PSKV_SHARED_MEMORY": "0"},
+                          version.tree, f"kv job of {version.label}")
     return tagged(stdout)
 
 

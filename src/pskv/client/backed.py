@@ -9,7 +9,7 @@ holds are served from memory before (client.stages.HeldRows), as without backups
 A request keeps its parts (keys, values, and which keys were answered) until it completes. When a
 node dies, `retry` (pskv-server, at the membership change) sends every unanswered key again, with
 the same request id and part, to the range's new head: a write that reached the chain before is
-not applied twice (server.chain.Applied), and a key answered twice counts once (`Credit`).
+not applied twice (server.applied.Applied), and a key answered twice counts once (`Credit`).
 
 `subscribe` is `localize` with backups: the node becomes a reader of the keys, holding a copy that
 their chain keeps current (server.readers).

@@ -216,7 +216,7 @@ class CoordinatorClient:
         self._send(Kind.CLOCK, {"clock": int(clock), "seq": int(seq)})
 
     def synced(self, epoch: int) -> None:
-        """Every key range this node backs up in `epoch` is whole again (server.chain)."""
+        """Every key range this node backs up in `epoch` is whole again (server.failover)."""
         with self._cond:
             self._synced = max(self._synced, int(epoch))
             self._cond.notify_all()

@@ -7,7 +7,7 @@ joiner's side), with backups or without.
     with backups, once it declared the `tables` declarations begun before it came:
                                         coordinator  epoch e' + 1: MEMBERSHIP{entered, outside} to all
                                                      (the joiner ends B ranges' chains, placement.chains);
-                                                     the heads send it SNAPSHOTs (server.chain)
+                                                     the heads send it SNAPSHOTs (server.failover)
     joiner -- SYNCED{e' + 1} -------->  coordinator  its copies are filled: from now on they count as whole
 
 Why two epochs with backups: entering a chain means getting a SNAPSHOT of every table at once and

@@ -99,7 +99,7 @@ class View:
         """The ranks of the live nodes, in order (any thread: `alive` is replaced whole)."""
         return sorted(self.alive)
 
-    # Read-only accessors for the parts that take a callable (net.endpoint, server.chain, client.context,
+    # Read-only accessors for the parts that take a callable (net.endpoint, server.backups, client.context,
     # checkpoint): bound methods of the view, instead of closures over the node that holds it.
     def current_epoch(self) -> int:
         """The membership epoch now."""

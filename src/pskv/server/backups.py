@@ -14,7 +14,7 @@ Threads and ownership: pskv-server, but `Failover.add_table` (the main thread; `
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

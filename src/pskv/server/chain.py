@@ -30,7 +30,7 @@ Threads and ownership: pskv-server; the state is the node's `Copies` (server.cop
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -170,7 +170,7 @@ class Chain:
         nxt = chains.successor(r, self.rank)
         tail_plain = nxt < 0 and not (c.readers.of(header.table, keys) >= 0).any()
         start = 0
-        for (origin, rid, part), n, flags in zip(ids, counts.tolist(), w[:, 4].tolist()):
+        for (origin, rid, part), n, flags in zip(ids, counts.tolist(), w[:, 4].tolist(), strict=True):
             applied.add((origin, rid, part))
             stop = start + n
             pos = p.positions[start:stop] if flags & POSITIONS else None

@@ -22,7 +22,7 @@ a table's declaration); `lock` orders the two.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

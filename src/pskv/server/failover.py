@@ -19,7 +19,7 @@ table's declaration); `Copies.lock` orders the two. The state is the node's `Cop
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -53,7 +53,7 @@ class Shard(shm.Published):
     def __init__(self, spec: TableSpec, start: int, stop: int, rank: int, fill: bool = True,
                  stripes: int = STRIPES, disk: DiskRows | None = None, shared: shm.Segments | None = None) -> None:
         """`fill=False`: leave the rows unset (a checkpoint is about to overwrite them all).
-        `stripes=1`: one lock (a copy only pskv-server writes, such as a backup's: server.chain).
+        `stripes=1`: one lock (a copy only pskv-server writes, such as a backup's: server.failover).
         `disk`: the rows and state live in its files, with a budget of resident pages (store.disk).
         `shared`: the rows live in shared memory the node's co-located peers map (store.shm)."""
         self.spec = spec
@@ -234,7 +234,7 @@ class Shard(shm.Published):
 
     def read(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Copies of the rows and updater state of owned `keys` (all must be owned), under every stripe:
-        a consistent snapshot of them (server.chain)."""
+        a consistent snapshot of them (server.failover)."""
         with self._locked(None):
             slots = self.slot[keys]
             if (slots < 0).any():
