@@ -3,6 +3,11 @@
 Threads and ownership: the main thread adds tables (`node.table()`); every thread looks them up.
 `_lock` guards the two maps. A `TableState`'s parts are made before it is added and never replaced;
 its counters are GIL-atomic `+=` (approximate under threads).
+
+The parts that client/ makes (the request path, node aggregation, intents and their copies) are
+typed here by Protocols of what is used of them through a TableState: catalog sits below client in
+the layer order (docs/design.md §1), so it names no client class, and mypy checks each class
+against its Protocol where node/ hands it in.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -21,6 +28,63 @@ from .options import Consistency, TableOptions
 from .placement.ranges import KeyRanges
 from .store.shard import Shard
 from .store.spec import TableSpec
+
+if TYPE_CHECKING:
+    from .net.codec import Codec
+    from .store.intent_replicas import IntentReplicas
+
+
+class RequestPath(Protocol):
+    """A table's client.path.Path: its calls' first stages, and what a checkpoint and a flush ask of it."""
+
+    request: Callable[..., Future]
+    read: Callable[..., Future]
+    push: Callable[..., Future]
+    set: Callable[..., Future]
+    push_pull: Callable[..., Future]
+    localize: Callable[..., Future]
+    peek: Callable[..., Any]
+    sample: Callable[..., Any]
+
+    def exchange(self, h: Any, keys: np.ndarray, values: np.ndarray, copy: bool | None, pulls: np.ndarray,
+                 out: np.ndarray | None, fresh: bool, codec: Codec | None) -> Future: ...
+    def flush(self) -> None: ...
+    def send_buffered(self, keys: np.ndarray, values: np.ndarray) -> Future: ...
+    def hold(self) -> None: ...
+    def release(self) -> None: ...
+    def describe(self) -> dict[str, str]: ...
+
+
+class RoundsPart(Protocol):
+    """A NodeAggregate table's client.aggregate.Aggregator (level 1: a node's rounds)."""
+
+    rounds: int
+    messages: int
+
+    def hold(self) -> None: ...
+    def release(self) -> None: ...
+    def leave(self, worker: Any) -> None: ...
+
+
+class IntentsPart(Protocol):
+    """A table's client.intents.NodeIntents (the node's intent windows of its keys)."""
+
+    @property
+    def pending(self) -> bool: ...
+    def granted(self, keys: np.ndarray) -> None: ...
+    def counters(self) -> dict: ...
+
+
+class CopiesPart(Protocol):
+    """A table's client.intent_sync.Copies (copies of keys several nodes intend)."""
+
+    replicas: IntentReplicas | None
+    rate: float
+    next_sync: float
+
+    def make(self, keys: np.ndarray, intended: np.ndarray) -> Future | None: ...
+    def round(self, flush: bool) -> list[Future]: ...
+    def counters(self) -> dict: ...
 
 
 @dataclasses.dataclass
@@ -35,13 +99,15 @@ class TableState:
     loc_cache: np.ndarray  # (rows,) int64 last known owner per key, -1 unknown; empty when off
     cache: RowCache | None = None  # BSP/SSP: copies of remote rows, shared by the node's workers
     buffer: PushBuffer | None = None  # BSP/SSP: remote updates waiting for the next flush
-    aggregator: object = None  # NodeAggregate: a client.aggregate.Aggregator (mshadow-ps level 1)
-    path: object = None  # its request path: a client.path.Path, composed from the parts above once they are made
-    codec: object = None  # node.table(filters=): this table's wire filters (a net.codec.Codec) when a call gives none
+    aggregator: RoundsPart | None = None  # NodeAggregate: a client.aggregate.Aggregator (mshadow-ps level 1)
+    # its client.path.Path, composed from the parts above once they are made: before the catalog holds the table
+    path: RequestPath = dataclasses.field(init=False, repr=False, compare=False)
+    codec: Codec | None = None  # node.table(filters=): this table's wire filters when a call gives none
     next_sync: float = 0.0  # Replicate: when the pskv-replica thread syncs this table next
     declined_until: np.ndarray | None = None  # (rows,) monotonic time before which localize skips a key; lazily
-    intents: object = None  # a client.intents.NodeIntents once a worker signaled an intent (table.intent)
-    copies: object = None  # a client.intent_sync.Copies: keys several nodes intend, copied here (dense without backups)
+    intents: IntentsPart | None = None  # a client.intents.NodeIntents once a worker signaled an intent (table.intent)
+    copies: CopiesPart | None = None  # a client.intent_sync.Copies: keys several nodes intend, copied here (dense
+    # without backups)
     pulls: int = 0  # calls
     pushes: int = 0
     local_keys: int = 0  # keys served from this node's memory without a message
@@ -76,8 +142,9 @@ class TableState:
                        flushed_rows=self.buffer.rows_out)
         if self.aggregator is not None:
             out.update(aggregated_rounds=self.aggregator.rounds, aggregated_messages=self.aggregator.messages)
-        if getattr(self.shard, "disk", None) is not None:
-            out.update(self.shard.disk.counters())
+        disk = getattr(self.shard, "disk", None)  # (a sparse shard has none)
+        if disk is not None:
+            out.update(disk.counters())
         if self.intents is not None:
             out.update(self.intents.counters())
         return out
@@ -89,7 +156,7 @@ class TableState:
 
     def stages(self) -> dict[str, str]:
         """Each call's stages on this node ({"pull": "replica > local > shared > route", ...}; client.path)."""
-        return self.path.describe() if self.path is not None else {}
+        return self.path.describe()
 
 
 class Catalog:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..catalog import Catalog, TableState
+from ..catalog import Catalog, CopiesPart, TableState
 from ..net.endpoint import Endpoint
 from ..net.future import Future, wait
 from ..net.wire import ROWS, Kind
@@ -68,8 +68,8 @@ class ReplicaSync:
         (copies of intended keys: until their owners have)."""
         for s in self._tables():
             self._round(s, threshold=0.0)
-        for s in self._copied():
-            self._copies_round(s, flush=True)
+        for copies in self._copied():
+            self._copies_round(copies, flush=True)
         with self._lock:
             futures, self._inflight = self._inflight, []
         wait(*futures, timeout=timeout)
@@ -98,9 +98,9 @@ class ReplicaSync:
     def _tables(self) -> list[TableState]:
         return [s for s in self._catalog.tables() if s.shard.replicas is not None]
 
-    def _copied(self) -> list[TableState]:
-        """The tables with copies of intended keys (client.intent_sync)."""
-        return [s for s in self._catalog.tables() if s.copies is not None and s.copies.replicas is not None]
+    def _copied(self) -> list[CopiesPart]:
+        """The tables' copies of intended keys, where there are some (client.intent_sync)."""
+        return [s.copies for s in self._catalog.tables() if s.copies is not None and s.copies.replicas is not None]
 
     def _run(self) -> None:
         while not self._stop.is_set() and not self._failed():
@@ -113,11 +113,11 @@ class ReplicaSync:
                 rate = replicate.syncs_per_sec
                 s.next_sync = now + (1.0 / rate if rate > 0 else float("inf"))
                 self._round(s, replicate.threshold)
-            for s in self._copied():
-                if s.copies.next_sync <= now:
-                    s.copies.next_sync = now + (1.0 / s.copies.rate if s.copies.rate > 0 else float("inf"))
-                    self._copies_round(s, flush=False)
-            upcoming = min([s.next_sync for s in self._tables()] + [s.copies.next_sync for s in self._copied()],
+            for copies in self._copied():
+                if copies.next_sync <= now:
+                    copies.next_sync = now + (1.0 / copies.rate if copies.rate > 0 else float("inf"))
+                    self._copies_round(copies, flush=False)
+            upcoming = min([s.next_sync for s in self._tables()] + [c.next_sync for c in self._copied()],
                            default=now + 0.1)
             self._stop.wait(min(0.1, max(0.001, upcoming - time.monotonic())))
 
@@ -129,10 +129,10 @@ class ReplicaSync:
                 with self._lock:
                     self._inflight = [f for f in self._inflight if not f.done()] + [fut]
 
-    def _copies_round(self, s: TableState, flush: bool) -> None:
+    def _copies_round(self, copies: CopiesPart, flush: bool) -> None:
         """A sync round of the table's copies of intended keys; its requests join _inflight."""
         with self._sending:
-            futures = s.copies.round(flush)
+            futures = copies.round(flush)
             if futures:
                 with self._lock:
                     self._inflight = [f for f in self._inflight if not f.done()] + futures
