@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import CheckpointError, TableMismatch
 from ..store.replicas import Replicas
 from ..store.shard import Shard
+from ..store.sparse import SparseShard
 from . import format as fmt
 
 log = logging.getLogger(__name__)
@@ -51,10 +52,10 @@ class Restorer:
                                        "table)")
         return entry, None
 
-    def load(self, entry: dict, shard: Shard) -> int:
+    def load(self, entry: dict, shard: Shard | SparseShard) -> int:
         """Put the saved rows and state of `shard`'s key range into it (this node's shard, or a copy
         it holds as a backup); returns the rows loaded."""
-        if shard.spec.sparse:
+        if isinstance(shard, SparseShard):
             return self._load_sparse(entry, shard)
         wanted = np.arange(shard.start, shard.stop, dtype=np.int64)
         seen = np.zeros(len(wanted), bool)

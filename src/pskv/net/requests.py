@@ -103,7 +103,7 @@ class RequestTracker:
         self._latency: dict[str, Latency] = {}  # by request description (a handful per table)
 
     def new_request(self, total: int, *, on_part: Callable | None = None, result: Any = None,
-                    desc: str = "", retry: Callable[[], None] | None = None,
+                    desc: str = "", retry: Callable[[], object] | None = None,
                     explain: Callable[[], str] | None = None) -> tuple[int, Future]:
         """Register a request that completes when `total` keys have been answered.
 
@@ -124,7 +124,7 @@ class RequestTracker:
             self._pending[rid] = _Pending(fut, total, on_part, result, retry, explain)
         return rid, fut
 
-    def set_retry(self, rid: int, retry: Callable[[], None]) -> None:
+    def set_retry(self, rid: int, retry: Callable[[], object]) -> None:
         """Give pending request `rid` a `retry` (for `retry_all`); a completed one needs none."""
         with self._lock:
             p = self._pending.get(rid)

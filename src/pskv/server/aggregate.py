@@ -47,6 +47,7 @@ class Owner:
         if len(keys) > 1 and not (np.diff(keys) > 0).all():
             raise ProtocolError(f"{header!r}: an aggregated push needs sorted distinct keys")
         rounds = np.full(len(keys), header.part, np.int64) if p.rounds is None else p.rounds
+        assert p.values is not None  # (unpack: an AGG_PUSH carries values)
         return self.apply(header.origin, header.request_id, keys, rounds, p.values)
 
     def apply(self, origin: int, rid: int, keys: np.ndarray, rounds: np.ndarray, sums: np.ndarray) -> list:

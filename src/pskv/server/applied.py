@@ -74,7 +74,7 @@ class Applied:
         return np.array(rows, np.int64).reshape(-1, 3)
 
     @classmethod
-    def of(cls, rows: np.ndarray) -> "Applied":
+    def of(cls, rows: np.ndarray) -> Applied:
         applied = cls()
         for origin, rid, part in rows.tolist():
             applied.add((origin, rid, part))

@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 class Batches:
     def __init__(self, endpoint: Endpoint) -> None:
         self._endpoint = endpoint
-        self._chain: dict[tuple[int, int], list] = {}  # (successor, table) -> [(origin, rid, part, flags, keys, pos, values)]
+        # (successor, table) -> [(origin, rid, part, flags, keys, pos, values)]
+        self._chain: dict[tuple[int, int], list] = {}
         self._acks: dict[tuple[int, int], list] = {}  # (origin, table) -> [(rid, part, n, positions or None)]
         self.writes = 0  # writes and acks that left in a batch of two or more
         self.messages = 0  # batch messages sent

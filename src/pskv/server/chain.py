@@ -40,14 +40,14 @@ from ..net.wire import POSITIONS, READER, ROUNDS, ROWS, SET, STATE, Header, Kind
 from ..placement.chains import Chains
 from ..store.shard import Shard
 from .applied import Applied
-from .copies import Copies, before
+from .copies import Copies, Held, before
 from .reader_copies import ReaderCopies
 
 AGAIN = STATE  # flag of a CHAIN write: its head did not apply it (applied before, or below its origin's floor),
 # so no copy does; it is passed on to be answered. (A CHAIN never carries updater state: it shares STATE's bit.)
 
 
-def _write(shard: Shard, is_set: bool, keys: np.ndarray, values: np.ndarray) -> None:
+def _write(shard: Held, is_set: bool, keys: np.ndarray, values: np.ndarray) -> None:
     """Apply a write to rows this node holds."""
     if len(keys):
         shard.set(keys, values) if is_set else shard.push(keys, values)
@@ -74,15 +74,20 @@ class Chain:
         its chain, forward the others to their head."""
         chains = self._copies.chains()
         ranges = self._copies.ranges(header.table)
+        values = p.values
+        assert values is not None  # (unpack: a PUSH or SET carries values)
         one = ranges.one_range(keys)  # (the common case: a request part is one range's keys)
-        owners = None if one >= 0 else ranges.range_of(keys)
-        lo, hi = (one, one) if one >= 0 else (int(owners.min()), int(owners.max()))
+        if one >= 0:
+            owners, lo, hi = None, one, one
+        else:
+            owners = ranges.range_of(keys)
+            lo, hi = int(owners.min()), int(owners.max())
         for r in range(lo, hi + 1):
-            sel = None if lo == hi else np.flatnonzero(owners == r)
+            sel = None if owners is None or lo == hi else np.flatnonzero(owners == r)
             if sel is not None and not len(sel):
                 continue
             k = keys if sel is None else keys[sel]
-            v = p.values if sel is None else p.values[sel]
+            v = values if sel is None else values[sel]
             pos = _positions(p.positions, sel)
             head = int(chains.heads[r])
             if head != self.rank:
@@ -112,6 +117,8 @@ class Chain:
         its keys, then answer the writer)."""
         c = self._copies
         keys = np.asarray(p.keys, np.int64)
+        values = p.values
+        assert values is not None  # (unpack: a CHAIN carries values)
         r = c.ranges(header.table).one_range(keys)
         if r < 0:
             lo, hi = kernels.key_range(keys)
@@ -123,11 +130,11 @@ class Chain:
             chain = c.chains().chain(r)
             if chain[0] != self.rank:
                 held = main.slot[keys] >= 0  # a copy not here (yet, or any more) has the write from the chain
-                applied = c.read_applied.setdefault((header.table, r), Applied())
+                record = c.read_applied.setdefault((header.table, r), Applied())
                 write = (header.origin, header.request_id, header.part)
-                if applied.fresh(write, link=header.sender == chain[-1], again=bool(header.flags & AGAIN)):
-                    _write(main, is_set, keys[held], None if p.values is None else p.values[held])
-                    applied.add(write)  # (a write that comes again is answered again, not applied)
+                if record.fresh(write, link=header.sender == chain[-1], again=bool(header.flags & AGAIN)):
+                    _write(main, is_set, keys[held], values[held])
+                    record.add(write)  # (a write that comes again is answered again, not applied)
             self.answer(header, len(keys), p.positions)
             return
         copy = c.backup.get((header.table, r))
@@ -135,10 +142,10 @@ class Chain:
             raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r} (epoch {c.epoch()})")
         chains = c.chains()
         link = header.sender == before(chains, r, self.rank)  # (else a late copy from an earlier predecessor)
-        applied = self._apply(header, is_set, r, keys, p.values, copy, link)
+        applied = self._apply(header, is_set, r, keys, values, copy, link)
         if applied and header.flags & ROUNDS:
             c.rounds[header.table][keys] += 1
-        self._pass(header, chains, r, keys, p.positions, p.values, is_set, copy, main, not applied)
+        self._pass(header, chains, r, keys, p.positions, values, is_set, copy, main, not applied)
 
     def on_chain_batch(self, header: Header, p: Payload, main: Shard) -> bool:
         """A BATCH of CHAIN writes, all pushes to one range we back up, none seen before, with an
@@ -146,10 +153,11 @@ class Chain:
         applying them one by one; passed on or answered write by write. False, with nothing
         done, for any other batch (server.serve then splits it)."""
         c = self._copies
-        w = p.writes
+        w, positions, values = p.writes, p.positions, p.values
+        assert w is not None and values is not None  # (unpack: a BATCH of CHAIN writes carries both)
         keys = np.asarray(p.keys, np.int64)
         counts = w[:, 3]
-        if p.positions is None or len(p.positions) != len(keys) or counts.min() < 0 or int(counts.sum()) != len(keys):
+        if positions is None or len(positions) != len(keys) or counts.min() < 0 or int(counts.sum()) != len(keys):
             return False  # (split says what is wrong with it)
         if not len(keys) or (w[:, 4] & (SET | ROWS | READER | ROUNDS | AGAIN)).any():
             return False
@@ -164,7 +172,7 @@ class Chain:
         ids = [tuple(one) for one in w[:, :3].tolist()]  # [(origin, rid, part)]
         if len(set(ids)) != len(ids) or any(applied.seen(one) for one in ids):  # (a resend may follow its first copy)
             return False
-        if len(copy.push(keys, p.values)):
+        if len(copy.push(keys, values)):
             raise ProtocolError(f"node {self.rank} should hold every key of key range {r} of {copy.spec.name!r} "
                                 f"but does not (epoch {c.epoch()})")
         nxt = chains.successor(r, self.rank)
@@ -173,19 +181,19 @@ class Chain:
         for (origin, rid, part), n, flags in zip(ids, counts.tolist(), w[:, 4].tolist(), strict=True):
             applied.add((origin, rid, part))
             stop = start + n
-            pos = p.positions[start:stop] if flags & POSITIONS else None
+            pos = positions[start:stop] if flags & POSITIONS else None
             if nxt >= 0:
-                c.batches.chain(nxt, header.table, origin, rid, part, 0, keys[start:stop], pos, p.values[start:stop])
+                c.batches.chain(nxt, header.table, origin, rid, part, 0, keys[start:stop], pos, values[start:stop])
             elif tail_plain and origin != self.rank:
                 c.batches.ack_write(origin, header.table, rid, part, n, pos)
             else:
                 one = one_write(header, origin, rid, part, n, 0)
-                self._pass(one, chains, r, keys[start:stop], pos, p.values[start:stop], False, copy, main, False)
+                self._pass(one, chains, r, keys[start:stop], pos, values[start:stop], False, copy, main, False)
             start = stop
         return True
 
     # ---- applying, passing on, answering ----------------------------------------------------------
-    def _apply(self, header: Header, is_set: bool, r: int, keys, values, shard: Shard, link: bool = False) -> bool:
+    def _apply(self, header: Header, is_set: bool, r: int, keys, values, shard: Held, link: bool = False) -> bool:
         """Apply a write unless `Applied.fresh` says not (at the head: applied before, or below its
         origin's floor; `link`: from our predecessor, as the head decided); True if applied now."""
         applied = self._copies.applied.setdefault((header.table, r), Applied())
@@ -200,7 +208,7 @@ class Chain:
         applied.add(write)
         return True
 
-    def answer(self, header: Header, n: int, positions, keys=None, held: Shard | None = None, r: int = -1) -> None:
+    def answer(self, header: Header, n: int, positions, keys=None, held: Held | None = None, r: int = -1) -> None:
         """The write is on every copy of these keys: the writer may go on (flag ROWS: with the rows
         after it, from `held`, our copy of range r, which equals the head's once its snapshot came;
         until then the answer waits for it: `release`)."""
@@ -219,12 +227,12 @@ class Chain:
         else:
             c.endpoint.reply(header, kind, n_keys=n, positions=positions, values=rows)
 
-    def release(self, table: int, r: int, copy: Shard) -> None:
+    def release(self, table: int, r: int, copy: Held) -> None:
         """Range r's snapshot came (server.failover): the ROWS answers held for it, from `copy`."""
         for header, n, positions, keys in self._copies.rows_waiting.pop((table, r), []):
             self.answer(header, n, positions, keys, copy, r)
 
-    def _pass(self, header: Header, chains: Chains, r: int, keys, positions, values, is_set: bool, held: Shard,
+    def _pass(self, header: Header, chains: Chains, r: int, keys, positions, values, is_set: bool, held: Held,
               main: Shard, again: bool) -> None:
         """A write applied to `held`, our copy of range r (`again`: it was not, nor will it be on any
         copy after ours): on down the chain, or answered at its tail."""
@@ -247,12 +255,12 @@ class Chain:
             if reader < 0:
                 self.answer(header, len(sel), pos[sel])
             elif reader == self.rank:  # our own reader copy, beside our copy as a member
-                applied = c.read_applied.setdefault((header.table, r), Applied())
+                record = c.read_applied.setdefault((header.table, r), Applied())
                 write = (header.origin, header.request_id, header.part)
-                if held is not main and applied.fresh(write, link=True, again=again):  # (at the head: main)
+                if held is not main and record.fresh(write, link=True, again=again):  # (at the head: main)
                     mine = sel[main.slot[keys[sel]] >= 0]
-                    _write(main, is_set, keys[mine], None if values is None else values[mine])
-                    applied.add(write)
+                    _write(main, is_set, keys[mine], values[mine])
+                    record.add(write)
                 self.answer(header, len(sel), pos[sel])
             else:
                 c.in_order().hop(int(reader), header.table, header.origin, header.request_id, header.part,

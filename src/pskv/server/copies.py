@@ -31,24 +31,26 @@ from ..net.endpoint import Endpoint
 from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard
+from ..store.sparse import SparseShard
 from ..store.spec import TableSpec
 from .applied import Applied
 from .batches import Batches
 from .readers import Readers
 
 Range = tuple[int, int]  # (table id, key range)
+Held = Shard | SparseShard  # a range's rows here: a sparse table's are a SparseShard
 
 
 class Copies:
-    def __init__(self, endpoint: Endpoint, chains: Callable[[], Chains], epoch: Callable[[], int]) -> None:
+    def __init__(self, endpoint: Endpoint, chains: Callable[[], Chains | None], epoch: Callable[[], int]) -> None:
         self.endpoint = endpoint
         self.rank = endpoint.rank
-        self.chains = chains  # the view's current chains
+        self._chains = chains  # the view's current chains (None until the node is welcomed)
         self.epoch = epoch  # the view's current epoch
         self.lock = threading.Lock()  # orders add_table (main thread) and on_membership (pskv-server)
         self.specs: dict[int, TableSpec] = {}
         self.key_ranges: dict[int, KeyRanges] = {}  # table id -> its key ranges
-        self.backup: dict[Range, Shard] = {}  # (table, range) -> its copy here (not headed here)
+        self.backup: dict[Range, Held] = {}  # (table, range) -> its copy here (not headed here)
         self.applied: dict[Range, Applied] = {}  # (table, range) -> writes applied, here
         self.read_applied: dict[Range, Applied] = {}  # (table, range) -> writes applied to our reader copies
         self.filling: set[Range] = set()  # (table, range) whose snapshot has not come yet
@@ -60,6 +62,12 @@ class Copies:
         self.member_array = np.zeros(0, np.int64)  # the same, sorted (for np.isin)
         self.snapshots_sent = 0
         self.duplicates = 0  # writes that came again and were not applied again
+
+    def chains(self) -> Chains:
+        """The current chains: set at WELCOME, before a table or a message of one reaches the backups."""
+        chains = self._chains()
+        assert chains is not None  # (a cluster with backups has chains once welcomed)
+        return chains
 
     def ranges(self, table: int) -> KeyRanges:
         ranges = self.key_ranges.get(table)
@@ -81,7 +89,7 @@ class Copies:
         self.batches.flush()
         return self.endpoint
 
-    def copies(self, table: int) -> list[Shard]:
+    def copies(self, table: int) -> list[Held]:
         """The copies of `table`'s ranges this node holds as a backup."""
         return [copy for (t, _), copy in sorted(self.backup.items()) if t == table]
 

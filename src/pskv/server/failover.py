@@ -28,11 +28,12 @@ from ..net.wire import READER, Header, Kind, Payload
 from ..placement.chains import Chains
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard
+from ..store.sparse import SparseShard
 from ..store.spec import TableSpec
 from . import sparse_copies
 from .applied import Applied
 from .chain import Chain
-from .copies import Copies, before
+from .copies import Copies, Held, before
 from .reader_copies import ReaderCopies
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ class Failover:
         """Call fn() in pskv-server after each membership change, once the chains are set up."""
         self._listeners.append(fn)
 
-    def on_membership(self, previous: Chains, main: Callable[[int], Shard], unfinished: set[int] = frozenset(),
+    def on_membership(self, previous: Chains, main: Callable[[int], Shard | SparseShard | None],
+                      unfinished: set[int] | frozenset[int] = frozenset(),
                       members=None) -> None:
         """A new epoch: promote the ranges we now head, send snapshots down every changed chain,
         expect one where our predecessor changed (we are new, or it died). `unfinished`: tables being
@@ -97,7 +99,11 @@ class Failover:
                     if old == new or self.rank not in new:
                         continue
                     if new[0] == self.rank:
-                        self._head(table, r, spec, old, new, main(table))
+                        shard = main(table)
+                        if shard is None:  # (cannot happen: a table is in the store before add_table)
+                            raise ProtocolError(f"node {self.rank} heads key range {r} of table {table} it does "
+                                                "not hold")
+                        self._head(table, r, spec, old, new, shard)
                         continue
                     if (table, r) not in c.backup:
                         c.backup[(table, r)] = _fresh(spec, c.ranges(table), r, self.rank)
@@ -108,7 +114,7 @@ class Failover:
         for fn in self._listeners:
             fn()
 
-    def _head(self, table: int, r: int, spec: TableSpec, old: tuple, new: tuple, main: Shard) -> None:
+    def _head(self, table: int, r: int, spec: TableSpec, old: tuple, new: tuple, main: Held) -> None:
         """We head range r after the change (its chain changed from `old` to `new`)."""
         c = self._copies
         if old[0] != self.rank:
@@ -119,13 +125,14 @@ class Failover:
             c.filling.discard((table, r))  # whole: the coordinator makes only those heads
         if len(new) > 1:
             self._snapshot(table, r, main, new[1])
-        elif not spec.sparse:  # head and tail at once
+        elif not isinstance(main, SparseShard):  # head and tail at once
             lo, hi = c.ranges(table).range_bounds(r)
             keys = np.arange(lo, hi, dtype=np.int64)
             self._readers.refresh(table, r, keys, *main.read(keys), c.applied[(table, r)].array())
 
-    def _promote(self, table: int, r: int, copy: Shard, main: Shard) -> None:
-        if main.spec.sparse:
+    def _promote(self, table: int, r: int, copy: Held, main: Held) -> None:
+        if isinstance(copy, SparseShard) or isinstance(main, SparseShard):  # (both: a sparse table's)
+            assert isinstance(copy, SparseShard) and isinstance(main, SparseShard)
             sparse_copies.promote(r, copy, main)
             return
         keys = np.arange(copy.start, copy.stop, dtype=np.int64)
@@ -139,9 +146,9 @@ class Failover:
             self._copies.endpoint.complete(rid, count, self.rank)
         log.info("node %d now serves key range %d of table %r (%d rows)", self.rank, r, main.spec.name, len(keys))
 
-    def _snapshot(self, table: int, r: int, main: Shard, dest: int) -> None:
+    def _snapshot(self, table: int, r: int, main: Held, dest: int) -> None:
         c = self._copies
-        if main.spec.sparse:  # its written keys only
+        if isinstance(main, SparseShard):  # its written keys only
             keys, rows, state = sparse_copies.read(main, c.ranges(table), r)
         else:
             lo, hi = c.ranges(table).range_bounds(r)
@@ -166,14 +173,16 @@ class Failover:
         c = self._copies
         table, r = header.table, header.part
         keys = np.asarray(p.keys, np.int64)
+        values, applied = p.values, p.applied
+        assert values is not None and applied is not None  # (unpack: a SNAPSHOT carries both)
         copy = c.backup.get((table, r))
         if copy is None:
             raise ProtocolError(f"{header!r}: node {self.rank} holds no copy of key range {r}")
-        if copy.spec.sparse:  # exactly the head's written keys
-            copy = c.backup[(table, r)] = sparse_copies.install(copy, keys, p.values, p.state)
+        if isinstance(copy, SparseShard):  # exactly the head's written keys
+            copy = c.backup[(table, r)] = sparse_copies.install(copy, keys, values, p.state)
         else:
-            copy.overwrite(keys, p.values, p.state)
-        c.applied[(table, r)] = Applied.of(p.applied)
+            copy.overwrite(keys, values, p.state)
+        c.applied[(table, r)] = Applied.of(applied)
         if p.rounds is not None and table in c.rounds:
             c.rounds[table][keys] = p.rounds
         if p.readers is not None:
@@ -181,13 +190,13 @@ class Failover:
             c.readers.set(table, keys, readers)
             mine = (readers == self.rank) & (main.slot[keys] >= 0)
             if mine.any():  # keys we also read: our reader copy may have missed writes of a tail that died
-                self._readers.install(table, r, header.sender, keys[mine], p.values[mine],
-                                      None if p.state is None else p.state[mine], p.applied, main)
+                self._readers.install(table, r, header.sender, keys[mine], values[mine],
+                                      None if p.state is None else p.state[mine], applied, main)
         nxt = c.chains().successor(r, self.rank)
         if nxt >= 0:
-            self._send_snapshot(table, r, nxt, keys, p.values, p.state, p.applied)
+            self._send_snapshot(table, r, nxt, keys, values, p.state, applied)
         elif not copy.spec.sparse:  # the new tail: readers may have missed writes a dead member was passing to them
-            self._readers.refresh(table, r, keys, p.values, p.state, p.applied)
+            self._readers.refresh(table, r, keys, values, p.state, applied)
         c.filling.discard((table, r))
         self._chain.release(table, r, copy)
         self._maybe_synced()
@@ -197,7 +206,7 @@ class Failover:
             self._on_synced(self._copies.epoch())
 
 
-def _fresh(spec: TableSpec, ranges: KeyRanges, r: int, rank: int) -> Shard:
+def _fresh(spec: TableSpec, ranges: KeyRanges, r: int, rank: int) -> Held:
     """Range r's rows as they start (a row's initial value depends only on table and row); one
     lock: only pskv-server writes a copy (its rows reach the main shard by `_promote`)."""
     if spec.sparse:

@@ -42,11 +42,11 @@ from ..store.sparse import SparseShard
 def give(shard: Shard, ranges: KeyRanges, me: int, to: list[int]) -> list[tuple]:
     """Leaving node: take `shard`'s rows and managed ranges out (range r goes to node to[r]); returns
     the messages to send, (dest, kind, part, keys, rows, state, keys the ACK counts), in order."""
-    if shard.spec.sparse:
+    if isinstance(shard, SparseShard):
         return _give_sparse(shard, ranges, me, to)
     if (shard.slot == INCOMING).any():
         raise ProtocolError(f"node {me} leaves while keys of table {shard.spec.name!r} are on their way to it")
-    out = []
+    out: list[tuple] = []
     for r in ranges.managed_by(me):
         lo, hi = ranges.range_bounds(r)
         m = int(to[r])
@@ -74,7 +74,7 @@ def _give_sparse(shard: SparseShard, ranges: KeyRanges, me: int, to: list[int]) 
     managed = ranges.managed_by(me)
     given = shard.give([(*ranges.range_bounds(r), int(to[r])) for r in managed])
     return [(int(to[r]), Kind.HANDOFF, r + 1, keys, rows, state, max(len(keys), 1))
-            for r, (keys, rows, state) in zip(managed, given)]
+            for r, (keys, rows, state) in zip(managed, given, strict=True)]
 
 
 def send(endpoint: Endpoint, table: int, rid: int, messages: list[tuple]) -> None:

@@ -73,6 +73,7 @@ class ReaderCopies:
         copy = main if chains.heads[r] == self.rank else c.backup.get((header.table, r))
         if copy is None:
             raise ProtocolError(f"{header!r}: node {self.rank} is the tail of key range {r} without a copy of it")
+        assert isinstance(copy, Shard)  # (a sparse table has no readers: localize refuses it)
         rows, state = copy.read(keys)  # the tail's copy has every write that reached the chain before
         applied = c.applied.setdefault((header.table, r), Applied()).array()
         if header.origin == self.rank:

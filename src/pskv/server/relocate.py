@@ -30,7 +30,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -163,6 +163,7 @@ class Relocation:
             raise ProtocolError(f"TRANSFER of keys {keys[shard.slot[keys] >= 0][:5].tolist()} that node {self.rank} "
                                 "already owns")
         _hooks.reach("server.transfer", node=self.rank, keys=keys)
+        assert p.values is not None  # (unpack: a TRANSFER carries values)
         shard.insert(keys, p.values, p.state)
         self.relocated_in += len(keys)
         shard.relocated_in += len(keys)
@@ -230,7 +231,7 @@ class Relocation:
         if not still:
             del self._deferred[table]
 
-    def _replay(self, w: "_Waiting", shard: Shard) -> None:
+    def _replay(self, w: _Waiting, shard: Shard) -> None:
         """Apply one waiting operation; if it fails, its origin hears so and the others still run."""
         try:
             if w.header.kind == Kind.HANDOVER:
@@ -264,7 +265,7 @@ class _Waiting:
         self.positions = positions  # (m,) int64 or None
         self.values = values  # (m, dim) or None
 
-    def take(self, sel: np.ndarray) -> "_Waiting":
+    def take(self, sel: np.ndarray) -> _Waiting:
         return _Waiting(self.header, self.keys[sel], None if self.positions is None else self.positions[sel],
                         None if self.values is None else self.values[sel])
 

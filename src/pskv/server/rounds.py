@@ -62,8 +62,10 @@ class Rounds:
         rows = spec.rows
         self._acc = np.zeros((rows, spec.dim), spec.dtype)  # (rows, dim) the nodes' sums of each key's open round
         self._got = np.zeros((rows, num_nodes), bool)  # (rows, nodes) node n sent its sum of the open round
-        self._to = np.zeros((rows, num_nodes, 3), np.int64)  # (rows, nodes, 3) where to answer: request, part, position
-        self._waiting: dict[int, list] = {}  # our round write's request id -> its answers [(node, rid, part, pos, keys)]
+        self._to = np.zeros((rows, num_nodes, 3), np.int64)  # (rows, nodes, 3) where to answer: request, part,
+        # position
+        self._waiting: dict[int, list] = {}  # our round write's request id -> its answers [(node, rid, part, pos,
+        # keys)]
         self._pending = np.zeros(rows, bool)  # (rows,) a completed round of the key waits for the tail
         self.completed = 0  # key-rounds completed here
         self.answered_again = 0  # sums of completed rounds that came again and were answered at once
