@@ -26,10 +26,11 @@ user, checked, never followed through a link; HOST is the address the node binds
 namespace, PORT the TCP port of the same socket, so a peer's announced host:port names its file).
 Those endpoints speak no CURVE: only processes of this user (or root) can connect, and they could
 read the secret file anyway; the cipher's cost (ZeroMQ's I/O thread encrypting and decrypting
-every byte) is gone between the processes of one machine. A node connects to a peer over ipc when the peer binds the same host and its file exists;
-the coordinator, and every peer on another host, stays on TCP with CURVE, so a process without
-the secret is still refused when it asks to join. Files are removed on close; those of a crashed
-process (no listener, older than a minute) are swept when the next node of the host starts.
+every byte) is gone between the processes of one machine. A node connects to a peer over ipc when
+the peer binds the same host and its file exists; the coordinator, and every peer on another host,
+stays on TCP with CURVE, so a process without the secret is still refused when it asks to join.
+Files are removed on close; those of a crashed process (no listener, older than a minute) are swept
+when the next node of the host starts.
 
 Threads and ownership: a Guard's thread (pskv-zap-PORT) answers ZAP requests of its transport's
 context until `stop()`. `Handshakes.watch` may be called by any thread right after it made a
@@ -214,7 +215,7 @@ class Handshakes:
         coordinator refused us before it ever accepted us: at once if it said why, else after
         _REFUSED_AFTER handshakes it cut off."""
         for monitor, where in self._mine.items():
-            while ready.get(monitor) and monitor.get(zmq.EVENTS) & zmq.POLLIN:
+            while ready.get(monitor) and int(monitor.get(zmq.EVENTS)) & zmq.POLLIN:
                 event = recv_monitor_message(monitor, zmq.NOBLOCK)["event"]
                 if where == "inbox":
                     if event & _FAILED and event != zmq.EVENT_HANDSHAKE_FAILED_AUTH:  # (AUTH: the Guard counted it)

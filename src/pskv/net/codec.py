@@ -12,9 +12,9 @@ costs 8 bytes. A sender remembers per thread and (cluster id, sending node, dest
 order its own socket delivers (one thread's messages to one node arrive in order), at most
 CACHED_LISTS lists; later lists travel whole. The cluster id is part of the key because a thread
 outlives its cluster: after a second `pskv.init()` in the same thread, the new cluster's nodes
-were sent none of the lists the old cluster's were. The receiver keeps what each origin asked it to remember (content-addressed, so
-threads that send the same list share an entry). A hash that is not known at the receiver is a
-ProtocolError (answered with ERROR), never a wrong key.
+were sent none of the lists the old cluster's were. The receiver keeps what each origin asked it to
+remember (content-addressed, so threads that send the same list share an entry). A hash that is
+not known at the receiver is a ProtocolError (answered with ERROR), never a wrong key.
 
 Threads and ownership: `Sent` is per thread (threading.local); `Remembered` belongs to the
 receiving pskv-server thread.
@@ -71,14 +71,14 @@ class Codec:
             code = _CODECS[self.compress]
             for at, field in ((keys_at, "key_dtype"), (values_at, "dtype")):
                 if at is not None and _nbytes(frames[at]) >= _MIN_COMPRESS:
-                    frames[at] = _compressor(self.compress)(memoryview(np.ascontiguousarray(frames[at])).cast("B"),
+                    frames[at] = _compressor(self.compress)(np.ascontiguousarray(frames[at]).data.cast("B"),
                                                             self.level)
                     setattr(header, field, getattr(header, field) | code << 4)
         frames[0] = header.pack()
         return frames
 
 
-def decode(header: Header, frames: list, remembered: "Remembered") -> list:
+def decode(header: Header, frames: list, remembered: Remembered) -> list:
     """Plain frames (int64 keys, float32 values, nothing compressed) of a request a Codec encoded;
     the header's codes are set back. Raises ProtocolError for anything that does not fit."""
     special = header.key_dtype >> 4 or header.dtype >> 4 or header.key_dtype in (KEYS_REMEMBER, KEYS_CACHED) or \
@@ -103,6 +103,8 @@ def decode(header: Header, frames: list, remembered: "Remembered") -> list:
         frames[1] = remembered.resolve(header, frames[1])
         header.key_dtype = KEY_CODE
     if header.dtype in (FP16, BF16):
+        if values_at is None:
+            raise ProtocolError(f"{header!r}: 16-bit values, but no values frame")
         raw = np.frombuffer(_buffer(frames[values_at]), np.uint16 if header.dtype == BF16 else np.float16)
         frames[values_at] = (raw.astype(np.uint32) << 16).view(np.float32) if header.dtype == BF16 else \
             raw.astype(np.float32)
@@ -137,7 +139,7 @@ class _Sent:
         self.lists: set[bytes] = set()
 
     def encode(self, keys) -> tuple:
-        data = memoryview(np.ascontiguousarray(keys)).cast("B")
+        data = np.ascontiguousarray(keys).data.cast("B")
         digest = _digest(data)
         if digest in self.lists:
             return digest, KEYS_CACHED
@@ -208,4 +210,4 @@ def _decompressor(name: str):
         import zstandard
         return lambda data: zstandard.ZstdDecompressor().decompress(data)
     import lz4.frame
-    return lambda data: lz4.frame.decompress(data)
+    return lz4.frame.decompress

@@ -36,7 +36,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ..errors import ClusterError, NodeFailure, ProtocolError
 from .drops import Drops, peer_of
@@ -136,7 +136,7 @@ class Dispatcher:
                 if now >= self._sweep_at:
                     self._sweep(now)
                 self._flush()
-            except Exception as exc:  # garbage must never kill the server thread
+            except Exception as exc:  # noqa: BLE001 - garbage must never kill the server thread
                 self._error(exc, None)
 
     def _sweep(self, now: float) -> None:
@@ -158,7 +158,7 @@ class Dispatcher:
                 self._drop(peer_of(frames, header.sender), f"{header!r}: not a reply, in a reply box")
                 return
             self._handlers[header.kind](header, frames)
-        except Exception as exc:  # garbage must never kill the server thread
+        except Exception as exc:  # noqa: BLE001 - garbage must never kill the server thread
             self._error(exc, frames)
 
     def _receive(self) -> list | None:
@@ -205,15 +205,18 @@ class Dispatcher:
                     run.append((header, frames))
                 else:
                     self._handlers[header.kind](header, frames)
-            except Exception as exc:  # garbage must never kill the server thread
+            except Exception as exc:  # noqa: BLE001 - garbage must never kill the server thread
                 self._error(exc, frames)
         if run:
             self._run(many, run)
 
-    def _run(self, many: Callable[[list], None], run: list) -> None:
+    def _run(self, many: Callable[[list], None] | None, run: list) -> None:
         try:
-            many(run) if len(run) > 1 else self._handlers[run[0][0].kind](*run[0])
-        except Exception as exc:  # garbage must never kill the server thread
+            if len(run) > 1 and many is not None:  # (a run of several: its handler's `many`)
+                many(run)
+            else:
+                self._handlers[run[0][0].kind](*run[0])
+        except Exception as exc:  # noqa: BLE001 - garbage must never kill the server thread
             self._error(exc, run[0][1])
 
     def _admitted(self, frames: list) -> Header | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .wire import COORDINATOR
 
@@ -55,6 +55,7 @@ class Drops:
             if peer not in self._peers and len(self._peers) >= _MAX_PEERS:
                 peer = "other peers"
             state = self._peers.get(peer)
+            line: tuple[int, str, float | None] | None
             if state is None:
                 self._peers[peer] = _Peer(now)
                 line = (1, reason, None)
@@ -63,7 +64,8 @@ class Drops:
                 state.reason = reason
                 line = self._take(state, now)
         if line is not None:
-            self._write(peer, *line, exc_info=exc_info)
+            count, why, seconds = line
+            self._write(peer, count, why, seconds, exc_info=exc_info)
 
     def flush(self) -> None:
         """Log the counts of peers whose minute is over (pskv-server's loop calls it)."""

@@ -40,7 +40,7 @@ def recv_all(sock, flags: int = 0) -> list:
 
 def waiting(sock) -> bool:
     """Whether a message waits on `sock` (cheaper than the zmq.Again a NOBLOCK recv raises)."""
-    return bool(_get(sock, _EVENTS) & _POLLIN)
+    return bool(int(_get(sock, _EVENTS)) & _POLLIN)
 
 
 def unlink(path) -> None:

@@ -16,7 +16,8 @@ import itertools
 import threading
 import time
 from bisect import bisect_left
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import PskvError
 from .future import Future
@@ -81,7 +82,7 @@ class Latency:
         self.keys = 0
         self.failed = 0
 
-    def copy(self) -> "Latency":
+    def copy(self) -> Latency:
         other = Latency()
         other.counts, other.seconds, other.keys, other.failed = list(self.counts), self.seconds, self.keys, self.failed
         return other
@@ -98,7 +99,8 @@ class RequestTracker:
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._next = 1  # the next request id (for low_watermark)
-        self._lock = threading.Lock()  # guards _pending, _next and _latency; never held while writing parts or resolving
+        self._lock = threading.Lock()  # guards _pending, _next and _latency; never held while writing parts or
+        # resolving
         self._health = health
         self._latency: dict[str, Latency] = {}  # by request description (a handful per table)
 

@@ -22,9 +22,9 @@ connect clients, and the transport's `Guard` admits the cluster's key only. With
 PSKV_SHARED_MEMORY) the inbox and reply boxes also listen on files in this user's private directory
 (net.auth.private_dir), without CURVE, and messages to a peer that binds the same host and has such a
 file go there (`url_of`); the coordinator is always reached over TCP. What is dropped here
-(malformed packed frames, failed handshakes) is counted in `drops`. `close()` runs after all sending threads have stopped;
-it closes every socket with LINGER 0 (sockets to the coordinator linger briefly so a final BYE is
-delivered).
+(malformed packed frames, failed handshakes) is counted in `drops`. `close()` runs after all
+sending threads have stopped; it closes every socket with LINGER 0 (sockets to the coordinator
+linger briefly so a final BYE is delivered).
 Assumes: dict operations are atomic under the GIL.
 """
 
@@ -57,7 +57,7 @@ class _Local(threading.local):
     threading.local raises inside getattr, a microsecond per message)."""
 
     outboxes: dict | None = None  # rank or (rank, port) -> Outbox
-    box: "ReplyBox | None" = None
+    box: ReplyBox | None = None
     hold_all = False
 
 
@@ -338,6 +338,7 @@ class Transport:
         for box in boxes:
             box.close()
         unlink(self._ipc)  # before the socket closes: we still hold its TCP port, so the file is ours
+        assert self._inbox is not None  # (made in __init__, or __init__ raised)
         self._inbox.close(linger=0)
         if self._ipc_dir is not None:
             leave(self._ipc_dir)
