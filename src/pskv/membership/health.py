@@ -11,18 +11,18 @@ import copy
 import threading
 from collections.abc import Callable
 
-from ..errors import ClosedError, NodeFailure
+from ..errors import ClosedError, ClusterError
 
 
 class Health:
     def __init__(self, rank: int) -> None:
         self.rank = rank
-        self.failure: NodeFailure | None = None  # the first failure; see fail()
+        self.failure: ClusterError | None = None  # the first failure; see fail()
         self.closed = False
         self._lock = threading.Lock()  # guards writing `failure`
-        self._listeners: list[Callable[[Callable[[], NodeFailure]], None]] = []
+        self._listeners: list[Callable[[Callable[[], ClusterError]], None]] = []
 
-    def on_failure(self, listener: Callable[[Callable[[], NodeFailure]], None]) -> None:
+    def on_failure(self, listener: Callable[[Callable[[], ClusterError]], None]) -> None:
         """`listener(error_for)` runs once, at the first failure (fail everything that waits)."""
         self._listeners.append(listener)
 
@@ -37,7 +37,7 @@ class Health:
         """Whether a failure was recorded (any thread; never raises)."""
         return self.failure is not None
 
-    def fail(self, error: NodeFailure) -> bool:
+    def fail(self, error: ClusterError) -> bool:
         """Record the node's first failure and tell the listeners; False if one was recorded before."""
         with self._lock:
             if self.failure is not None:
@@ -47,7 +47,7 @@ class Health:
             listener(self.failed)
         return True
 
-    def failed(self) -> NodeFailure:
+    def failed(self) -> ClusterError:
         """A fresh copy of the first failure (its own traceback), chained to its cause."""
         failure = self.failure
         assert failure is not None  # (listeners get this after the failure is set)
