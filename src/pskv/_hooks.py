@@ -13,7 +13,7 @@ not reach.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 points: dict[str, Callable[..., None]] = {}  # the data path tests it first: `if _hooks.points and _hooks.reach(...)`
 

@@ -23,6 +23,7 @@ Threads and ownership: as client.stages; the stages hold no state of their own.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class Front:
     """A stage before the request stages; `next` is the stage after it."""
 
     name = "?"
-    next = None
+    next: Any = None  # the stage after it: a front stage or a request stage (client.stages)
 
     def names(self) -> list[str]:
         return [self.name] + (self.next.names() if self.next is not None else [])
@@ -89,6 +90,7 @@ class Ordered(Front):
     name = "ordered"
 
     def __init__(self, state: TableState, nxt) -> None:
+        assert state.buffer is not None  # (client.path: BSP/SSP tables, which buffer their pushes)
         self.buffer, self.cache, self.next = state.buffer, state.cache, nxt
 
     def write(self, h, kind, keys, values, out, copy, rows, codec) -> Future:
@@ -138,12 +140,14 @@ class Bounded(Front):
     """A BSP/SSP pull: it includes every update stamped <= clock - staleness - 1, and this node's own."""
 
     def __init__(self, state: TableState, ctx: Context, nxt) -> None:
+        assert state.buffer is not None and state.consistency.synchronous  # (client.path: BSP/SSP tables)
         self.state, self.ctx, self.next = state, ctx, nxt
+        self.buffer, self.staleness = state.buffer, int(state.consistency.staleness)
         self.name = "clock bound" if state.cache is None else "row cache > clock bound"
 
     def read(self, h, keys, out, fresh, direct, codec) -> Future:
         st, ctx = self.state, self.ctx
-        needed = ctx.clocks.clock_of(h.worker) - st.consistency.staleness  # the global clock the rows need
+        needed = ctx.clocks.clock_of(h.worker) - self.staleness  # the global clock the rows need
         rest = np.arange(len(keys))  # (n,) positions in out not yet served
         # copies of rows owned elsewhere, fresh enough for this clock; a handle whose thread ticks no clock
         # (the main thread's, after training) has no clock to be fresh for: it reads the owners' rows
@@ -162,17 +166,18 @@ class Bounded(Front):
             raise RequestStalled(f"{h.desc(Kind.PULL)}: {exc} (PSKV_COLLECTIVE_TIMEOUT); the node logs of the "
                                  "slowest workers show where they are", request=h.desc(Kind.PULL)) from None
         # before the flush: a push written to the cache before `since` is in the buffer by then (see RowCache)
-        since = st.cache.sequence() if st.cache is not None else 0
-        st.buffer.flush_before_pull()  # read-my-writes: our buffered updates reach the owners first
+        cache = st.cache
+        since = cache.sequence() if cache is not None else 0
+        self.buffer.flush_before_pull()  # read-my-writes: our buffered updates reach the owners first
         fresh_clock = ctx.clocks.global_clock
-        if st.cache is None:
+        if cache is None:
             return self.next.request(h, Kind.PULL, keys, None, out, None, True, False, direct, False, None)
         miss_keys = keys[rest]
         fut = self.next.request(h, Kind.PULL, miss_keys, None, out, rest, True, False, direct, False, None)
         remote = self._cacheable(miss_keys)
 
         def keep(values: np.ndarray) -> None:
-            st.cache.insert(miss_keys[remote], values[rest[remote]], fresh_clock, since)
+            cache.insert(miss_keys[remote], values[rest[remote]], fresh_clock, since)
 
         return fut.then(keep)
 
@@ -228,7 +233,8 @@ class Move(Front):
             backed.subscribe(h, rid, fresh)
         else:
             managers = st.ranges.manager_of(fresh)
-            lease_ms = int(round(st.options.placement.lease * 1000))  # asked of the managers (server.relocate)
+            # asked of the managers (server.relocate); (int: numpy 1.x's round() of a float64 is a float64)
+            lease_ms = int(round(st.options.placement.lease * 1000))  # noqa: RUF046
             for m in np.unique(managers):
                 ctx.endpoint.request(int(m), Kind.LOCALIZE, h.spec.table_id, rid, part=lease_ms,
                                      flags=FORCE if force else 0, keys=fresh[managers == m])
@@ -265,7 +271,7 @@ class Sample(Front):
 
     name = "sample"
 
-    def sample(self, h, n, scheme) -> "sampling.SampleHandle":
+    def sample(self, h, n, scheme) -> sampling.SampleHandle:
         return sampling.prepare(h, n, scheme)
 
 
