@@ -40,6 +40,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,8 @@ def _parser():
     g.add_argument("--out", type=Path, metavar="DIR", help="write the trained embeddings with their names here "
                                                            "(entities.npy/.tsv, relations.npy/.tsv, meta.json)")
     g.add_argument("--model", choices=["complex", "distmult"], default="complex",
-                   help="score of a triple: ComplEx (Re<h, r, conj t>, complex rows) or DistMult (<h, r, t>, real rows)")
+                   help="score of a triple: ComplEx (Re<h, r, conj t>, complex rows) or DistMult (<h, r, t>, real "
+                        "rows)")
     g.add_argument("--dim", type=int, default=200, help="floats per row (ComplEx: dim/2 complex numbers)")
     g.add_argument("--lr", type=float, default=0.1, help="Adagrad step size")
     g.add_argument("--neg", type=int, default=32, help="negative samples per positive, for each side")
@@ -110,7 +112,7 @@ def _setup(s: common.Session, kg: KG) -> _Run:
     args, node = s.args, s.node
     init = pskv.Normal(std=args.init_std, seed=args.seed)
     hot_ent, hot_rel = _hottest(kg, args.replicate)
-    extra = {"replicate": pskv.Replicate(keys=hot_ent)} if len(hot_ent) else {}
+    extra: dict[str, Any] = {"replicate": pskv.Replicate(keys=hot_ent)} if len(hot_ent) else {}
     extra["placement"] = common.placement(args)
     sampling = pskv.Sampling(np.ones(kg.num_entities), scheme=args.sampling or "naive", reuse=args.reuse,
                              seed=args.seed)  # uniform negatives
@@ -118,7 +120,7 @@ def _setup(s: common.Session, kg: KG) -> _Run:
                      sampling=sampling, **extra)
     rel = node.table("relations", rows=kg.num_relations, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
                      placement=extra["placement"],
-                     **({"replicate": pskv.Replicate(keys=hot_rel)} if len(hot_rel) else {}))
+                     replicate=pskv.Replicate(keys=hot_rel) if len(hot_rel) else None)
     keep_order = args.data == "lapse-toy"  # Lapse's partitioned files are ordered for the workers
     train = kg.train if keep_order else kg.train[np.random.default_rng(args.seed).permutation(len(kg.train))]
     if node.rank == 0:
@@ -198,6 +200,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
             share = np.linspace(0, min(len(split), args.eval_triples), live + 1).astype(np.int64)
             E, R = ent.pull(np.arange(kg.num_entities)), rel.pull(np.arange(kg.num_relations))
             sums = evaluate(E, R, _sample(split, args)[share[j]:share[j + 1]], run.filt, args.model)
+        assert s.reducer is not None  # (run_app made it before training)
         total = s.reducer.sum(w, [loss, sum(map(len, done)), *sums])
         metrics = {"loss": total[0] / max(total[1], 1)}
         if shares.backups:
@@ -266,7 +269,8 @@ class Rows:
         self.pos_ids = np.concatenate([tri[:, 0], tri[:, 2]])  # (2b,) heads then tails
         self._rel = rel.pull_async(tri[:, 1])
         self._negatives, self._draws = negatives, b * 2 * n
-        self.neg_ids, self._ent, self._inverse = None, None, None
+        self.neg_ids: np.ndarray | None = None
+        self._inverse: np.ndarray | None = None
         if negatives.scheme is None:  # the app draws: one pull of every entity the batch needs
             self.neg_ids = negatives.draw(self._draws)[0]  # (b*2n,) int64
             keys, self._inverse = np.unique(np.concatenate([self.pos_ids, self.neg_ids]), return_inverse=True)
@@ -285,6 +289,7 @@ class Rows:
         """(positives (2b, dim), relations (b, dim), negatives (b*2n, dim)), float32 arrays of their own."""
         if self._inverse is None:  # pskv's sampling API: its draw pulls the negatives' rows
             self.neg_ids, neg = self._negatives.draw(self._draws)
+            assert neg is not None  # (pskv's sampling API draws rows too)
             return self._ent.wait(), self._rel.wait(), neg
         rows = self._ent.wait()[self._inverse]  # (2b + b*2n, dim)
         cut = len(self.pos_ids)
@@ -351,8 +356,8 @@ def _check(args: argparse.Namespace) -> str | None:
     if args.data not in _NAMED and not args.data.startswith("random:") and not Path(args.data).exists():
         raise DataError(f"--data {args.data!r}: no such file or directory; --data takes nations, umls, ml-100k-kg, "
                         "lapse-toy, random:E,R,T, a directory of train/valid/test triples or one file of triples")
-    return common.check_resume(args, lambda tables: common.dims(tables, {"entities": (args.dim, f"--dim {args.dim}"),
-                                                                          "relations": (args.dim, f"--dim {args.dim}")}))
+    dims = {"entities": (args.dim, f"--dim {args.dim}"), "relations": (args.dim, f"--dim {args.dim}")}
+    return common.check_resume(args, lambda tables: common.dims(tables, dims))
 
 
 def main(argv: list[str] | None = None) -> int:
