@@ -196,6 +196,8 @@ def copies(node: pskv.Node, threads: int, variant: str, ckpt: str = "") -> None:
                 node.checkpoint(ckpt)
                 assert reps.live == 0, reps  # the flush dropped them; the starts are told again:
                 _until("the copies again", copied, w)
+        if variant != "checkpoint":  # a sync round takes the last pushes while the windows still hold the copies
+            _wait(lambda: reps.keys_synced > 0, f"node {node.rank}: no sync round took a push: {reps}", 30)
         w.advance_clock()  # the windows end: the copies linger, then go (with sync rounds; else at the barrier)
         if variant != "checkpoint":
             _wait(lambda: reps.live == 0, f"node {node.rank}: copies left after the windows ended: {reps} "

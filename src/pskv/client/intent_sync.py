@@ -7,7 +7,8 @@ of the granted keys that the node still intends and does not own, and installs t
 (`Copies.make`, store.intent_replicas). From then on the table's request stage `Stage` serves the
 node's pulls and pushes of those keys from the copy: a push is applied to the copy and summed for
 the owner. The pskv-replica thread (client.replica_sync) syncs each table's copies
-`SYNCS_PER_SEC` times a second (`Copies.round`), one round in flight per table:
+`SYNCS_PER_SEC` times a second (`Copies.round`; fewer when a round takes longer: one round in flight
+per table):
 
     the summed pushes of each copy since the last round   -> one push_pull to the keys' owners
     copies read since, or not refreshed for STALE rounds   -> one pull
@@ -39,8 +40,10 @@ rows are store.intent_replicas' (under its lock).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -52,7 +55,12 @@ from .context import Context
 from .stages import Stage as _Stage
 from .table import Table
 
-SYNCS_PER_SEC = 25.0  # sync rounds of a table's copies per second (as pskv.Replicate's default; 0: flushes only)
+if TYPE_CHECKING:
+    from .intents import NodeIntents
+
+SYNCS_PER_SEC = 2.0  # sync rounds of a table's copies per second (0: flushes only). Measured, kge over 2 emulated
+# hosts at 1 Gbit/s (benchmarks/RESULTS.md): bytes x classic 1.12 at 25/s, 0.92-1.05 at 5/s, 0.73-0.83 at 2/s, 0.65 at
+# 1/s, the training loss the same to 3 digits; speed within the load's noise
 LINGER = 5.0  # seconds a copy outlives its node's last window of the key (a key used again soon keeps it)
 _create = threading.Lock()  # makes a table's IntentReplicas once
 
@@ -61,8 +69,8 @@ class Copies:
     """One table's copies on this node: the rows (`replicas`, made at the first grant) and the stage
     below the copies' stage, which reaches the keys' owners."""
 
-    def __init__(self, state: TableState, ctx: Context, below: _Stage) -> None:
-        self.state, self.ctx, self.below = state, ctx, below
+    def __init__(self, state: TableState, ctx: Context, below: Any) -> None:
+        self.state, self.ctx, self.below = state, ctx, below  # (below: the request stage after the copies')
         self.replicas: IntentReplicas | None = None
         self.rate = SYNCS_PER_SEC
         self.next_sync = 0.0  # when the pskv-replica thread syncs them next (its own bookkeeping)
@@ -116,7 +124,7 @@ class Copies:
             return self._sync(flush)
 
     def _sync(self, flush: bool) -> list[Future]:
-        reps, intents = self.replicas, self.state.intents
+        reps, intents = self.replicas, cast("NodeIntents | None", self.state.intents)
         if reps is None or intents is None or (not flush and any(not f.done() for f in self._last)):
             return []
         if flush:
@@ -125,7 +133,7 @@ class Copies:
         else:
             held = reps.held()
             if len(held):
-                idle = (intents.active[held] == 0) & (intents.ended[held] < time.monotonic() - LINGER)
+                idle = reps.idle(held, intents.active[held] > 0, time.monotonic() - LINGER)
                 reps.drop(held[idle | (self.state.shard.slot[held] >= 0)])
         h, below, spec = self._h(), self.below, self.state.spec
         futures = []
@@ -139,7 +147,7 @@ class Copies:
             out = np.empty((len(k), spec.dim), spec.dtype)  # (n, dim) the owners' rows after the pushes
             kind = Kind.PULL if v is None else Kind.PUSH
             fut = below.request(h, kind, k, v, out, None, False, False, None, v is not None, None)
-            fut.add_done_callback(lambda f, k=k, out=out: f.exception() is None and reps.refresh(number, k, out))
+            fut.add_done_callback(functools.partial(_refreshed, reps, number, k, out))
             futures.append(fut)
         self._last = futures
         return futures
@@ -153,13 +161,20 @@ class Copies:
                 "intent_copy_keys_synced": reps.keys_synced, "intent_copy_keys_refreshed": reps.keys_refreshed}
 
 
+def _refreshed(reps: IntentReplicas, number: int, keys: np.ndarray, rows: np.ndarray, fut: Future) -> None:
+    """A round's reply: the owners' rows are the copies' new base (not when the request failed)."""
+    if fut.exception() is None:
+        reps.refresh(number, keys, rows)
+
+
 class Stage(_Stage):
     """Keys with a copy here (Copies): pulls and pushes served from it, the rest to the next stage.
     Listed by Path.describe() once the table has copies."""
 
     name = "intent copies"
+    next: Any  # the stage after this one (never None)
 
-    def __init__(self, copies: Copies, nxt: _Stage) -> None:
+    def __init__(self, copies: Copies, nxt: Any) -> None:
         self.copies, self.next = copies, nxt
 
     def names(self) -> list[str]:

@@ -59,8 +59,7 @@ class NodeIntents:
     def __init__(self, state: TableState, ctx: Context) -> None:
         self.state, self.ctx = state, ctx
         self.active = np.zeros(state.spec.rows, np.int32)  # (rows,) windows of this node's workers holding each key
-        self.ended = np.full(state.spec.rows, -np.inf)  # (rows,) when the node's last window of each key ended
-        self._lock = threading.Lock()  # guards active, ended, _moves, _grants, lead and the counters
+        self._lock = threading.Lock()  # guards active, _moves, _grants, _again, lead and the counters
         self._moves: list[tuple[float, np.ndarray]] = []  # (when told, keys) the managers said move here
         self._grants: list[np.ndarray] = []  # keys the managers granted a copy of (several nodes intend them)
         self._again: list[np.ndarray] = []  # keys still intended whose copies a flush dropped: started again
@@ -75,7 +74,6 @@ class NodeIntents:
         with self._lock:
             starts = _count(self.active, began, +1)
             ends = _count(self.active, ended, -1)
-            self.ended[ends] = time.monotonic()
             self.starts += len(starts)
             if self._again:  # told as starts again: their managers grant the copies again
                 again, self._again = np.concatenate(self._again), []
@@ -113,9 +111,9 @@ class NodeIntents:
 
         rid, _ = ctx.tracker.new_request(len(dests), on_part=answered, retry=retry,
                                          desc=f"intents of table {st.spec.name!r}")  # (a hint: nobody waits)
-        for d in asked:
-            keys = np.concatenate([asked[d], ends[me == d]])
-            ctx.endpoint.request(d, Kind.INTENT, st.spec.table_id, rid, part=len(asked[d]), dim=seq & 0xFFFFFFFF,
+        for d, starting in asked.items():
+            keys = np.concatenate([starting, ends[me == d]])
+            ctx.endpoint.request(d, Kind.INTENT, st.spec.table_id, rid, part=len(starting), dim=seq & 0xFFFFFFFF,
                                  keys=keys)
 
     def take_moves(self) -> tuple[float, np.ndarray]:
@@ -256,7 +254,7 @@ class WorkerIntents:
             ended.setdefault(id(node), []).append(keys)
             nodes[id(node)] = node
         while self._waiting and self._waiting[0][0] <= self.clock + self._ahead(self._waiting[0][3]):
-            start, seq, end, node, keys = heapq.heappop(self._waiting)
+            _, seq, end, node, keys = heapq.heappop(self._waiting)
             nodes[id(node)] = node
             if end <= self.clock:
                 continue  # its window passed before it came near (a worker that ticks faster than moves land)

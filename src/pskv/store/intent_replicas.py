@@ -25,6 +25,7 @@ read without it to skip the lock when there is no copy.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -58,6 +59,7 @@ class IntentReplicas:
         self.dirty = np.zeros(cap, bool)  # (cap,) pending holds a push
         self.used = np.zeros(cap, bool)  # (cap,) pulled or pushed since the last round
         self.since = np.full(cap, -1, np.int64)  # (cap,) the round of its last refresh (requested), or install
+        self.wanted = np.zeros(cap)  # (cap,) when its node last intended the key (a round's look; monotonic seconds)
         self.state = None if not self._width else np.zeros((cap, self._width), spec.dtype)
         self._free = list(range(cap - 1, -1, -1))  # free slots, lowest last
 
@@ -69,11 +71,11 @@ class IntentReplicas:
             new *= 2
         if new == cap:
             return
-        old = (self.keys, self.data, self.pending, self.dirty, self.used, self.since, self.state)
+        old = (self.keys, self.data, self.pending, self.dirty, self.used, self.since, self.wanted, self.state)
         self._alloc(new)
-        for a, b in zip((self.keys, self.data, self.pending, self.dirty, self.used, self.since, self.state), old,
-                        strict=True):
-            if b is not None:
+        for a, b in zip((self.keys, self.data, self.pending, self.dirty, self.used, self.since, self.wanted,
+                         self.state), old, strict=True):
+            if a is not None and b is not None:
                 a[:cap] = b
         self._free = list(range(new - 1, cap - 1, -1)) + [s for s in range(cap - 1, -1, -1) if old[0][s] < 0]
 
@@ -98,6 +100,7 @@ class IntentReplicas:
             self.dirty[slots] = False
             self.used[slots] = False
             self.since[slots] = self._round
+            self.wanted[slots] = time.monotonic()
             if self.state is not None:  # (a local state for the view: it starts at init)
                 fresh = np.empty((len(slots), self._width), self.spec.dtype)
                 self.spec.updater.init_state(fresh)
@@ -166,6 +169,15 @@ class IntentReplicas:
         if not out:
             return np.zeros(0, np.int64), np.zeros((0, self.spec.dim), self.spec.dtype)
         return np.concatenate([k for k, _ in out]), np.concatenate([u for _, u in out])
+
+    def idle(self, keys: np.ndarray, intended: np.ndarray, before: float) -> np.ndarray:
+        """Which of `keys` (with copies) their node has not intended since `before`: `intended` says
+        which it intends now (their time is noted), the others' last noted time is compared."""
+        with self._lock:
+            slots = self.index[keys].astype(np.int64)
+            ok = slots >= 0
+            self.wanted[slots[ok & intended]] = time.monotonic()
+            return ok & ~intended & (self.wanted[np.where(ok, slots, 0)] < before)
 
     def held(self) -> np.ndarray:
         """(live,) the keys with a copy here now, sorted."""
