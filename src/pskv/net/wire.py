@@ -21,7 +21,8 @@ zero-copy frames and are read back with np.frombuffer; nothing on the data path 
                    the node that owns the keys); both answered by ACK
     replication    [header, keys, values] REPLICA_SYNC (answered by ACK)
     intents        [header, keys] INTENT (`part`: how many of the keys are starts, the rest ends), answered by
-                   ACK whose positions are the starts that move to the sender (server.intents)
+                   ACK whose positions are the starts that move to the sender (server.intents); with flag
+                   ROWS (server.intents.GRANT), from a manager: copy these keys (no reply)
     backups        [header, keys, (positions), values] CHAIN: a write (flag SET: a set, else a push)
                    passed down a key range's chain of backups, keeping origin, id and part; the
                    chain's tail answers the origin with ACK.
