@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -154,8 +156,9 @@ class Part:
         worker's part, split among L live workers: common.Shares)."""
         self.me, self.workers, self.n_items = me, workers, problem.train.n_items
         j, pieces = piece or (0, 1)
-        self.train = problem.train.take((problem.train.users % workers == me) & (problem.train.users // workers % pieces == j))
-        self.test = problem.test.take((problem.test.users % workers == me) & (problem.test.users // workers % pieces == j))
+        train, test = problem.train, problem.test
+        self.train = train.take((train.users % workers == me) & (train.users // workers % pieces == j))
+        self.test = test.take((test.users % workers == me) & (test.users // workers % pieces == j))
         self.train_users, self.test_users = self.train.users // workers, self.test.users // workers
         n_local = len(range(me, problem.train.n_users, workers))
         self.local = np.arange(j, n_local, pieces)  # local ids of the users this part trains
@@ -173,9 +176,10 @@ class Part:
 
     def save(self, users: pskv.Table):
         """Write this part's user factors and biases to the users table (a Future)."""
-        return users.set(self.me + self.local * self.workers, np.column_stack([self.U[self.local], self.bu[self.local]]))
+        return users.set(self.me + self.local * self.workers,
+                         np.column_stack([self.U[self.local], self.bu[self.local]]))
 
-    def load(self, users: pskv.Table) -> "Part":
+    def load(self, users: pskv.Table) -> Part:
         """Take this part's user factors and biases from the users table (what their last worker saved)."""
         rows = users.pull(self.me + self.local * self.workers)
         self.U[self.local], self.bu[self.local] = rows[:, :-1], rows[:, -1]
@@ -211,10 +215,12 @@ def train_epoch(w: pskv.Worker, part: Part, items: pskv.Table, args, mu: float, 
     """One pass over this worker's ratings; returns the squared training error. `--schedule free`:
     all of them in random order. `dsgd`: W sub-epochs; in sub-epoch s worker `me` takes the ratings
     of item block (me + s) mod W, so no two workers share an item, with a barrier after each."""
+    clock = part.clock
+    assert clock is not None  # (_work gave the part its worker's clock)
     if args.schedule == "free":
-        start = part.clock.count
+        start = clock.count
         sse = _train(part, items, part.rng.permutation(len(part.train)), args, mu, lr, progress)
-        part.clock.pad(start + part.most[0])  # as many clocks as the worker with the most batches
+        clock.pad(start + part.most[0])  # as many clocks as the worker with the most batches
         return sse
     sse = 0.0
     for sub in range(part.workers):
@@ -222,9 +228,9 @@ def train_epoch(w: pskv.Worker, part: Part, items: pskv.Table, args, mu: float, 
         if args.localize:  # Lapse: the block's items move here, so every access below is local
             items.localize(np.arange(*part.block_range(block))).wait()
         mine = np.flatnonzero(part.blocks == block)
-        start = part.clock.count
+        start = clock.count
         sse += _train(part, items, mine[part.rng.permutation(len(mine))], args, mu, lr, progress)
-        part.clock.pad(start + part.most[1 + sub])  # every worker clocks as often before the barrier
+        clock.pad(start + part.most[1 + sub])  # every worker clocks as often before the barrier
         w.barrier()
     return sse
 
@@ -292,7 +298,9 @@ def _setup(s: common.Session, problem: Problem) -> _Run:
         raise ConfigError("mf: --schedule dsgd rotates item blocks over a fixed set of workers and does not "
                           "survive a dead node yet; use --schedule free with --backups")
     updater = "add" if args.item_updater == "sgd" else pskv.Adagrad(lr=args.adagrad_lr, initial_accumulator=0.1)
-    extra = {"replicate": pskv.Replicate(keys=_hottest(problem.train, args.replicate))} if args.replicate else {}
+    extra: dict[str, Any] = {}
+    if args.replicate:
+        extra["replicate"] = pskv.Replicate(keys=_hottest(problem.train, args.replicate))
     extra["placement"] = common.placement(args)  # --lease, --location-caches
     if args.storage == "disk":  # Bösen's out-of-core table: the item factors in files, a bounded cache
         extra.update(storage="disk", cache_rows=args.cache_rows, path=args.storage_path)
@@ -315,13 +323,19 @@ def _work(w: pskv.Worker, run: _Run) -> None:
     clock = part.clock = common.Clock(w, args)
     shares, adopted = common.Shares(s, w), {}  # (part, j, L) -> Part: dead workers' users this worker took
     users = w.table(_USERS_OUT) if run.users is not None else None
+
+    def users_table() -> pskv.Table:
+        """The users' table, made for --out, backups and checkpoints: the only ones that save or load users."""
+        assert users is not None
+        return users
+
     mu = float(problem.train.values.mean()) if args.global_mean else 0.0
     if problem.item_init is not None and common.is_leader(w):
         items.set(np.arange(problem.train.n_items), _with_bias(problem.item_init, args)).wait()
     if s.resumed:
-        part.load(users)  # their factors as the checkpoint saved them (any worker count then)
+        part.load(users_table())  # their factors as the checkpoint saved them (any worker count then)
     elif shares.backups:
-        part.save(users).wait()  # a node that dies in epoch 1 leaves its users' initial factors
+        part.save(users_table()).wait()  # a node that dies in epoch 1 leaves its users' initial factors
     w.barrier()
     progress = common.Progress(w, total=(args.epochs - s.start_epoch) * len(problem.train), scale=workers,
                                unit="ratings", mode=args.progress, watchdog=s.report.watchdog)
@@ -329,12 +343,12 @@ def _work(w: pskv.Worker, run: _Run) -> None:
     def adopt(piece: tuple[int, int, int]) -> Part:
         if piece not in adopted:
             p, j, pieces = piece
-            adopted[piece] = Part(problem, p, workers, args, (j, pieces)).load(users)
+            adopted[piece] = Part(problem, p, workers, args, (j, pieces)).load(users_table())
             adopted[piece].clock = clock
         return adopted[piece]
 
     def save(parts: list[Part]) -> None:
-        for saved in [p.save(users) for p in parts]:
+        for saved in [p.save(users_table()) for p in parts]:
             saved.wait()
 
     for epoch in range(s.start_epoch, args.epochs):
@@ -352,14 +366,15 @@ def _work(w: pskv.Worker, run: _Run) -> None:
         if shares.backups:
             save(parts)
         test = [p.test_error(items, mu, args, problem.clip) for p in parts]
+        assert s.reducer is not None  # (run_app made it before training)
         sums = s.reducer.sum(w, [sse, sum(len(p.train) for p in parts), sum(test), sum(len(p.test) for p in parts)])
         covered = {"ratings": int(sums[1])} if shares.backups else {}  # all of them, also when a node died
         s.report.epoch(w, epoch + 1, progress, train_rmse=np.sqrt(sums[0] / sums[1]),
                        test_rmse=np.sqrt(sums[2] / max(sums[3], 1)), **covered, seconds=time.monotonic() - start)
-        s.checkpoint(w, epoch + 1, lambda: save(parts))
+        s.checkpoint(w, epoch + 1, functools.partial(save, parts))
     progress.close()
     if args.out:
-        for saved in [p.save(users) for p in [part, *adopted.values()]]:
+        for saved in [p.save(users_table()) for p in [part, *adopted.values()]]:
             saved.wait()
         w.barrier()
 
@@ -434,15 +449,17 @@ def main(argv: list[str] | None = None) -> int:
         args.item_updater = "adagrad" if args.data.startswith("zipf:") else "sgd"
     if args.schedule == "ccd":
         return common.run_app("mf", args, metrics=1, setup=lambda s: mf_ccd.setup(s, problem, _ITEMS, _USERS_OUT),
-                              train=mf_ccd.train, finish=lambda st, wall: [*mf_ccd.summary(st, wall), *_finish(st, wall)])
+                              train=mf_ccd.train,
+                              finish=lambda st, wall: [*mf_ccd.summary(st, wall), *_finish(st, wall)])
     return common.run_app("mf", args, metrics=4, setup=lambda s: _setup(s, problem), train=_work, finish=_finish)
 
 
-def _finish(run: _Run, wall: float) -> list[str]:
+def _finish(run: _Run | mf_ccd.State, wall: float) -> list[str]:
     """Node 0, after training: write --out; the summary lines (the last: the final test RMSE)."""
     s, problem = run.session, run.problem
     args, rows = s.args, s.report.rows
     if args.out:
+        assert run.items is not None and run.users is not None  # (made for --out)
         _save(args, run.items, run.users, problem)
     baseline = float(np.sqrt(np.mean((problem.test.values - problem.train.values.mean()) ** 2)))
     last = rows[-1] if rows else {"train_rmse": float("nan"), "test_rmse": float("nan")}
@@ -456,7 +473,7 @@ def _finish(run: _Run, wall: float) -> list[str]:
     ]
 
 
-def _save(args, items: pskv.Table, users: pskv.Table, problem: Problem) -> None:
+def _save(args, items: pskv.Table, users: pskv.Table, problem: mf_ccd.Problem) -> None:
     """Node 0's main thread, after training: the factors with the users' and items' ids of the input
     (pskv.data.trained: NAME.npy + NAME.tsv; the row index where the data had no ids), the biases as
     .npy, the rest in meta.json; pskv.apps.mf.load_factors reads them back."""

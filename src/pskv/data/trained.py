@@ -46,7 +46,7 @@ class UnknownId(DataError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def write_labelled(directory: Path, name: str, rows: np.ndarray, labels: Sequence[object]) -> None:
+def write_labelled(directory: Path, name: str, rows: np.ndarray, labels: Sequence[object] | np.ndarray) -> None:
     """Write `rows` as DIRECTORY/NAME.npy and `labels` (str() of each) as DIRECTORY/NAME.tsv."""
     rows = np.asarray(rows)
     if len(rows) != len(labels):
