@@ -43,10 +43,9 @@ import numpy as np
 import pskv
 
 from ..errors import ConfigError
-from .arguments import (SCHEMES, arguments, at_least, check_resume, dims, newest_checkpoint,  # noqa: F401 - the API
-                        parser)
-from .metrics import (STALL_STATUS, STALL_TIMEOUT, TAG, Progress, Reducer, Report, Watchdog,  # noqa: F401 - the API
-                      is_leader, say)
+from .arguments import SCHEMES, arguments, at_least, check_resume, dims, newest_checkpoint, parser  # noqa: F401 - the API
+from .metrics import STALL_STATUS, STALL_TIMEOUT, TAG, Progress, Reducer, Report, Watchdog, is_leader, say  # noqa: F401 - the API
+
 
 class Clock:
     """Worker.clock() once per batch under --consistency bsp/ssp (Petuum's per-batch clock); under async

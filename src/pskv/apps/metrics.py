@@ -193,7 +193,7 @@ class Reducer:
         self._seen: dict[tuple[int, int], tuple[int, list[np.ndarray]]] = {}  # (rank, thread) -> (round, slots)
         self._lock = threading.Lock()  # guards the dict; each worker reads and writes only its own entry
 
-    def sum(self, w: pskv.Worker, values: Sequence[float]) -> np.ndarray:
+    def sum(self, w: pskv.Worker, values: Sequence[float] | np.ndarray) -> np.ndarray:
         """Blocks until every worker called sum() for this round; returns the (size,) float64 totals."""
         mine = np.asarray(values, dtype=np.float64).reshape(-1)
         if mine.shape != (self.size,):
