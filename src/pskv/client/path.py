@@ -6,6 +6,7 @@
     path.push(h, Kind.PUSH, keys, values, None, copy, False, codec)
     path.set(h, Kind.SET, keys, values, None, copy, False, None)
     path.push_pull(h, Kind.PUSH, keys, values, out, True, True, codec)
+    path.exchange(h, keys, values, copy, pulls, out, fresh, codec)     Table.exchange: push, then pull
     path.localize(h, keys, force)       path.peek(h, keys, out)       path.sample(h, n, scheme)
     path.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
                                         the request stages alone (aggregated plain reads, flushes)
@@ -23,6 +24,8 @@ What each table kind and option puts in (client.stages, client.front; `describe(
                     gate: the checkpoint holds them, `hold`)
     set             gate > [clock] > [ordered (BSP/SSP) | initial (NodeAggregate)] > the request stages
     push_pull       as push without buffer, or refused
+    exchange        push, then pull: their messages to one node fused (`fuses`: no push buffer, aggregation
+                    or backups; net.endpoint's gather), else apart (with backups the pull after the push's ACK)
     localize        skip > gate > move (subscribe with backups), or refused
 
 A pair of options that does not compose never gets here: node.table() refuses it first
@@ -33,7 +36,10 @@ declares the table and never changes; any thread runs its stages.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..catalog import TableState
+from ..net.future import Future, both
 from ..net.wire import Kind
 from . import compat, front, intent_sync, stages
 from .context import Context
@@ -56,6 +62,30 @@ class Path:
         self.peek = heads["pull_if_local"].peek
         self.sample = heads["prepare_sample"].sample
         self.flusher: Table | None = None  # BSP/SSP: the handle the push buffer's flushes go out with
+        self.fuses: tuple[Callable[[], None], Callable[[], None]] | None = None  # (gather, release) of the node's
+        # endpoint: a push and a pull leave fused (`exchange`)
+        self.backed = False  # the cluster keeps backups: a write is applied at its chain's tail first
+
+    def exchange(self, h, keys, values, copy, pulls, out, fresh, codec) -> Future:
+        """Table.exchange: push `values` for `keys`, then pull the rows of `pulls` into `out`; one
+        Future of the rows, done when both are. The push and the pull each take their own stages, and
+        what they send to one node leaves in one message (`fuses`) when the table has no push buffer,
+        aggregation or backups and no codec: its owner applies the push before it serves the pull.
+        Else they leave apart, in this order; with backups the pull waits for the push's ACK (a pull
+        may read this node's copy of a range, which a write reaches through its chain)."""
+        if self.fuses is not None and codec is None:
+            gather, release = self.fuses
+            gather()
+            try:
+                pushed = self.push(h, Kind.PUSH, keys, values, None, copy, False, None)
+                pulled = self.read(h, pulls, out, fresh, None, None)
+            finally:
+                release()
+            return both(pushed, pulled)
+        pushed = self.push(h, Kind.PUSH, keys, values, None, copy, False, codec)
+        if self.backed:
+            pushed.wait()
+        return both(pushed, self.read(h, pulls, out, fresh, None, codec))
 
     def flush(self) -> None:
         """Send the BSP/SSP push buffer now (a no-op for other tables)."""
@@ -112,7 +142,8 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     elif backups:
         request = stages.HeldRows(state, stages.Heads())
     else:
-        request = stages.Owned(state, stages.Shared(state, ctx, Route(state, ctx)))
+        route = Route(state, ctx)
+        request = stages.Owned(state, stages.Shared(state, ctx, route), route=route)
     if not sparse and not backups and agg is None:  # copies of keys several nodes intend (client.intent_sync)
         state.copies = intent_sync.Copies(state, ctx, request)
         request = intent_sync.Stage(state.copies, request)
@@ -151,6 +182,9 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     heads["prepare_sample"] = front.Sample() if "prepare_sample" not in refused else front.Refuse(
         refused["prepare_sample"])
     path = state.path = Path(heads, state)
+    path.backed = backups
+    if buffer is None and agg is None and not backups:
+        path.fuses = (ctx.endpoint.gather, ctx.endpoint.release)
     if buffer is not None:
         path.flusher = Table(ctx, state, None)  # (its own handle: no worker tracks a flush)
     return path

@@ -44,7 +44,8 @@ class Request:
         self.kind = kind
         self.out = out  # (n, dim) the caller's result for pulls
         self.rid = 0
-        self.parts: list[tuple] = []  # part -> (positions in out or None: all in order, keys or None)
+        self.parts: list[tuple] = []  # part -> (positions in out: an array, a slice, or None: all in order;
+        # keys or None)
         self.fresh = fresh  # out was allocated for this pull: nobody else holds it
         self.reply_to = 0  # the caller's reply box (it waits for the replies itself); 0: the inbox
 
@@ -65,13 +66,16 @@ class Request:
         if header.part >= len(self.parts):
             raise ProtocolError(f"node {sender} answered part {header.part} of a request with {len(self.parts)} parts")
         gpos, keys = self.parts[header.part]
+        out = self.out
+        if type(gpos) is slice:  # (a contiguous run of `out`: client.slices)
+            out, gpos = out[gpos], None
         if p.positions is not None:
             gpos = p.positions if gpos is None else gpos[p.positions]
             if keys is not None:
                 keys = keys[p.positions]
         if keys is not None:
             self.table.state.loc_cache[keys] = sender
-        if self.out is None:  # a push or set (a push_pull has `out`: its reply is PULL_REPLY)
+        if out is None:  # a push or set (a push_pull has `out`: its reply is PULL_REPLY)
             return None
         t = self.table
         n = header.n_keys
@@ -80,13 +84,13 @@ class Request:
             raise ProtocolError(f"node {sender} answered a pull on table {t.name!r} with {got}, expected "
                                 f"({n}, {t.dim}) {t.dtype}; are all nodes running the same pskv?")
         if gpos is None:
-            if n != len(self.out):
-                raise ProtocolError(f"node {sender} answered {n} of {len(self.out)} keys without positions")
-            if self.fresh and p.values.nbytes >= ADOPT_MIN and p.values.flags.c_contiguous:
+            if n != len(out):
+                raise ProtocolError(f"node {sender} answered {n} of {len(out)} keys without positions")
+            if self.fresh and out is self.out and p.values.nbytes >= ADOPT_MIN and p.values.flags.c_contiguous:
                 return np.asarray(Received(p.values))  # (n, dim): the reply is the whole result
-            np.copyto(self.out, p.values)
+            np.copyto(out, p.values)
         else:
-            if len(gpos) and (gpos.min() < 0 or gpos.max() >= len(self.out)):
+            if len(gpos) and (gpos.min() < 0 or gpos.max() >= len(out)):
                 raise ProtocolError(f"node {sender} answered positions outside the request")
-            kernels.put_rows(self.out, gpos, p.values)
+            kernels.put_rows(out, gpos, p.values)
         return None

@@ -46,7 +46,7 @@ from ..net.wire import ROWS, Kind
 from ..placement import route
 from ..store import rowlock
 from ..updaters import rules
-from . import backed
+from . import backed, slices
 from .context import Context
 from .request import Request
 from .table import serve_local
@@ -115,16 +115,22 @@ class Replica(Stage):
 
 class Owned(Stage):
     """Keys this node owns, served from its shard in memory. `probe`: try only when the first key
-    is owned here (one locked pass when all probably are; routing serves stragglers), else always."""
+    is owned here (one locked pass when all probably are; routing serves stragglers), else always.
+    With `route` (client.table.Route), a pull or push of keys of several ranges is cut into a slice
+    per range first, when it can be (client.slices): this node's slice served, the others sent."""
 
     name = "local"
 
-    def __init__(self, state: TableState, nxt: Stage, *, probe: bool = True) -> None:
-        self.state, self.shard, self.next, self.probe = state, state.shard, nxt, probe
+    def __init__(self, state: TableState, nxt: Stage, *, probe: bool = True, route=None) -> None:
+        self.state, self.shard, self.next, self.probe, self.route = state, state.shard, nxt, probe, route
 
     def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
         if not len(keys):
             return Future.completed(out, h.desc(kind))
+        if self.route is not None and len(keys) > 1 and kind != Kind.SET and not rows:
+            fut = slices.request(self.route, self.state, h, kind, keys, values, out, gpos, copy, fresh, direct, codec)
+            if fut is not None:
+                return fut
         if not self.probe or self.shard.slot[keys[0]] >= 0:
             miss = serve_local(h, self.shard, kind, keys, values, out, gpos, rows)
             return self.rest(self.state, miss, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)

@@ -117,6 +117,30 @@ class Table:
         self._state.pulls += 1
         return fut
 
+    def exchange(self, keys, updates, pulls, *, out: np.ndarray | None = None, copy: bool = True) -> Future:
+        """Push `updates` for `keys`, then pull the rows of `pulls` (e.g. this batch's gradients and the
+        next batch's rows); `.wait()` gives the (len(pulls), dim) rows (`out` if given) once both are done.
+
+        Read-my-writes: the rows of keys in both include this push. On an asynchronous table without
+        backups (no push buffer, no aggregation) the push and the pull that go to one node leave as one
+        message, which its owner answers with one reply (half the messages of a push and a pull_async);
+        elsewhere, and with the table's filters, they leave as a push() and then a pull() (with backups
+        the pull after the push is acknowledged). As push and pull_async for the rest: duplicates summed
+        in the push, local rows served before this returns, `copy` as in push."""
+        self._ctx.check()
+        tensor = out if is_tensor(out) else is_tensor(pulls)
+        keys = check_keys(self.spec, keys, "exchange")
+        updates = check_values(self.spec, updates, len(keys), "exchange")
+        pulls = check_keys(self.spec, pulls, "exchange")
+        fresh = out is None
+        out = self._out(out, len(pulls))
+        self._state.pushes += 1
+        self._state.pulls += 1
+        fut = self._path.exchange(self, keys, updates, copy, pulls, out, fresh, self._state.codec)
+        if tensor is not False:
+            fut = fut.map(from_numpy if tensor is True else lambda _: tensor)
+        return fut
+
     def pull_range(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """(keys, rows) of the keys in [lo, hi): for a dense table every row id in it; for a sparse table
         (key_space="uint64") every key written so far, sorted as uint64. Blocks."""
@@ -273,8 +297,10 @@ class Table:
         return f"<Table {self.name!r} {self.spec.describe()} on node {self._ctx.rank}>"
 
 
-def serve_local(h, shard, kind: Kind, keys: np.ndarray, values, out, pos, rows: bool) -> np.ndarray:
-    """Serve the keys `shard` holds; returns the indices of those it does not."""
+def serve_local(h, shard, kind: Kind, keys: np.ndarray, values, out, pos, rows: bool,
+                distinct: bool = False) -> np.ndarray:
+    """Serve the keys `shard` holds; returns the indices of those it does not. `distinct`: the keys of
+    a push are (client.slices), so nothing is summed first."""
     if kind == Kind.PULL:
         return shard.pull(keys, out, pos)
     if kind == Kind.PUSH and rows:
@@ -287,7 +313,7 @@ def serve_local(h, shard, kind: Kind, keys: np.ndarray, values, out, pos, rows: 
         out[pos[hit]] = got[hit]
         return miss
     if kind == Kind.PUSH:
-        return shard.push(keys, values)
+        return shard.push_distinct(keys, values) if distinct else shard.push(keys, values)
     return shard.set(keys, values)
 
 
@@ -338,14 +364,47 @@ class Route:
         h.track(fut)
         return fut
 
-    def _part(self, h, req, dest, keys, values, gpos, copy, incoming, rows, codec) -> None:
+    def slices(self, h, kind, parts, n, out, copy, fresh, direct, codec) -> Future:
+        """One request of `n` keys in `parts`, (manager, sorted distinct keys, values, positions in `out`:
+        a slice of it, an array, or None for a push) each (client.slices): each part served here (a
+        pull's rows straight into its slice of `out`) or sent to its manager as it is."""
+        ctx, st = self.ctx, self.state
+        req = Request(h, kind, out, fresh)
+        req.rid, fut = ctx.tracker.new_request(n, on_part=req.on_part, result=out, desc=h.desc(kind))
+        if direct:
+            req.reply_to = ctx.endpoint.reply_box()
+        me, incoming = ctx.rank, st.ranges.nodes
+        for dest, keys, values, pos in parts:
+            if type(pos) is slice:  # a pull's run of `out`: rows held here (or co-located) go straight there
+                shard = st.shard if dest == me else ctx.neighbors.view(st.spec, dest)
+                if shard is not None:
+                    miss = serve_local(h, shard, kind, keys, None, out[pos], None, False)
+                    served = len(keys) - len(miss)
+                    st.local_keys += served
+                    if dest != me:
+                        st.shared_keys += served
+                    if served:
+                        ctx.tracker.on_reply(req.rid, served)
+                    if len(miss):  # (moved away meanwhile: as `_part` sends them)
+                        self._part(h, req, dest, keys[miss], None, pos.start + miss, False, incoming, False, codec,
+                                   True)
+                    continue
+            self._part(h, req, dest, keys, values, pos, copy, incoming, False, codec, True)
+        if req.reply_to and req.parts:
+            fut.pumped_by(ctx.endpoint.pump)
+        h.track(fut)
+        return fut
+
+    def _part(self, h, req, dest, keys, values, gpos, copy, incoming, rows, codec, distinct=False) -> None:
         ctx, st = self.ctx, self.state
         me = ctx.rank
         shard = st.shard if dest == me else ctx.neighbors.view(st.spec, dest) if dest != incoming else None
         if shard is not None:  # here, or a co-located node's shard in shared memory (store.peer)
-            miss = serve_local(h, shard, req.kind, keys, values, req.out, gpos, rows)
+            miss = serve_local(h, shard, req.kind, keys, values, req.out, gpos, rows, distinct)
             served = len(keys) - len(miss)
             st.local_keys += served
+            if dest != me:
+                st.shared_keys += served
             if served:
                 ctx.tracker.on_reply(req.rid, served)
             if not len(miss):

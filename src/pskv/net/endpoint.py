@@ -10,8 +10,10 @@ Threads and ownership: any thread may send (Transport gives each thread its own 
 are taken in by pskv-server, except those to a reply box, which the thread that owns the box takes
 in itself while it waits (`pump`). Endpoint holds no lock and no state of its own but a counter
 of garbage that reached a reply box (also counted in the transport's `drops`, which logs at most
-one line per peer per minute), and per thread the holds of coalesced pulls (client.coalesce) to
-send before any other message of that thread to their node, so that its messages keep their order.
+one line per peer per minute), per thread the holds of coalesced pulls (client.coalesce) to
+send before any other message of that thread to their node, so that its messages keep their order,
+and per thread the requests it gathers (`gather`/`release`): a push and a pull of one table to one
+node leave fused in one message (flag FUSED, Table.exchange), which the node answers with one reply.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ import functools
 import threading
 from typing import Callable
 
+import numpy as np
+
 from ..errors import ProtocolError, RemoteError
 from .drops import peer_of
 from .requests import RequestTracker
 from .outbox import Outbox
 from .transport import Transport
-from .wire import BATCH, REPLIES, Header, Kind, encode, frame_bytes, split, unpack, unpack_header
+from .wire import BATCH, REPLIES, Header, Kind, Payload, encode, frame_bytes, split, unpack, unpack_header
 
 HANDLES = REPLIES  # the kinds `on_reply` takes
 
@@ -34,6 +38,16 @@ class _Holds(threading.local):
     # (class defaults: a missing attribute of a threading.local costs a raise inside getattr)
     by_dest: dict | None = None  # {rank: [hold]}
     by_table: dict | None = None  # {(table id, rank): hold}
+    gathered: list | None = None  # requests held until `release` (see `gather`), in order
+
+
+def _carries(arrays: dict, *names: str) -> bool:
+    """The request's arrays are exactly `names` (others None)."""
+    return all((arrays.get(k) is not None) == (k in names) for k in arrays) and all(arrays.get(k) is not None
+                                                                                     for k in names)
+
+
+_ACKED = Payload(None, None, None, None)  # the payload of a write a fused reply answers (no positions: all of it)
 
 
 class Endpoint:
@@ -46,7 +60,8 @@ class Endpoint:
         self._epoch = epoch  # this node's membership epoch, stamped on every message
         self._admit = admit  # whether a reply in a reply box comes from a live member (the dispatcher's gate)
         self.dropped = 0  # garbage that reached a reply box
-        self._holds = _Holds()  # the calling thread's holds (see `hold`)
+        self.fused = 0  # messages sent that carried a push and a pull (see `gather`); GIL-atomic +=
+        self._holds = _Holds()  # the calling thread's holds (see `hold`) and gathered requests (`gather`)
 
     # ---- sending ------------------------------------------------------------------------------------
     def request(self, dest: int, kind: Kind, table: int, rid: int, *, part: int = 0, dim: int = 0, copy: bool = False,
@@ -59,6 +74,12 @@ class Endpoint:
         if via is None:
             self._unhold(dest)
         self.tracker.sent_to(rid, dest)
+        if via is None and self._holds.gathered is not None:
+            self._holds.gathered.append((dest, kind, table, rid, part, dim, copy, reply_to, flags, codec, arrays))
+            return
+        self._send(dest, kind, table, rid, part, dim, copy, reply_to, flags, codec, via, arrays)
+
+    def _send(self, dest, kind, table, rid, part, dim, copy, reply_to, flags, codec, via, arrays) -> None:
         header = self._stamp(Header(kind, table=table, request_id=rid, part=part, dim=dim, flags=flags,
                                     origin=self.rank, reply_to=reply_to))
         frames = encode(header, **arrays)
@@ -68,6 +89,43 @@ class Endpoint:
             self._transport.send(dest, frames, copy=copy)
         else:
             self._transport.send(dest, frames, copy=copy, via=via)
+
+    def gather(self) -> None:
+        """Hold the calling thread's requests from now until its `release()` (Table.exchange, around a
+        push and then a pull: nothing waits for a reply in between)."""
+        self._holds.gathered = []
+
+    def release(self) -> None:
+        """Send what the calling thread gathered since `gather()`, in order. A plain PUSH (no codec, no
+        flags) and a later plain PULL of the same table to the same node, with the same reply box and no
+        message for that node between them, leave as one message (flag FUSED: the PUSH, then the PULL's
+        request id, part and keys in one frame): the node applies the push, then serves the pull, and
+        answers both in one PULL_REPLY when it holds all their keys (server.exchange)."""
+        items: list = self._holds.gathered or []
+        self._holds.gathered = None
+        error = None
+        for i, item in enumerate(items):
+            if item is None:
+                continue
+            dest, kind, table, rid, part, dim, copy, reply_to, flags, codec, arrays = item
+            if kind == Kind.PUSH and codec is None and not flags and _carries(arrays, "keys", "values"):
+                pull = next((j for j in range(i + 1, len(items)) if items[j] is not None and items[j][0] == dest), None)
+                other = None if pull is None else items[pull]
+                if other is not None and other[1] == Kind.PULL and other[2] == table and other[7] == reply_to and \
+                        other[9] is None and not other[8] and _carries(other[10], "keys"):
+                    keys = other[10]["keys"]
+                    fused = np.empty(2 + len(keys), np.int64)  # (the pull's request id, part, keys)
+                    fused[0], fused[1] = other[3], other[4]
+                    fused[2:] = keys
+                    items[pull] = None
+                    self.fused += 1
+                    arrays = {"keys": arrays["keys"], "values": arrays["values"], "fused": fused}
+            try:
+                self._send(dest, kind, table, rid, part, dim, copy, reply_to, flags, codec, None, arrays)
+            except Exception as exc:  # noqa: BLE001 - the others still leave; the caller gets the first error
+                error = error or exc
+        if error is not None:
+            raise error
 
     def outbox(self, dest: int) -> Outbox:
         """The calling thread's outbox to `dest`, for `request(via=)`."""
@@ -241,6 +299,11 @@ class Endpoint:
         except ProtocolError as exc:
             self.tracker.on_reply(header.request_id, 0, header.sender, error=exc)
             return
+        if payload.fused is not None:  # a fused pull's rows (flag FUSED): they answer its push whole too
+            rid, part, n = payload.fused.tolist()
+            acked = Header(Kind.ACK, header.cluster, header.sender, header.table, rid, part, n, origin=header.origin,
+                           epoch=header.epoch)
+            self.tracker.on_reply(rid, n, header.sender, (acked, _ACKED))
         if header.flags & BATCH:  # the acks of several writes (server.batches)
             try:
                 for one, part in split(header, payload):

@@ -213,6 +213,31 @@ class Future:
         return f"<Future {self.desc} {state}>"
 
 
+def both(first: Future, second: Future) -> Future:
+    """A Future of `second`'s result once `first` is done too; it fails as soon as either fails, with
+    that error (Table.exchange: its push, then its pull). `second` itself when `first` is done fine."""
+    if first.done() and first.outcome()[1] is None:
+        return second
+    nxt = Future(second.desc, second._health)
+    nxt._pump = second._pump  # (waiting pumps the pull's box; the push's ACK may come through the inbox)
+    nxt.kick = second.kick
+    lock, left = threading.Lock(), [2]
+
+    def one(f: Future) -> None:
+        with lock:
+            left[0] -= 1
+            last = not left[0]
+        error = f.outcome()[1]
+        if error is not None:  # (at once: the other may wait for ever on what failed)
+            nxt.resolve(None, error)
+        elif last:
+            nxt.resolve(second.outcome()[0])
+
+    first.add_done_callback(one)
+    second.add_done_callback(one)
+    return nxt
+
+
 def wait(*futures: Future, timeout: float | None = None) -> list:
     """Wait for every future; return their results in order. Raises the first error met."""
     deadline = None if timeout is None else time.monotonic() + timeout

@@ -8,8 +8,13 @@ zero-copy frames and are read back with np.frombuffer; nothing on the data path 
 
     data request   [header, keys, (positions), values]        PUSH, SET
                    [header, keys, (positions)]                PULL
+                   [header, keys, values, pull]               PUSH with flag FUSED: a push and, after it, a
+                   pull of the same table (Table.exchange); `pull` is int64: the pull's request id
+                   and part, then its keys
     data reply     [header, (positions), values] PULL_REPLY, [header, (positions)] ACK,
                    [header, utf-8 message] ERROR
+                   [header, (positions), values, acked]       PULL_REPLY with flag FUSED: the rows of a
+                   fused pull, also answering its push whole; `acked` is int64 (request id, part, keys)
     relocation     [header, keys] LOCALIZE (`part`: the lease asked for, ms), HANDOVER, DECLINE
                    (`part`: the keys' owner, where they stay; `dim`: ms left of the shortest
                    lease that holds them there);
@@ -59,10 +64,10 @@ import numpy as np
 from ..errors import ProtocolError
 
 MAGIC = b"PSKV"
-VERSION = 9  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups); 5: BATCH;
+VERSION = 10  # 2: Header.reply_to; 3: Header.epoch; 4: SUBSCRIBE and the READER(S) flags (backups); 5: BATCH;
 # 6: a batch's writes flag their positions; CHAIN and SNAPSHOT flag ROUNDS (aggregated BSP tables with backups);
 # 7: HANDOFF, OWNERS (a node leaving without backups); 8: RANGE, RANGE_REPLY, a PUSH with flag ROWS (push_pull)
-# 9: INTENT (client.intents, server.intents)
+# 9: INTENT (client.intents, server.intents); 10: flag FUSED (a PUSH with a pull after it, Table.exchange)
 COORDINATOR = -1  # the `sender`/destination rank of the coordinator
 
 
@@ -130,7 +135,11 @@ READERS = 32  # flag: a SNAPSHOT carries each key's reader, (n,) int64, after th
 ROWS = 64  # flag: a PUSH (and its CHAIN hops) whose writer wants the rows after it (Table.push_pull): answered
 # by PULL_REPLY (with backups, by the chain's tail)
 BATCH = 128  # flag: a CHAIN or ACK carrying several writes, described by a (m, 5) int64 frame last (see `split`)
+FUSED = 2  # flag of a PUSH: a pull of the same table follows it in the message (its `pull` frame; net.endpoint's
+# `gather`, server.exchange); of a PULL_REPLY: it also answers that push whole (its `acked` frame). (STATE's bit:
+# neither kind carries state)
 AGGREGATION = frozenset({Kind.AGG_PUSH})  # handled by Server, served by server.aggregate.Owner
+_FUSED = frozenset({Kind.PUSH, Kind.PULL_REPLY})  # the kinds flag FUSED may mark
 FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRIER_RELEASE, Kind.SHUTDOWN_OK,
                               Kind.NODE_FAILED, Kind.ABORT, Kind.GLOBAL_CLOCK, Kind.STALLED, Kind.MEMBERSHIP,
                               Kind.LEFT, Kind.JOINED})
@@ -224,6 +233,8 @@ class Payload(NamedTuple):
     applied: np.ndarray | None = None  # (m, 3) int64 (origin, request id, part) of a SNAPSHOT
     readers: np.ndarray | None = None  # (n,) int64 reader of each key of a SNAPSHOT with flag READERS
     writes: np.ndarray | None = None  # (m, 5) int64 (origin, request id, part, keys, flags) of a BATCH
+    fused: np.ndarray | None = None  # int64 of flag FUSED: a PUSH's (pull request id, part, keys...), a
+    # PULL_REPLY's (push request id, part, keys)
 
 
 def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
@@ -239,7 +250,9 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     has_applied = kind == Kind.SNAPSHOT
     has_readers = has_applied and bool(header.flags & READERS)
     has_writes = bool(header.flags & BATCH) and kind in _BATCHED
-    expected = 1 + has_keys + has_pos + has_values + has_state + has_rounds + has_applied + has_readers + has_writes
+    has_fused = bool(header.flags & FUSED) and kind in _FUSED
+    expected = 1 + has_keys + has_pos + has_values + has_state + has_rounds + has_applied + has_readers + has_writes \
+        + has_fused
     if len(frames) != expected:
         raise ProtocolError(f"{header!r} has {len(frames)} frames, expected {expected}")
     keys = positions = values = state = None
@@ -278,6 +291,13 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
         buf = frames[i].buffer if hasattr(frames[i], "buffer") else memoryview(frames[i])
         writes = _view(frames[i], np.dtype(np.int64), (buf.nbytes // 40, 5), header)
         return Payload(keys, positions, values, state, writes=writes)
+    if has_fused:
+        buf = frames[i].buffer if hasattr(frames[i], "buffer") else memoryview(frames[i])
+        fused = _view(frames[i], np.dtype(np.int64), (buf.nbytes // 8,), header)
+        if len(fused) != 3 if kind == Kind.PULL_REPLY else len(fused) < 2:
+            raise ProtocolError(f"{header!r}: a fused frame of {len(fused)} int64, expected "
+                                f"{'3' if kind == Kind.PULL_REPLY else 'at least 2'}")
+        return Payload(keys, positions, values, state, fused=fused)
     return Payload(keys, positions, values, state)
 
 
@@ -337,8 +357,23 @@ def one_write(batch: Header, origin: int, rid: int, part: int, n: int, flags: in
                   batch.key_dtype, flags & ~POSITIONS, origin, 0, batch.epoch)
 
 
+def fused_halves(header: Header, p: Payload) -> tuple[Header, Header, np.ndarray]:
+    """The push and the pull a PUSH with flag FUSED carries (`p.fused` set), each as if it had come
+    alone: (the push's header, the pull's header, the pull's (m,) int64 keys)."""
+    fused = p.fused
+    assert fused is not None  # (the caller's condition)
+    flags = header.flags & ~FUSED
+    pulls = fused[2:]
+    push = Header(header.kind, header.cluster, header.sender, header.table, header.request_id, header.part,
+                  header.n_keys, header.dim, header.dtype, header.key_dtype, flags, header.origin, header.reply_to,
+                  header.epoch)
+    pull = Header(Kind.PULL, header.cluster, header.sender, header.table, int(fused[0]), int(fused[1]),
+                  len(pulls), header.dim, 0, KEY_CODE, flags, header.origin, header.reply_to, header.epoch)
+    return push, pull, pulls
+
+
 def encode(header: Header, keys=None, positions=None, values=None, state=None, rounds=None, applied=None,
-           readers=None, writes=None) -> list:
+           readers=None, writes=None, fused=None) -> list:
     """The frames of a data message (the inverse of `unpack`): the header, packed last, gets its
     key count, dtypes and flags from the arrays it carries. Arrays travel as they are (contiguous)."""
     frames: list = [None]
@@ -366,6 +401,9 @@ def encode(header: Header, keys=None, positions=None, values=None, state=None, r
     if writes is not None:
         header.flags |= BATCH
         frames.append(np.ascontiguousarray(writes, np.int64).reshape(-1, 5))
+    if fused is not None:
+        header.flags |= FUSED
+        frames.append(np.ascontiguousarray(fused, np.int64))
     frames[0] = header.pack()
     return frames
 

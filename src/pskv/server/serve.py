@@ -39,12 +39,12 @@ from ..net import codec
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
 from ..net.dispatch import Batched
-from ..net.wire import (BACKUPS, REQUESTS, ROWS, Header, Kind, Payload, dtype_code, plain, plain_buffers, split,
-                        unpack)
+from ..net.wire import (BACKUPS, REQUESTS, ROWS, Header, Kind, Payload, dtype_code, fused_halves, plain, plain_buffers,
+                        split, unpack)
 from ..placement import route
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard, Store
-from . import handoff
+from . import exchange, handoff
 from .backups import Backups
 from .hops import Hops
 from .intents import IntentBoard
@@ -95,6 +95,7 @@ class Server:
     def _handle_one(self, header: Header, frames: list) -> None:
         """Apply one request or relocation message (ERROR to its origin on any problem)."""
         self.requests += 1
+        payload = None
         try:
             if _hooks.points and _hooks.reach("server.handle", node=self.rank, header=header):
                 return  # a test drops it: a hung or lost server
@@ -110,6 +111,8 @@ class Server:
                 self._handlers[header.kind](header, payload, shard)
         except Exception as exc:  # noqa: BLE001 - answered with an ERROR, never dropped
             self.reject(header, exc)
+            if payload is not None and payload.fused is not None and header.kind == Kind.PUSH:
+                self.reject(fused_halves(header, payload)[1], exc)  # its pull too (server.exchange)
 
     def register(self, handlers: dict, *, batches: dict | None = None) -> None:
         """Handle these kinds with fn(header, payload, shard) (a module's `handlers()`); `batches`:
@@ -181,6 +184,9 @@ class Server:
     # ---- pull / push / set ------------------------------------------------------------------------
     def _serve(self, header: Header, p: Payload, shard: Shard) -> None:
         keys = p.keys if p.keys.dtype == np.int64 else p.keys.astype(np.int64)
+        if p.fused is not None and header.kind == Kind.PUSH:  # a push, then a pull (Table.exchange)
+            exchange.serve(self, header, p, keys, shard)
+            return
         if self.backups is not None and header.kind != Kind.PULL:
             self.backups.chain.write(header, p, keys, shard)
             return
@@ -193,8 +199,9 @@ class Server:
         elif header.kind == Kind.PUSH and header.flags & ROWS:  # push_pull: the rows after the push
             out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)
             miss = shard.push_pull(keys, p.values, out)
-        elif header.kind == Kind.PUSH:
-            miss = shard.push(keys, p.values)
+        elif header.kind == Kind.PUSH:  # (sorted distinct keys, as client.slices sends them: nothing to sum)
+            distinct = len(keys) > 1 and not shard.spec.sparse and bool((keys[1:] > keys[:-1]).all())
+            miss = shard.push_distinct(keys, p.values) if distinct else shard.push(keys, p.values)
         else:
             miss = shard.set(keys, p.values)
         served = len(keys) - len(miss)
@@ -295,7 +302,7 @@ class Server:
         keys, rows = shard.scan(lo, last + 1)
         self._endpoint.reply(header, Kind.RANGE_REPLY, n_keys=len(keys), keys=keys.view(np.int64), values=rows)
 
-    def reply_served(self, header, positions, miss, out, n) -> None:
+    def reply_served(self, header, positions, miss, out, n, **fused) -> None:
         """Answer the `n` - len(`miss`) keys of request part `header` served here (`out`: their rows,
         for a pull), naming their `positions` in the part when they are not all of them."""
         pos = None
@@ -308,7 +315,7 @@ class Server:
         if positions is not None:
             pos = positions if pos is None else positions[pos]
         kind = Kind.PULL_REPLY if out is not None else Kind.ACK
-        self._endpoint.reply(header, kind, n_keys=n - len(miss), positions=pos, values=out)
+        self._endpoint.reply(header, kind, n_keys=n - len(miss), positions=pos, values=out, **fused)
 
     def pass_on(self, header: Header, p: Payload, keys: np.ndarray, miss: np.ndarray, shard: Shard) -> None:
         """Forward the keys this node does not own; queue those on their way here."""
