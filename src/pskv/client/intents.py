@@ -37,6 +37,7 @@ import itertools
 import math
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,6 +47,9 @@ from ..net.requests import Credit
 from ..net.wire import Kind
 from ..store.spec import check_keys
 from .context import Context
+
+if TYPE_CHECKING:
+    from .table import Table
 
 _EMA = 0.2  # weight of a new sample in the measured tick and lead times
 _MAX_AHEAD = 64  # ticks: at most this far ahead of the clock are windows taken
@@ -195,15 +199,18 @@ def granted(state: TableState, keys: np.ndarray) -> None:
 def of(state: TableState, ctx: Context, h) -> NodeIntents | None:
     """The table's NodeIntents on this node, made at its first intent; None for a table whose keys
     do not move (its localize is refused: sparse, aggregated), whose intents have no effect."""
-    if state.intents is None:
+    node = state.intents
+    if node is None:
         try:
             state.path.localize(h, np.zeros(0, np.int64), False)  # a refused localize raises its TableError
         except TableError:
             return None
         with _create:
-            if state.intents is None:
-                state.intents = NodeIntents(state, ctx)
-    return state.intents
+            node = state.intents
+            if node is None:
+                node = state.intents = NodeIntents(state, ctx)
+    assert isinstance(node, NodeIntents)  # (this function makes them all)
+    return node
 
 
 class WorkerIntents:
@@ -217,7 +224,7 @@ class WorkerIntents:
         self._seq = itertools.count()
         self._tick = 0.0  # seconds per tick (EMA; 0: not measured yet)
         self._last: float | None = None
-        self._tables: dict[int, object] = {}  # id(NodeIntents) -> the worker's Table handle (for localize)
+        self._tables: dict[int, Table] = {}  # id(NodeIntents) -> the worker's Table handle (for localize)
 
     def signal(self, h, keys, start: int, end: int | None) -> None:
         """Table.intent: remember the window; nothing is sent before the next advance."""
@@ -261,8 +268,9 @@ class WorkerIntents:
             began.setdefault(id(node), []).append(keys)
             heapq.heappush(self._active, (end, seq, node, keys))
         for key, h in self._tables.items():
-            if key not in nodes and h.state.intents.pending:
-                nodes[key] = h.state.intents
+            intents = h.state.intents
+            if key not in nodes and isinstance(intents, NodeIntents) and intents.pending:
+                nodes[key] = intents
         for key, node in nodes.items():
             node.update(began.get(key, []), ended.get(key, []))
         for h in self._tables.values():

@@ -25,7 +25,7 @@ def test_flush_waits_for_the_round_the_replica_thread_is_sending():
     nothing to take and the thread's round was not registered yet, so a leave could lose it)."""
     spec = TableSpec("h", 8, 1, np.dtype(np.float32), updaters.get("add"), as_init(0.0), table_id=0)
     replicas = Replicas(spec, np.array([0, 3]), peers=[1])
-    state = SimpleNamespace(spec=spec, shard=SimpleNamespace(replicas=replicas), next_sync=0.0,
+    state = SimpleNamespace(spec=spec, shard=SimpleNamespace(replicas=replicas), next_sync=0.0, copies=None,
                             options=SimpleNamespace(replicate=pskv.Replicate(keys=[0, 3], syncs_per_sec=1)))
     endpoint, transport = recording_endpoint(0)
     stop = threading.Event()
