@@ -82,6 +82,22 @@ def prefetches(args: argparse.Namespace) -> bool:
     return args.prefetch and args.consistency == "async" and not args.localize and not getattr(args, "intent", False)
 
 
+def add_exchange(group) -> None:
+    """The --exchange/--no-exchange flag of the apps that push a batch and pull a coming one together (exchanges)."""
+    group.add_argument("--exchange", action=argparse.BooleanOptionalAction, default=True,
+                       help="push a batch's updates and pull a coming batch's rows in one exchange per node "
+                            "(table.exchange: half the messages of a push and a pull; async consistency without "
+                            "--localize, --intent or backups only, else a push and a pull)")
+
+
+def exchanges(args: argparse.Namespace, backups: bool) -> bool:
+    """Whether a worker sends its batch's push with a coming batch's pull (table.exchange) instead of the two
+    apart: asynchronous consistency, no --localize or --intent (the keys come here then), no backups (an
+    exchange there waits for the push's ACK before it pulls, which a push alone does not)."""
+    return getattr(args, "exchange", False) and args.consistency == "async" and not args.localize and \
+        not getattr(args, "intent", False) and not backups
+
+
 def relocation_note(app: str, p: np.ndarray, draws: int) -> str | None:
     """A warning when relocating a batch's keys will thrash. `p`: the probability that one draw hits
     each row relocation may move (replicated rows left out, so `p` may sum to less than 1); `draws`:

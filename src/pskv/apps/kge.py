@@ -88,6 +88,7 @@ def _parser():
     # `add` rows can), and one batch of staleness cost 1.5% training loss (random:20000,20,40000, 3 epochs,
     # 0.760 vs 0.749) for no speed on one host
     common.add_prefetch(g, default=False)
+    common.add_exchange(g)
     g.add_argument("--train-file", default="train.del", help="lapse-toy only: e.g. train.partitioned.2x2.del")
     return p
 
@@ -173,6 +174,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     clock = common.Clock(w, args)
     most = -(-int(np.diff(bounds).max()) // args.batch)  # batches per epoch of the largest share
     shares = common.Shares(s, w)  # with backups: the triples of a dead node's workers are trained here too
+    exchange = common.exchanges(args, bool(s.node.config.backups)) and not Rows.prefetch(args, negatives)
 
     def of(piece: tuple[int, int, int]) -> np.ndarray:
         p, j, pieces = piece
@@ -184,11 +186,12 @@ def _train(w: pskv.Worker, run: _Run) -> None:
         negatives.rng = np.random.default_rng([args.seed, me, 2, epoch])  # and its negatives (drawn by the app)
         pieces = shares.pieces()
         done = [mine] + [of(piece) for piece in pieces]
-        loss = sum(_epoch(args, tri, ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs)
-                   for tri in done)
+        loss = sum(_epoch(args, tri, ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs,
+                          exchange=exchange) for tri in done)
         for piece in shares.late(w, pieces):  # a node died during this epoch
             done.append(of(piece))
-            loss += _epoch(args, done[-1], ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs)
+            loss += _epoch(args, done[-1], ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs,
+                           exchange=exchange)
         clock.pad(epoch * most)  # every worker clocks as often before the barriers below
         seconds = time.monotonic() - t0
         last = epoch == args.epochs
@@ -227,11 +230,13 @@ def _sample(split: np.ndarray, args) -> np.ndarray:
 
 
 def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress, clock: common.Clock, *,
-           more: bool) -> float:
+           more: bool, exchange: bool = False) -> float:
     """One pass of a worker over its triples `mine`, in batches; returns the summed loss. `clock`
     ticks once per batch (Worker.clock under --consistency bsp/ssp). Each batch prepares the next
     one's negatives (with `more`, the last prepares those of the next epoch's first batch); with
-    prefetch (`Rows.prefetch`) it pulls the next batch's rows before it trains on its own."""
+    prefetch (`Rows.prefetch`) it pulls the next batch's rows before it trains on its own; with
+    `exchange` (common.exchanges) it pushes its gradients with the next batch's pulls, one exchange
+    per table and node (table.exchange: those rows hold the push, as a pull after it would)."""
     n, cplx, ce, reg = args.neg, args.model == "complex", args.loss == "ce", _REGS[args.reg]
     order = rng.permutation(len(mine))
     batches = [mine[order[lo:lo + args.batch]] for lo in range(0, len(order), args.batch)]  # (b, 3) int64 each
@@ -252,8 +257,12 @@ def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress
         g_pos, g_rel, g_neg = np.empty_like(pos), np.empty_like(r), np.empty_like(neg)
         loss += batch_grads(pos, r, neg, rows.pos_ids, rows.neg_ids, n, cplx, ce, reg, args.reg_weight, g_pos,
                             g_rel, g_neg)
-        ent.push(np.concatenate([rows.pos_ids, rows.neg_ids]), np.concatenate([g_pos, g_neg]), copy=False)
-        rel.push(tri[:, 1], g_rel, copy=False)  # fresh arrays: nobody writes them afterwards
+        pushes = ((np.concatenate([rows.pos_ids, rows.neg_ids]), np.concatenate([g_pos, g_neg])), (tri[:, 1], g_rel))
+        if exchange and coming is None and i + 1 < len(batches):  # (fresh arrays: nobody writes them afterwards)
+            coming = Rows(ent, rel, batches[i + 1], negatives, n, pushes)
+        else:
+            ent.push(*pushes[0], copy=False)
+            rel.push(*pushes[1], copy=False)
         progress.update(len(tri))
         clock.tick()
     return loss
@@ -264,19 +273,27 @@ class Rows:
     the negatives (no --sampling), the negatives' entities in one pull of the distinct keys, the
     relations in another; from pskv's sampling API, the negatives' rows come when wait() draws them."""
 
-    def __init__(self, ent, rel, tri: np.ndarray, negatives: Negatives, n: int) -> None:
+    def __init__(self, ent, rel, tri: np.ndarray, negatives: Negatives, n: int, pushes: tuple | None = None) -> None:
+        """`pushes`: ((keys, updates) of `ent`, of `rel`) to push first, each with the pulls of its table
+        (table.exchange)."""
         b = len(tri)
         self.pos_ids = np.concatenate([tri[:, 0], tri[:, 2]])  # (2b,) heads then tails
-        self._rel = rel.pull_async(tri[:, 1])
+
+        def pull(table, keys):
+            if pushes is None:
+                return table.pull_async(keys)
+            return table.exchange(*(pushes[1] if table is rel else pushes[0]), keys, copy=False)
+
+        self._rel = pull(rel, tri[:, 1])
         self._negatives, self._draws = negatives, b * 2 * n
         self.neg_ids: np.ndarray | None = None
         self._inverse: np.ndarray | None = None
         if negatives.scheme is None:  # the app draws: one pull of every entity the batch needs
             self.neg_ids = negatives.draw(self._draws)[0]  # (b*2n,) int64
             keys, self._inverse = np.unique(np.concatenate([self.pos_ids, self.neg_ids]), return_inverse=True)
-            self._ent = ent.pull_async(keys)
+            self._ent = pull(ent, keys)
         else:
-            self._ent = ent.pull_async(self.pos_ids)
+            self._ent = pull(ent, self.pos_ids)
 
     @staticmethod
     def prefetch(args, negatives: Negatives) -> bool:

@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
                                                            "rows, the users' ids), item_factors.npy/.tsv, biases, "
                                                            "meta.json (pskv.apps.mf.load_factors reads it)")
     common.add_prefetch(g)
+    common.add_exchange(g)
     g.add_argument("--storage", choices=["memory", "disk"], default="memory",
                    help="disk: the item table's rows in files under --storage-path, at most --cache-rows in memory")
     g.add_argument("--storage-path", type=Path, metavar="DIR", help="directory of the item rows (--storage disk)")
@@ -169,6 +171,7 @@ class Part:
             self.U = rng.normal(0, args.init_std, (n_local, args.rank)).astype(np.float32)
         self.bu = np.zeros(n_local, np.float32)
         self.clock: common.Clock | None = None  # ticks once per batch (Worker.clock under --consistency bsp/ssp)
+        self.exchange = False  # push each batch with a coming batch's pull (common.exchanges; set by _work)
         self.most = _most_batches(problem.train, workers, args.batch)  # (W + 1,) see _most_batches
         self.piece = piece or ()
         self.rng = np.random.default_rng([args.seed, 11, me, *self.piece])  # reseeded each epoch (see _work)
@@ -238,33 +241,44 @@ def train_epoch(w: pskv.Worker, part: Part, items: pskv.Table, args, mu: float, 
 def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr: float,
            progress: common.Progress) -> float:
     """SGD over the ratings `order` (positions in part.train) in batches of --batch. With prefetch
-    (common.prefetches) the next batch's rows are pulled before this one trains, so that their round
-    trip passes during the kernel; its rows then miss this batch's push, which the `add` updater's
-    rows get back exactly (mf_model.catch_up), the Adagrad ones a batch later (one batch stale, Hogwild-like)."""
+    (common.prefetches) a batch's rows are pulled a batch ahead, so that their round trip passes during
+    the kernel before it; they then miss that batch's push, which the `add` updater's rows get back
+    exactly (mf_model.catch_up), the Adagrad ones a batch later (one batch stale, Hogwild-like). With
+    exchange (common.exchanges, `Part.exchange`) a batch's push leaves with the pull of the batch two on
+    (with prefetch; of the next one without), in one message per node (table.exchange): those rows hold
+    that push, and miss the one of the batch between, as above."""
     sse = 0.0
+    size = args.batch
     ahead = args.localize and args.schedule == "free"  # relocate the next batch's items while on this one
-    prefetch = common.prefetches(args)
-    coming = None  # (keys, slots, Future of the rows): the next batch's, pulled ahead
-    last = None  # (keys, change) pushed by the batch before
-    starts = range(0, len(order), args.batch)
+    prefetch, exchange, clock = common.prefetches(args), part.exchange, part.clock
+    assert clock is not None  # (_work gave the part its worker's clock)
+    pulled: dict[int, tuple] = {}  # batch start -> (keys, slots, Future of the rows, whether they miss the last push)
+    last: tuple = ()  # (keys, change) pushed by the batch before
+
+    def ask(lo: int, stale: bool, push: tuple = ()) -> None:
+        keys, slots = np.unique(part.train.items[order[lo:lo + size]], return_inverse=True)
+        rows = items.exchange(push[0], push[1], keys, copy=False) if push else items.pull_async(keys)
+        pulled[lo] = (keys, slots, rows, stale)
+
+    starts: Iterable[int] = range(0, len(order), size)
     if getattr(args, "intent", False):  # each batch's items signaled --ahead batches early (AdaPM's intents)
-        starts = Lookahead(starts, lambda lo: {items: part.train.items[order[lo:lo + args.batch]]}, ahead=args.ahead)
+        starts = Lookahead(starts, lambda lo: {items: part.train.items[order[lo:lo + size]]}, ahead=args.ahead)
+    if exchange and prefetch and size < len(order):  # the second batch's rows come while the first trains
+        ask(size, True)
     for lo in starts:
-        b = order[lo:lo + args.batch]
-        if ahead and lo + args.batch < len(order):
-            items.localize(np.unique(part.train.items[order[lo + args.batch:lo + 2 * args.batch]]))
-        if coming is None:
-            keys, slots = np.unique(part.train.items[b], return_inverse=True)
-            V = items.pull(keys)  # (n_distinct, rank + biases) float32, a copy
-        else:
-            keys, slots, rows = coming
-            V = rows.wait()
-            if args.item_updater == "sgd":  # the add updater: this worker's last change, exactly
+        b = order[lo:lo + size]
+        if ahead and lo + size < len(order):
+            items.localize(np.unique(part.train.items[order[lo + size:lo + 2 * size]]))
+        if lo in pulled:
+            keys, slots, rows, stale = pulled.pop(lo)
+            V = rows.wait()  # (n_distinct, rank + biases) float32, a copy
+            if stale and args.item_updater == "sgd":  # the add updater: this worker's last change, exactly
                 catch_up(V, keys, *last)
-        coming = None
-        if prefetch and lo + args.batch < len(order):  # one batch ahead at most, never across _train's end
-            following = np.unique(part.train.items[order[lo + args.batch:lo + 2 * args.batch]], return_inverse=True)
-            coming = (*following, items.pull_async(following[0]))
+        else:
+            keys, slots = np.unique(part.train.items[b], return_inverse=True)
+            V = items.pull(keys)
+        if prefetch and not exchange and lo + size < len(order):  # one batch ahead at most, never across _train's end
+            ask(lo + size, True)
         batch = (part.train_users[b], slots.astype(np.int64), part.train.values[b], V, mu, lr, args.lam,
                  args.lambda_bias, args.biases)
         if args.item_updater == "sgd":
@@ -274,9 +288,13 @@ def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr
         else:
             update = np.zeros_like(V)
             sse += gradient_batch(part.U, part.bu, *batch, update)
-        items.push(keys, update, copy=False)  # a fresh array: nobody writes it afterwards
+        coming = lo + (2 if prefetch else 1) * size
+        if exchange and coming < len(order):
+            ask(coming, prefetch, (keys, update))
+        else:
+            items.push(keys, update, copy=False)  # a fresh array: nobody writes it afterwards
         last = (keys, update)
-        part.clock.tick()  # --consistency bsp/ssp: one clock per batch (Petuum's per-batch clock)
+        clock.tick()  # --consistency bsp/ssp: one clock per batch (Petuum's per-batch clock)
         progress.update(len(b))
     return sse
 
@@ -321,6 +339,7 @@ def _work(w: pskv.Worker, run: _Run) -> None:
     args, workers, me = s.args, s.workers, s.index(w)
     part, items = Part(problem, me, workers, args), w.table(_ITEMS)
     clock = part.clock = common.Clock(w, args)
+    part.exchange = common.exchanges(args, bool(s.node.config.backups))
     shares, adopted = common.Shares(s, w), {}  # (part, j, L) -> Part: dead workers' users this worker took
     users = w.table(_USERS_OUT) if run.users is not None else None
 
