@@ -15,7 +15,9 @@ import _thread
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
 
 from ..errors import WaitTimeout
 
@@ -51,10 +53,11 @@ class Future:
         self._gate.acquire()
         self._result: Any = None
         self._error: BaseException | None = None
-        self._tb = None  # the error's traceback when it was delivered: each wait() raises it anew from there
+        # the error's traceback when it was delivered: each wait() raises it anew from there
+        self._tb: TracebackType | None = None
         self._deadline: float | None = None  # see stall_after()
         self._on_stall: Callable[[], BaseException] | None = None
-        self._callbacks: list[Callable[["Future"], None]] = []
+        self._callbacks: list[Callable[[Future], None]] = []
         self._lock = threading.Lock()  # guards _callbacks against resolve; never held while calling them
         self._health = health  # raises if the node can no longer complete this (closed, failed)
         self._pump: Callable[..., None] | None = None  # see pumped_by()
@@ -62,7 +65,7 @@ class Future:
         self.desc = desc
 
     @classmethod
-    def completed(cls, result: Any = None, desc: str = "") -> "Future":
+    def completed(cls, result: Any = None, desc: str = "") -> Future:
         fut = cls(desc)
         fut._result = result
         fut._done = True
@@ -80,7 +83,7 @@ class Future:
     def done(self) -> bool:
         return self._done
 
-    def pumped_by(self, pump: Callable[..., None] | None) -> "Future":
+    def pumped_by(self, pump: Callable[..., None] | None) -> Future:
         """Replies to this request come to a reply box (net.endpoint's `pump` of the calling thread):
         a thread that waits runs pump(seconds, done) (receive and deliver them) instead of sleeping; the
         owner thread usually, any other under the box's lock (pskv-server sweeps the boxes too)."""
@@ -108,8 +111,9 @@ class Future:
             while not self._sleep(_POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))):
                 if self._health is not None and not self._done:
                     self._health()
-                if self._deadline is not None and time.monotonic() >= self._deadline:
-                    self._resolve(None, self._on_stall())
+                on_stall = self._on_stall  # (set with the deadline: stall_after)
+                if on_stall is not None and self._deadline is not None and time.monotonic() >= self._deadline:
+                    self._resolve(None, on_stall())
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     raise WaitTimeout(f"{self.desc or 'request'} did not complete within {timeout} s")
@@ -117,7 +121,7 @@ class Future:
             raise self._error.with_traceback(self._tb)  # no growth: every wait() starts from the same traceback
         return self._result
 
-    def stall_after(self, seconds: float, error_for: Callable[[], BaseException]) -> "Future":
+    def stall_after(self, seconds: float, error_for: Callable[[], BaseException]) -> Future:
         """A waiter fails this Future with error_for() once it has been pending `seconds` (for
         Futures that no RequestTracker watches, e.g. ones that wait for other local threads)."""
         self._deadline = time.monotonic() + seconds
@@ -129,7 +133,7 @@ class Future:
     def exception(self) -> BaseException | None:
         return self._error if self._done else None
 
-    def add_done_callback(self, fn: Callable[["Future"], None]) -> None:
+    def add_done_callback(self, fn: Callable[[Future], None]) -> None:
         """Run fn(self) once when done (at once, in this thread, if already done)."""
         with self._lock:
             if not self._done:
@@ -137,7 +141,7 @@ class Future:
                 return
         self._run_callback(fn)
 
-    def then(self, fn: Callable[[Any], None]) -> "Future":
+    def then(self, fn: Callable[[Any], None]) -> Future:
         """A Future that resolves with this one's result after fn(result) ran (not if this one failed).
 
         fn runs in the thread that resolves this Future; if it raises, the new Future fails with
@@ -146,7 +150,7 @@ class Future:
         nxt._pump = self._pump  # it completes when this one does
         nxt.kick = self.kick
 
-        def chain(f: "Future") -> None:
+        def chain(f: Future) -> None:
             if f._error is not None:
                 nxt._resolve(None, f._error)
                 return
@@ -160,14 +164,14 @@ class Future:
         self.add_done_callback(chain)
         return nxt
 
-    def map(self, fn: Callable[[Any], Any]) -> "Future":
+    def map(self, fn: Callable[[Any], Any]) -> Future:
         """A Future that resolves with fn(result) once this one resolved (fails as this one does).
         fn runs in the thread that resolves this Future: keep it short."""
         nxt = Future(self.desc, self._health)
         nxt._pump = self._pump
         nxt.kick = self.kick
 
-        def chain(f: "Future") -> None:
+        def chain(f: Future) -> None:
             if f._error is not None:
                 nxt._resolve(None, f._error)
                 return
