@@ -57,7 +57,7 @@ class Stage:
     path it also takes a pull (`read`) or a write (`write`, client.front's signature)."""
 
     name = "?"
-    next: "Stage | None" = None
+    next: Stage | None = None
 
     def names(self) -> list[str]:
         return [self.name] + (self.next.names() if self.next is not None else [])

@@ -17,7 +17,7 @@ only after `wait()`.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -63,11 +63,11 @@ class Table:
         Thread-safe. `keys`: integer row ids, any order, duplicates allowed. Local rows are copied
         before this returns. Without `out`, the result is a new C-contiguous, writeable array that
         the caller owns (a large remote pull that one node answers whole is the received message's
-        memory itself, not a copy of it: no fresh pages to fault in). `callback(values)` runs once when the values are in place, before
-        `wait()` returns (in the thread that completes the pull: keep it short; if it raises, the
-        Future fails with its error). On a BSP/SSP table this call blocks while the slowest
-        worker is more than the staleness behind this worker's clock (see pskv.consistency).
-        Raises KeyOutOfRange / ShapeError / DTypeError before sending; the Future fails with
+        memory itself, not a copy of it: no fresh pages to fault in). `callback(values)` runs once
+        when the values are in place, before `wait()` returns (in the thread that completes the
+        pull: keep it short; if it raises, the Future fails with its error). On a BSP/SSP table this
+        call blocks while the slowest worker is more than the staleness behind this worker's clock
+        (see pskv.consistency). Raises KeyOutOfRange / ShapeError / DTypeError before sending; the Future fails with
         NodeFailure if a node holding some keys dies."""
         return self._pull(keys, out, callback, direct=False if callback is None else None, codec=self._state.codec)
 
@@ -206,7 +206,7 @@ class Table:
                              "intent clock")
         self._worker.intents().signal(self, keys, start, end)
 
-    def prepare_sample(self, n: int, *, scheme: str | None = None) -> "sampling.SampleHandle":
+    def prepare_sample(self, n: int, *, scheme: str | None = None) -> sampling.SampleHandle:
         """A handle that gives out at most `n` keys drawn from the table's distribution.
 
         `scheme` overrides the table's (naive, preloc, pool, onlylocal; see pskv.client.sampling). preloc
@@ -214,7 +214,7 @@ class Table:
         self._ctx.check()
         return self._path.sample(self, n, scheme)
 
-    def pull_sample(self, handle: "sampling.SampleHandle", k: int) -> tuple[np.ndarray, np.ndarray]:
+    def pull_sample(self, handle: sampling.SampleHandle, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The next (up to) k sampled keys of `handle` and their rows. Blocks for the rows."""
         keys = sampling.checked(self, handle).take(int(k))
         distinct, inverse = np.unique(keys, return_inverse=True)
@@ -222,7 +222,7 @@ class Table:
             return keys, self.pull(keys)
         return keys, self.pull(distinct)[inverse]  # (k, dim): each distinct row crosses the network once
 
-    def finish_sample(self, handle: "sampling.SampleHandle") -> None:
+    def finish_sample(self, handle: sampling.SampleHandle) -> None:
         """Release the handle; keys it did not give out are dropped."""
         sampling.checked(self, handle).closed = True
 

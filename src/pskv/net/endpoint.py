@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from ..errors import ProtocolError, RemoteError
 from .drops import peer_of
-from .requests import RequestTracker
 from .outbox import Outbox
+from .requests import RequestTracker
 from .transport import Transport
 from .wire import BATCH, REPLIES, Header, Kind, Payload, encode, frame_bytes, split, unpack, unpack_header
 
@@ -111,8 +111,8 @@ class Endpoint:
             if kind == Kind.PUSH and codec is None and not flags and _carries(arrays, "keys", "values"):
                 pull = next((j for j in range(i + 1, len(items)) if items[j] is not None and items[j][0] == dest), None)
                 other = None if pull is None else items[pull]
-                if other is not None and other[1] == Kind.PULL and other[2] == table and other[7] == reply_to and \
-                        other[9] is None and not other[8] and _carries(other[10], "keys"):
+                if pull is not None and other is not None and other[1] == Kind.PULL and other[2] == table and \
+                        other[7] == reply_to and other[9] is None and not other[8] and _carries(other[10], "keys"):
                     keys = other[10]["keys"]
                     fused = np.empty(2 + len(keys), np.int64)  # (the pull's request id, part, keys)
                     fused[0], fused[1] = other[3], other[4]
@@ -134,10 +134,11 @@ class Endpoint:
     def hold(self, table: int, dest: int, hold) -> None:
         """Register the calling thread's `hold` of coalesced pulls of `table` to `dest`
         (client.coalesce.Hold): its `flush()` runs before any other message of this thread leaves for `dest`."""
-        if self._holds.by_dest is None:
-            self._holds.by_dest, self._holds.by_table = {}, {}
-        self._holds.by_dest.setdefault(dest, []).append(hold)
-        self._holds.by_table[(table, dest)] = hold
+        holds = self._holds
+        if holds.by_dest is None or holds.by_table is None:  # (both made at once)
+            holds.by_dest, holds.by_table = {}, {}
+        holds.by_dest.setdefault(dest, []).append(hold)
+        holds.by_table[(table, dest)] = hold
 
     def held(self, table: int, dest: int):
         """The calling thread's hold for (`table`, `dest`), or None."""
@@ -247,11 +248,12 @@ class Endpoint:
         return box.port
 
     @property
-    def pump(self) -> Callable[[float], None]:
+    def pump(self) -> Callable[..., None] | None:
         """The calling thread's reply box's pump, for `Future.pumped_by`: pump(seconds, done=None)
         receives one reply from that box (waiting up to `seconds` for it, unless done() says the
-        waiter's Future completed meanwhile) and delivers it, as pskv-server does with the inbox. Any thread may call it (a thread that waits on another's request takes the
-        box's lock). Garbage, and replies of other clusters or kinds, are dropped."""
+        waiter's Future completed meanwhile) and delivers it, as pskv-server does with the inbox.
+        Any thread may call it (a thread that waits on another's request takes the box's lock).
+        Garbage, and replies of other clusters or kinds, are dropped."""
         box = self._transport.reply_box()
         if box is None:  # (no box: nothing of this thread's comes to one)
             return None
@@ -292,7 +294,8 @@ class Endpoint:
         if header.kind == Kind.ERROR:
             message = frame_bytes(frames[1]).decode(errors="replace") if len(frames) > 1 else "?"
             self.tracker.on_reply(header.request_id, 0, header.sender,
-                                  error=RemoteError(f"node {header.sender} rejected the request: {message}", header.sender))
+                                  error=RemoteError(f"node {header.sender} rejected the request: {message}",
+                                                    header.sender))
             return
         try:
             payload = unpack(header, frames)

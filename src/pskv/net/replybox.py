@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
+from collections.abc import Callable
 
 import zmq
 
@@ -94,7 +95,7 @@ class ReplyBox:
             self._ipc = bind_private(self._sock, keys, self._ipc)
         self.thread = threading.get_ident()
         self.lock = threading.Lock()  # held while receiving (see the class docstring)
-        self.pumper = None  # net.endpoint's pump(seconds) bound to this box, made once
+        self.pumper: Callable[..., None] | None = None  # net.endpoint's pump(seconds) bound to this box, made once
         self.swept = False  # replies may wait here unread while the owner works (Transport.sweep takes them)
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)

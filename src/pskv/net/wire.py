@@ -146,9 +146,8 @@ FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRI
 BACKUPS = frozenset({Kind.CHAIN, Kind.SNAPSHOT, Kind.SUBSCRIBE})
 _BATCHED = frozenset({Kind.CHAIN, Kind.ACK})  # the kinds a BATCH may be
 _WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS | {Kind.RANGE, Kind.RANGE_REPLY, Kind.INTENT}
-_WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.RANGE_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC, Kind.AGG_PUSH,
-                          Kind.HANDOFF,
-                          Kind.CHAIN, Kind.SNAPSHOT})
+_WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.RANGE_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC,
+                          Kind.AGG_PUSH, Kind.HANDOFF, Kind.CHAIN, Kind.SNAPSHOT})
 
 _DTYPES = {0: None, 1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int64), 4: np.dtype(np.int32)}
 _CODES = {dt: code for code, dt in _DTYPES.items() if dt is not None}
@@ -273,6 +272,7 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
         values = _view(frames[i], vdt, (header.n_keys, header.dim), header)
         i += 1
     if has_state:
+        assert values is not None  # (the kinds with state carry values)
         state = _view(frames[i], values.dtype, (header.n_keys, state_width), header)
         i += 1
     rounds = None
@@ -325,8 +325,8 @@ def plain_buffers(header: Header, frames: list, row_bytes: int) -> tuple:
     keys = bufs[0]
     positions = bufs[1] if has_pos else None
     values = bufs[-1] if want == 3 else None
-    if keys.nbytes != 8 * n or has_pos and positions.nbytes != 8 * n or values is not None and \
-            values.nbytes != n * row_bytes:
+    if keys.nbytes != 8 * n or (positions is not None and positions.nbytes != 8 * n) or (values is not None and \
+            values.nbytes != n * row_bytes):
         raise ProtocolError(f"{header!r}: frames of {[b.nbytes for b in bufs]} bytes do not fit {n} keys "
                             f"of {row_bytes} bytes a row")
     return keys, positions, values

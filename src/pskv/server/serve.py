@@ -29,18 +29,30 @@ so errors, order and exactly-once application are those of `handle`.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from .. import _hooks, kernels
 from ..errors import ProtocolError
 from ..net import codec
+from ..net.dispatch import Batched
 from ..net.endpoint import Endpoint
 from ..net.requests import RequestTracker
-from ..net.dispatch import Batched
-from ..net.wire import (BACKUPS, REQUESTS, ROWS, Header, Kind, Payload, dtype_code, fused_halves, plain, plain_buffers,
-                        split, unpack)
+from ..net.wire import (
+    BACKUPS,
+    REQUESTS,
+    ROWS,
+    Header,
+    Kind,
+    Payload,
+    dtype_code,
+    fused_halves,
+    plain,
+    plain_buffers,
+    split,
+    unpack,
+)
 from ..placement import route
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard, Store
@@ -51,8 +63,8 @@ from .intents import IntentBoard
 from .relocate import Relocation
 
 log = logging.getLogger(__name__)
-HANDLES = REQUESTS | BACKUPS | {Kind.RANGE, Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC,
-                                Kind.AGG_PUSH, Kind.HANDOFF, Kind.OWNERS, Kind.INTENT}
+HANDLES = REQUESTS | BACKUPS | {Kind.RANGE, Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE,
+                                Kind.REPLICA_SYNC, Kind.AGG_PUSH, Kind.HANDOFF, Kind.OWNERS, Kind.INTENT}
 
 
 class Server:
@@ -71,8 +83,8 @@ class Server:
         self.intents = IntentBoard(endpoint, self.relocation.release)  # INTENT: which nodes intend each key
         self.aggregators: dict[int, Callable[[Header, Payload], None]] = {}  # table id -> AGG_PUSH handler
         self.backups = backups  # with backups: chain replication, failover and reader copies
-        self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve, Kind.RANGE: self._range,
-                          Kind.CHAIN: self._no_backups, Kind.SNAPSHOT: self._no_backups,
+        self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve,
+                          Kind.RANGE: self._range, Kind.CHAIN: self._no_backups, Kind.SNAPSHOT: self._no_backups,
                           Kind.SUBSCRIBE: self._no_backups,
                           Kind.LOCALIZE: self.relocation.localize, Kind.HANDOVER: self.relocation.handover,
                           Kind.TRANSFER: self.relocation.transfer, Kind.DECLINE: self.relocation.on_decline,
@@ -166,12 +178,12 @@ class Server:
             return  # garbage: no one to answer
         try:
             self._endpoint.error(header, message)
-        except Exception:  # noqa: BLE001 - the origin's request_timeout reports the request
+        except Exception:
             log.exception("node %d could not send ERROR for %r to node %d", self.rank, header, header.origin)
 
     def _check(self, header: Header, p: Payload, shard: Shard) -> None:
         spec = shard.spec
-        if (p.values is not None or header.kind in REQUESTS) and header.dim != spec.dim or (
+        if ((p.values is not None or header.kind in REQUESTS) and header.dim != spec.dim) or (
                 p.values is not None and p.values.dtype != spec.dtype):
             raise ProtocolError(f"{header!r} does not match table {spec.name!r} {spec.describe()}")
         if p.keys is not None and len(p.keys) and not spec.sparse:  # (a sparse table's keys are any uint64)
@@ -258,8 +270,8 @@ class Server:
             return None
         spec = shard.spec
         kind = header.kind
-        if spec.sparse or kind != Kind.PULL and (self.backups is not None or kind == Kind.PUSH and not
-                                                 spec.updater.in_order):
+        if spec.sparse or (kind != Kind.PULL and (self.backups is not None or (kind == Kind.PUSH and not
+                                                 spec.updater.in_order))):
             return None
         ranges = self._ranges(header.table)
         code = dtype_code(spec.dtype)
@@ -267,7 +279,7 @@ class Server:
         key_bufs, value_bufs, positions, bounds = [], [], [], [0]
         try:
             for h, frames in run:
-                if h.dim != spec.dim or kind != Kind.PULL and h.dtype != code or not ranges.is_node(h.origin):
+                if h.dim != spec.dim or (kind != Kind.PULL and h.dtype != code) or not ranges.is_node(h.origin):
                     return None
                 k, pos, v = plain_buffers(h, frames, row_bytes)
                 key_bufs.append(k)
