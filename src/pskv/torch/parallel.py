@@ -193,7 +193,7 @@ class DataParallel(torch.nn.Module):
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(params)]
         self._start(counter)
         if self._own_worker:  # only this thread uses it: its barriers stand for it (membership.barrier)
-            self.worker._bind_thread()
+            self.worker.bind_thread()
 
     @staticmethod
     def declare(node: Node, model: torch.nn.Module, *, mode="sync", updater: Updater | None = None,
