@@ -5,8 +5,13 @@
 
 Minimizes mean log loss + l1 |w|_1 + l2/2 |w|^2 over hashed uint64 feature keys (scikit-learn's
 C is l1 = 1 / (C n)); every example also has a bias feature, penalised like the others (as
-liblinear does). Weights live in a sparse pskv table (key_space "uint64"), rows created as
-features appear; workers hold row shards of the examples (data.sparse, memory-mapped).
+liblinear does). Workers hold row shards of the examples (data.sparse, memory-mapped).
+
+--key-space: dense (default): every node reads the training data's distinct feature keys (the
+same on each) and gives each a row id, its rank in key order, so the weight tables are dense and
+the processes of one host share them in memory (a pull or push of a key the process next door
+owns is no message); uint64: a sparse table over the hashed keys, rows created as features
+appear (no pass over the data first). The model (--out) and the results are the same.
 
 --algo:
   dbpg   delayed block proximal gradient (the paper's): features are cut into --blocks key ranges;
@@ -45,8 +50,21 @@ from ..data import DataError, cache_dir, census
 from ..data.sparse import SparseData, load
 from ..errors import ConfigError
 from . import common
-from .lr_model import (AUC_BINS, Local, add_margins, auc_of_histogram, batch_gradient, block_gradient,
-                       loss_sum, margins, save_model, score_histogram)
+from .lr_model import (
+    AUC_BINS,
+    Dense,
+    Hashed,
+    KeySpace,
+    Local,
+    add_margins,
+    auc_of_histogram,
+    batch_gradient,
+    block_gradient,
+    loss_sum,
+    margins,
+    save_model,
+    score_histogram,
+)
 
 _W, _G = "lr-w", "lr-grad"
 _SCALARS = 8  # loss sum, train rows, |w|_1, |w|^2, non-zeros, bytes sent, test loss sum, messages sent
@@ -66,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--algo", choices=["dbpg", "prox", "ftrl"], default="dbpg",
                    help="dbpg: delayed block proximal gradient over feature blocks (Li et al.); prox: proximal SGD "
                         "per minibatch; ftrl: FTRL-proximal per minibatch")
+    g.add_argument("--key-space", choices=["dense", "uint64"], default="dense",
+                   help="dense: a row id per distinct training feature (tables shared in memory on a host); "
+                        "uint64: a sparse table over the hashed keys")
     g.add_argument("--blocks", type=int, default=32, help="dbpg: feature blocks (key ranges)")
     g.add_argument("--delay", type=int, default=0, help="dbpg: bounded delay tau, in rounds")
     g.add_argument("--lr", type=float, default=0.5, help="prox: step size; ftrl: alpha")
@@ -83,6 +104,7 @@ class State:
     train: SparseData
     test: SparseData
     rows: int  # training examples in all
+    space: KeySpace  # the weight tables' keys (lr_model.Dense or Hashed)
     names: dict | None = None  # key -> feature name (census)
     evaluation: tuple = (0, 0)  # bytes and messages this node sent for test evaluation and metrics (thread 0)
 
@@ -99,9 +121,10 @@ def _load(args: argparse.Namespace, rank: int) -> tuple[SparseData, SparseData, 
         if args.test:
             test = load(args.test, cache_dir=cache_dir() / "lr")
         else:
-            cut = int(round(train.rows * (1 - args.test_fraction)))
+            cut = round(train.rows * (1 - args.test_fraction))
             if not 0 < cut < train.rows:
-                raise DataError(f"--test-fraction {args.test_fraction} leaves no train or test examples of {train.rows}")
+                raise DataError(f"--test-fraction {args.test_fraction} leaves no train or test examples "
+                                f"of {train.rows}")
             train, test = train.slice(0, cut), train.slice(cut, train.rows)
     if args.rows:
         train = train.slice(0, min(args.rows, train.rows))
@@ -114,20 +137,22 @@ def setup(s: common.Session) -> State:
         _load(args, 0)  # fetch, featurize or convert once, before the others read
     node.table("lr-ready", rows=1)  # (a collective: the other nodes wait here until node 0 has the data ready)
     train, test, names = _load(args, node.rank)
+    space = Dense.of(train) if args.key_space == "dense" else Hashed()
     if args.algo == "dbpg":
-        node.table(_W, rows=None, dim=2, key_space="uint64", updater=pskv.updaters.BlockProx(args.l1, args.l2))
-        node.table(_G, rows=None, dim=2, key_space="uint64")
+        node.table(_W, dim=2, updater=pskv.updaters.BlockProx(args.l1, args.l2), **space.declare)
+        node.table(_G, dim=2, **space.declare)
     else:
         batches = -(-train.rows // args.batch)  # per pass, over every worker
-        node.table(_W, rows=None, dim=1, key_space="uint64", updater=_updater(args, batches))
+        node.table(_W, dim=1, updater=_updater(args, batches), **space.declare)
     if node.rank == 0:
         print(f"lr: {args.algo} on {train.rows:,} train / {test.rows:,} test examples, {train.nnz:,} non-zeros; "
-              f"l1={args.l1:g} l2={args.l2:g}; {s.workers} worker(s); filters: {args.filters or 'none'}", flush=True)
+              f"l1={args.l1:g} l2={args.l2:g}; {s.workers} worker(s); filters: {args.filters or 'none'}; "
+              f"{f'{space.rows:,} dense keys' if space.rows else 'uint64 keys'}", flush=True)
         if args.data == "census":
             c = census.stats(census.prepare(quiet=True))
             print(f"lr: census-income: {c['features']:,} hashed features ({c['fields']} fields, {c['crosses']} "
                   f"crosses), {c['collisions']} hash collisions ({c['collision_rate']:.2e})", flush=True)
-    return State(s, train, test, train.rows, names)
+    return State(s, train, test, train.rows, space, names)
 
 
 def _updater(args: argparse.Namespace, batches: int):
@@ -157,7 +182,8 @@ class _Sgd:
     def __init__(self, w: pskv.Worker, st: State, local: Local) -> None:
         self.w, self.st, self.local = w, st, local
         self.table = w.table(_W)
-        self.weights = self.table.pull(local.keys)[:, 0].astype(np.float64)  # (m,) this worker's copy
+        self.ids = st.space.ids(local.keys)[0]  # (m,) the table keys of local.keys (every one has one)
+        self.weights = self.table.pull(self.ids)[:, 0].astype(np.float64)  # (m,) this worker's copy
         m = len(local.keys)
         self.g, self.mark, self.touched = np.zeros(m), np.zeros(m, np.int64), np.empty(m, np.int64)
         self.stamp = 0
@@ -182,7 +208,7 @@ class _Sgd:
             if pending is not None:
                 self._land(*pending)
             if len(cols):
-                pending = (cols, self.table.push_pull(loc.keys[cols], grads[:, None].astype(np.float32),
+                pending = (cols, self.table.push_pull(self.ids[cols], grads[:, None].astype(np.float32),
                                                       filters=self.chain.wire))
             else:
                 pending = None
@@ -195,7 +221,17 @@ class _Sgd:
         self.weights[cols] = fut.wait()[:, 0]
 
     def weights_of(self, keys: np.ndarray) -> np.ndarray:
-        return self.table.pull(keys)[:, 0]
+        return _weights(self.st.space, self.table, keys)
+
+
+def _weights(space: KeySpace, table: pskv.Table, keys: np.ndarray) -> np.ndarray:
+    """The weights of feature keys `keys` (0 for those that have no row: not in the training data)."""
+    ids, found = space.ids(keys)
+    if found is None:
+        return table.pull(ids)[:, 0]
+    out = np.zeros(len(keys), table.dtype)
+    out[found] = table.pull(ids[found])[:, 0]
+    return out
 
 
 class _Dbpg:
@@ -209,6 +245,12 @@ class _Dbpg:
         self.cols = [np.flatnonzero(self.block_of == b) for b in range(self.blocks)]
         self.parts = local.split(self.block_of, self.blocks)  # each block's nonzeros alone
         self.table, self.grad_t = w.table(_W), w.table(_G)
+        self.ids = st.space.ids(local.keys)[0]  # (m,) the table keys of local.keys
+        node = st.s.node
+        lo, hi = st.space.local(self.grad_t, node.rank, node.num_nodes)  # the server steps' keys per block
+        self.steps = [(max(lo, a), min(hi, z)) for a, z in (st.space.block(self.blocks, b) for b in range(self.blocks))]
+        m = len(local.keys)
+        self.g, self.h, self.delta = np.zeros(m), np.zeros(m), np.zeros(m)  # (zero again after each round's block)
         self.weights = np.zeros(len(local.keys))  # (m,) this worker's copy of its features' weights
         self.last_d = np.full(len(local.keys), np.inf)  # the server's last gradient per feature (KKT filter)
         self.m = np.zeros(local.rows)  # margins of the weights, all 0 at first
@@ -223,15 +265,18 @@ class _Dbpg:
             t = self.round
             while self.pending and self.pending[0][0] < t - self.delay:
                 self._land(*self.pending.popleft())
-            g, h = np.zeros(len(loc.keys)), np.zeros(len(loc.keys))
+            g, h, block = self.g, self.h, self.cols[b]
             indptr, col, values = self.parts[b]
             block_gradient(indptr, col, values, loc.has_values, loc.labels, self.m, loc.bias,
-                           self.block_of[loc.bias] == b, g, h, self.scale)
-            cols = self.cols[b]
+                           self.block_of[loc.bias] == b, g, h, self.scale)  # (into block b's columns only)
             refresh = epoch % 5 == 1  # the first pass, and every 5th, sends every gradient (fresh KKT data)
-            cols, gb = self.chain.select(loc.keys, cols, g[cols], self.weights, self.last_d, kkt=not refresh)
-            self.grad_t.push(loc.keys[cols], np.stack([gb, h[cols]], axis=1).astype(np.float32),
-                             filters=self.chain.wire)
+            cols, gb = self.chain.select(loc.keys, block, g[block], self.weights, self.last_d, kkt=not refresh)
+            gh = np.empty((len(cols), 2), np.float32)
+            gh[:, 0], gh[:, 1] = gb, h[cols]
+            g[block], h[block] = 0.0, 0.0
+            push = self.grad_t.push(self.ids[cols], gh, filters=self.chain.wire)
+            push.wait()  # (applied before the clock: a clock waits for a sparse table's pushes, not for an
+            # asynchronous dense one's; a co-located owner's rows, in shared memory, are added to in the call)
             self.w.clock()
             self.w.wait_clock(2 * t + 1)  # every worker's sums of round t are in
             if self.w.thread == 0:
@@ -247,9 +292,7 @@ class _Dbpg:
 
     def _server_step(self, b: int) -> None:
         """This node's keys of block b: the summed (g, h) become a BlockProx step, then start again at 0."""
-        lo, hi = self.grad_t.local_range()
-        width = (1 << 64) // self.blocks if self.blocks > 1 else 1 << 64
-        lo, hi = max(lo, b * width), min(hi, (1 << 64) if b == self.blocks - 1 else (b + 1) * width)
+        lo, hi = self.steps[b]
         if lo >= hi:
             return
         keys, gh = self.grad_t.pull_range(lo, hi)
@@ -262,17 +305,18 @@ class _Dbpg:
         self.w.wait_clock(2 * t + 2)
         if not len(cols):
             return
-        rows = self.table.pull(self.local.keys[cols], filters=self.chain.wire)
-        delta = np.zeros(len(self.local.keys))
-        delta[cols] = rows[:, 0] - self.weights[cols]
+        rows = self.table.pull(self.ids[cols], filters=self.chain.wire)
+        change = rows[:, 0] - self.weights[cols]
         self.weights[cols] = rows[:, 0]
         self.last_d[cols] = rows[:, 1]
-        if delta.any():
+        if change.any():
+            self.delta[cols] = change  # (zero elsewhere: add_margins reads block b's columns only)
             indptr, col, values = self.parts[b]
-            add_margins(indptr, col, values, self.local.has_values, delta, self.local.bias, self.m)
+            add_margins(indptr, col, values, self.local.has_values, self.delta, self.local.bias, self.m)
+            self.delta[cols] = 0.0
 
     def weights_of(self, keys: np.ndarray) -> np.ndarray:
-        return self.table.pull(keys)[:, 0]
+        return _weights(self.st.space, self.table, keys)
 
 
 def _report(w: pskv.Worker, st: State, run, test: Local, epoch: int, loss: float, progress) -> None:
@@ -286,11 +330,12 @@ def _report(w: pskv.Worker, st: State, run, test: Local, epoch: int, loss: float
     prob = 1.0 / (1.0 + np.exp(-m))
     l1 = sq = nnz = sent = messages = 0.0
     if w.thread == 0:  # this node's range of the weights: read from its memory
-        keys, rows = run.table.pull_range(*run.table.local_range())
+        _, rows = run.table.pull_range(*st.space.local(run.table, s.node.rank, s.node.num_nodes))
         weights = rows[:, 0].astype(np.float64)
-        l1, sq, nnz = np.abs(weights).sum(), (weights ** 2).sum(), np.count_nonzero(weights)
+        l1, sq, nnz = np.abs(weights).sum(), (weights ** 2).sum(), float(np.count_nonzero(weights))
         sent, messages = before[0] - st.evaluation[0], before[1] - st.evaluation[1]  # training traffic only
     scalars = [loss, run.local.rows, l1, sq, nnz, sent, loss_sum(m, test.labels), messages]
+    assert s.reducer is not None  # (run_app made it before training)
     totals = s.reducer.sum(w, np.concatenate([scalars, score_histogram(prob, test.labels)]))
     if w.thread == 0:
         w.barrier()  # (every node's evaluation traffic is sent: none of it counts as training's)
@@ -313,15 +358,17 @@ def _sent(node: pskv.Node) -> tuple[int, int]:
 def finish(st: State, wall: float) -> list[str]:
     s, args = st.s, st.s.args
     row = s.report.rows[-1] if s.report.rows else {}
-    lines = [f"lr: {args.algo}, {args.epochs} epochs in {wall:.1f} s; objective {row.get('objective', float('nan')):.6f}, "
+    nan = float("nan")
+    lines = [f"lr: {args.algo}, {args.epochs} epochs in {wall:.1f} s; objective {row.get('objective', nan):.6f}, "
              f"{int(row.get('nonzeros', 0)):,} non-zero weights, {row.get('mb_sent', 0):.2f} MiB sent in training "
              f"({int(row.get('messages', 0)):,} messages)"]
     if args.out:
         table = s.node.worker().table(_W)
-        keys, rows = table.pull_range(0, 1 << 64)
+        ids, rows = table.pull_range(*st.space.whole())
+        keys = st.space.features(ids)
         save_model(args.out, keys, rows[:, 0], st.names, algo=args.algo, l1=args.l1, l2=args.l2)
         lines.append(f"lr: wrote {int(np.count_nonzero(rows[:, 0])):,} non-zero weights to {args.out}")
-    lines.append(f"test AUC {row.get('test_auc', float('nan')):.4f} test logloss {row.get('test_logloss', float('nan')):.4f}")
+    lines.append(f"test AUC {row.get('test_auc', nan):.4f} test logloss {row.get('test_logloss', nan):.4f}")
     return lines
 
 

@@ -6,6 +6,11 @@ each nonzero's local column `col`, so weights live in a dense local array `w` (l
 pulls. Every example also has the bias feature (BIAS_KEY, value 1), L1-penalised like the other
 weights, as liblinear does.
 
+The weight tables' keys (`KeySpace`): `Dense` gives every distinct training feature a row id, its
+rank among them sorted as uint64 (every node computes the same from the same data), so the tables
+are dense, hence shared in memory between the processes of a host; `Hashed` keeps the uint64 keys
+(a sparse table). Either way a block (a range of the uint64 space) is a range of table keys.
+
 The model file (`--out model.npz`, `save_model`/`load_model`) holds the non-zero weights by key
 (uint64) and, for the built-in census data, their feature names; `predict(model, data)` gives
 probabilities in a plain process, no cluster needed.
@@ -14,6 +19,7 @@ probabilities in a plain process, no cluster needed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -22,18 +28,136 @@ from ..data import DataError
 from ..data.sparse import SparseData
 
 BIAS_KEY = 0xB1A5_B1A5_B1A5_B1A5  # the bias feature's key (a key no libsvm file or hash is likely to use)
+_SPACE = 1 << 64
+
+
+def block_width(blocks: int) -> int:
+    """Block b is the uint64 keys [b * width, (b + 1) * width) (the last one ends at 2**64)."""
+    return -(-_SPACE // blocks)
+
+
+def block_bounds(blocks: int, b: int) -> tuple[int, int]:
+    width = block_width(blocks)
+    return min(b * width, _SPACE), min((b + 1) * width, _SPACE)
+
+
+class Hashed:
+    """key_space "uint64": the table's keys are the feature keys (a sparse table, rows made on first write)."""
+
+    rows = None
+
+    def __init__(self) -> None:
+        self.declare = {"rows": None, "key_space": "uint64"}  # node.table's keywords
+
+    def ids(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(table keys, which of `keys` have one: None for all)."""
+        return keys, None
+
+    def block(self, blocks: int, b: int) -> tuple[int, int]:
+        """[lo, hi) of the table keys of block b."""
+        return block_bounds(blocks, b)
+
+    def local(self, table, rank: int, nodes: int) -> tuple[int, int]:
+        """[lo, hi) of the table keys node `rank` manages (read from its memory)."""
+        return table.local_range()
+
+    def whole(self) -> tuple[int, int]:
+        return 0, _SPACE
+
+    def features(self, ids: np.ndarray) -> np.ndarray:
+        """The feature keys of table keys `ids`."""
+        return np.asarray(ids, np.uint64)
+
+
+class Dense:
+    """Every distinct training feature (and the bias) a row id: its rank in `keys`, sorted as uint64."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self.keys = keys  # (rows,) uint64, sorted
+        self.rows = len(keys)
+        self.declare = {"rows": self.rows}  # node.table's keywords
+
+    @classmethod
+    def of(cls, data: SparseData) -> Dense:
+        return cls(np.union1d(distinct(np.asarray(data.keys, np.uint64)), np.array([BIAS_KEY], np.uint64)))
+
+    def ids(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        at = np.minimum(np.searchsorted(self.keys, keys), self.rows - 1)
+        found = self.keys[at] == keys
+        return at.astype(np.int64), None if found.all() else found
+
+    def block(self, blocks: int, b: int) -> tuple[int, int]:
+        lo, hi = block_bounds(blocks, b)
+        end = self.rows if hi == _SPACE else int(np.searchsorted(self.keys, np.uint64(hi)))
+        return int(np.searchsorted(self.keys, np.uint64(lo))), end
+
+    def local(self, table, rank: int, nodes: int) -> tuple[int, int]:
+        return rank * self.rows // nodes, (rank + 1) * self.rows // nodes  # (placement.KeyRanges' cut)
+
+    def whole(self) -> tuple[int, int]:
+        return 0, self.rows
+
+    def features(self, ids: np.ndarray) -> np.ndarray:
+        return self.keys[np.asarray(ids, np.int64)]
+
+
+KeySpace = Hashed | Dense
+
+
+def distinct(keys: np.ndarray) -> np.ndarray:
+    """The distinct values of uint64 `keys`, sorted (one pass through a hash set: np.unique sorts all
+    of them, 10x slower when few are distinct)."""
+    if not len(keys):
+        return np.empty(0, np.uint64)
+    return np.sort(_distinct(keys))
+
+
+@numba.njit(nogil=True, cache=True)
+def _distinct(keys):  # pragma: no cover - compiled
+    """Linear probing on a table kept at most half full (doubled, every key placed again, when it is)."""
+    bits = 10
+    table = np.empty(1 << bits, np.uint64)
+    used = np.zeros(1 << bits, np.bool_)
+    n = 0
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        at = _slot(k, bits)
+        while used[at] and table[at] != k:
+            at = (at + 1) & ((1 << bits) - 1)
+        if used[at]:
+            continue
+        used[at], table[at] = True, k
+        n += 1
+        if 2 * n > (1 << bits):
+            old, was = table, used
+            bits += 1
+            table = np.empty(1 << bits, np.uint64)
+            used = np.zeros(1 << bits, np.bool_)
+            for j in range(old.shape[0]):
+                if was[j]:
+                    a = _slot(old[j], bits)
+                    while used[a]:
+                        a = (a + 1) & ((1 << bits) - 1)
+                    used[a], table[a] = True, old[j]
+    return table[used]
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _slot(k, bits):  # pragma: no cover - compiled
+    """Fibonacci hashing: the top `bits` bits of k * 2**64 / phi."""
+    return np.int64((k * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
 
 
 class Local:
     """A worker's examples with local columns: `keys` (m,) uint64 sorted + bias last, `col` (nnz,) int64."""
 
     def __init__(self, data: SparseData) -> None:
-        raw = np.asarray(data.keys)
-        distinct = np.unique(raw)
-        distinct = distinct[distinct != np.uint64(BIAS_KEY)]
-        self.keys = np.append(distinct, np.uint64(BIAS_KEY))  # (m,) uint64
+        raw = np.asarray(data.keys, np.uint64)
+        known = distinct(raw)
+        known = known[known != np.uint64(BIAS_KEY)]
+        self.keys = np.append(known, np.uint64(BIAS_KEY))  # (m,) uint64
         self.bias = len(self.keys) - 1
-        self.col = np.searchsorted(distinct, raw).astype(np.int64)  # (nnz,)
+        self.col = np.searchsorted(known, raw).astype(np.int64)  # (nnz,)
         self.indptr = np.asarray(data.indptr, np.int64)
         self.values = np.ones(1, np.float32) if data.values is None else np.asarray(data.values, np.float32)
         self.has_values = data.values is not None
@@ -56,10 +180,10 @@ class Local:
         return parts
 
     def block_of(self, blocks: int) -> np.ndarray:
-        """(m,) int64: the key-range block of each local feature (block b = [b, b + 1) * 2**64 / blocks)."""
+        """(m,) int64: the key-range block of each local feature (block_bounds)."""
         if blocks == 1:
             return np.zeros(len(self.keys), np.int64)
-        return (self.keys // np.uint64(-(-(1 << 64) // blocks))).astype(np.int64)
+        return (self.keys // np.uint64(block_width(blocks))).astype(np.int64)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -192,10 +316,10 @@ def save_model(path, keys: np.ndarray, weights: np.ndarray, names: dict[int, str
     path = Path(path)
     nz = weights != 0
     keys, weights = np.asarray(keys, np.uint64)[nz], np.asarray(weights, np.float64)[nz]
-    extra = {}
+    arrays: dict[str, Any] = {"keys": keys, "weights": weights, "meta": np.array(repr(meta))}
     if names:
-        extra["names"] = np.array([names.get(int(k), "bias" if int(k) == BIAS_KEY else "") for k in keys.tolist()])
-    np.savez(path, keys=keys, weights=weights, meta=np.array(repr(meta)), **extra)
+        arrays["names"] = np.array([names.get(int(k), "bias" if int(k) == BIAS_KEY else "") for k in keys.tolist()])
+    np.savez(path, **arrays)
     return path
 
 
@@ -205,7 +329,8 @@ def load_model(path) -> dict:
         with np.load(Path(path)) as f:
             model = {k: f[k] for k in f.files if k != "meta"}
     except (OSError, ValueError) as exc:
-        raise DataError(f"{path} is not an lr model file ({exc}); write one with `pskv run lr -- --out FILE.npz`") from None
+        raise DataError(f"{path} is not an lr model file ({exc}); write one with "
+                        "`pskv run lr -- --out FILE.npz`") from None
     order = np.argsort(model["keys"])
     return {k: v[order] for k, v in model.items()}
 
