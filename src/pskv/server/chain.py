@@ -69,7 +69,7 @@ class Chain:
         return {Kind.CHAIN: self.on_chain_batch}
 
     # ---- at the head ------------------------------------------------------------------------------
-    def write(self, header: Header, p: Payload, keys: np.ndarray, shard: Shard) -> None:
+    def write(self, header: Header, p: Payload, keys: np.ndarray, shard: Held) -> None:
         """A PUSH or SET reaching this node: apply the keys of ranges it heads, pass each on down
         its chain, forward the others to their head."""
         chains = self._copies.chains()
@@ -233,7 +233,7 @@ class Chain:
             self.answer(header, n, positions, keys, copy, r)
 
     def _pass(self, header: Header, chains: Chains, r: int, keys, positions, values, is_set: bool, held: Held,
-              main: Shard, again: bool) -> None:
+              main: Held, again: bool) -> None:
         """A write applied to `held`, our copy of range r (`again`: it was not, nor will it be on any
         copy after ours): on down the chain, or answered at its tail."""
         c = self._copies
@@ -258,6 +258,7 @@ class Chain:
                 record = c.read_applied.setdefault((header.table, r), Applied())
                 write = (header.origin, header.request_id, header.part)
                 if held is not main and record.fresh(write, link=True, again=again):  # (at the head: main)
+                    assert isinstance(main, Shard)  # (readers: dense tables only; localize refuses sparse ones)
                     mine = sel[main.slot[keys[sel]] >= 0]
                     _write(main, is_set, keys[mine], values[mine])
                     record.add(write)

@@ -26,9 +26,10 @@ from .. import kernels
 from ..errors import ProtocolError
 from ..net.wire import Header, Payload, fused_halves
 from ..store.shard import Shard
+from ..store.sparse import SparseShard
 
 
-def serve(server, header: Header, p: Payload, keys: np.ndarray, shard: Shard) -> None:
+def serve(server, header: Header, p: Payload, keys: np.ndarray, shard: Shard | SparseShard) -> None:
     """Apply a fused PUSH's push, then serve its pull (see the module docstring). `server`:
     server.serve.Server (its `reply_served` and `pass_on`). Raises ProtocolError for a bad pull,
     keys out of range or a node with backups (the request then gets an ERROR)."""
@@ -46,8 +47,10 @@ def serve(server, header: Header, p: Payload, keys: np.ndarray, shard: Shard) ->
     values = p.values
     assert values is not None  # (unpack gives a PUSH its values)
     n, m = len(keys), len(pulls)
-    distinct = n > 1 and not spec.sparse and bool((keys[1:] > keys[:-1]).all())
-    miss = shard.push_distinct(keys, values) if distinct else shard.push(keys, values)
+    if isinstance(shard, Shard) and n > 1 and bool((keys[1:] > keys[:-1]).all()):  # (sorted, distinct: no sums)
+        miss = shard.push_distinct(keys, values)
+    else:
+        miss = shard.push(keys, values)
     out = np.empty((m, spec.dim), dtype=spec.dtype)  # (m, dim), sent zero-copy
     pmiss = shard.pull(pulls, out)
     if not len(miss) and m > len(pmiss):  # one reply: the rows, and the push acknowledged whole

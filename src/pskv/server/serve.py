@@ -56,6 +56,7 @@ from ..net.wire import (
 from ..placement import route
 from ..placement.ranges import KeyRanges
 from ..store.shard import Shard, Store
+from ..store.sparse import SparseShard
 from . import exchange, handoff
 from .backups import Backups
 from .hops import Hops
@@ -132,7 +133,7 @@ class Server:
         self._handlers.update(handlers)
         self._whole.update(batches or {})
 
-    def _batch(self, header: Header, p: Payload, shard: Shard) -> None:
+    def _batch(self, header: Header, p: Payload, shard: Shard | SparseShard) -> None:
         """Several writes in one message (flag BATCH: server.batches): whole, where its kind's module
         takes it so; else each on its own, as if it had come alone, and each fails on its own."""
         whole = self._whole.get(header.kind)
@@ -181,7 +182,7 @@ class Server:
         except Exception:
             log.exception("node %d could not send ERROR for %r to node %d", self.rank, header, header.origin)
 
-    def _check(self, header: Header, p: Payload, shard: Shard) -> None:
+    def _check(self, header: Header, p: Payload, shard: Shard | SparseShard) -> None:
         spec = shard.spec
         if ((p.values is not None or header.kind in REQUESTS) and header.dim != spec.dim) or (
                 p.values is not None and p.values.dtype != spec.dtype):
@@ -194,7 +195,8 @@ class Server:
             raise ProtocolError(f"{header!r}: origin {header.origin} is not a node of this cluster")
 
     # ---- pull / push / set ------------------------------------------------------------------------
-    def _serve(self, header: Header, p: Payload, shard: Shard) -> None:
+    def _serve(self, header: Header, p: Payload, shard: Shard | SparseShard) -> None:
+        assert p.keys is not None  # (unpack: a request carries keys)
         keys = p.keys if p.keys.dtype == np.int64 else p.keys.astype(np.int64)
         if p.fused is not None and header.kind == Kind.PUSH:  # a push, then a pull (Table.exchange)
             exchange.serve(self, header, p, keys, shard)
@@ -208,14 +210,19 @@ class Server:
             miss = shard.pull(keys, out)
             if self.backups is not None and shard.spec.sparse:  # (it never misses: keys headed elsewhere go there)
                 miss = np.flatnonzero(self.backups.heads(header.table, keys) != self.rank)
-        elif header.kind == Kind.PUSH and header.flags & ROWS:  # push_pull: the rows after the push
-            out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)
-            miss = shard.push_pull(keys, p.values, out)
-        elif header.kind == Kind.PUSH:  # (sorted distinct keys, as client.slices sends them: nothing to sum)
-            distinct = len(keys) > 1 and not shard.spec.sparse and bool((keys[1:] > keys[:-1]).all())
-            miss = shard.push_distinct(keys, p.values) if distinct else shard.push(keys, p.values)
         else:
-            miss = shard.set(keys, p.values)
+            values = p.values
+            assert values is not None  # (unpack: a PUSH or SET carries values)
+            if header.kind == Kind.PUSH and header.flags & ROWS:  # push_pull: the rows after the push
+                out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)
+                miss = shard.push_pull(keys, values, out)
+            elif header.kind == Kind.PUSH:  # (sorted distinct keys, as client.slices sends them: nothing to sum)
+                if isinstance(shard, Shard) and len(keys) > 1 and bool((keys[1:] > keys[:-1]).all()):
+                    miss = shard.push_distinct(keys, values)
+                else:
+                    miss = shard.push(keys, values)
+            else:
+                miss = shard.set(keys, values)
         served = len(keys) - len(miss)
         if served:
             self.reply_served(header, p.positions, miss, out, len(keys))
@@ -299,7 +306,7 @@ class Server:
 
     def _range(self, header: Header, p: Payload, shard) -> None:
         """RANGE: every written key of a sparse table in [lo, hi) with its row, sorted (store.sparse)."""
-        if not shard.spec.sparse or len(p.keys) != 2:
+        if not isinstance(shard, SparseShard) or p.keys is None or len(p.keys) != 2:
             raise ProtocolError(f"{header!r}: RANGE takes (lo, hi - 1) of a key_space='uint64' table")
         lo, last = (int(k) for k in np.asarray(p.keys).view(np.uint64))
         if self.backups is not None:  # with backups: its range's head answers (client.sparse asks the one it knows)
@@ -329,14 +336,15 @@ class Server:
         kind = Kind.PULL_REPLY if out is not None else Kind.ACK
         self._endpoint.reply(header, kind, n_keys=n - len(miss), positions=pos, values=out, **fused)
 
-    def pass_on(self, header: Header, p: Payload, keys: np.ndarray, miss: np.ndarray, shard: Shard) -> None:
+    def pass_on(self, header: Header, p: Payload, keys: np.ndarray, miss: np.ndarray,
+                shard: Shard | SparseShard) -> None:
         """Forward the keys this node does not own; queue those on their way here."""
         mkeys = keys[miss]
         positions = miss if p.positions is None else p.positions[miss]
         values = None if p.values is None else p.values[miss]
         if self.backups is not None:  # with backups: each key's range head holds it
             targets = self.backups.heads(header.table, mkeys)
-        elif shard.spec.sparse:  # keys of a range this node handed on (it is leaving): to its new manager
+        elif isinstance(shard, SparseShard):  # keys of a range this node handed on (it is leaving): to its new manager
             targets = shard.away(mkeys)
         else:
             targets = route.forward_hops(mkeys, shard, self._ranges(header.table), self.rank)
@@ -381,6 +389,7 @@ class Server:
             changes = shard.replicas.subscribe(header.origin, keys)
             self._endpoint.reply(header, Kind.PULL_REPLY, n_keys=len(keys), values=changes)
             return
+        assert p.values is not None  # (unpack: a REPLICA_SYNC carries values)
         shard.replicas.add_deltas(keys, p.values, header.origin)
         self._endpoint.reply(header, Kind.ACK, n_keys=len(keys))
 
