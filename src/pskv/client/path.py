@@ -37,6 +37,7 @@ declares the table and never changes; any thread runs its stages.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..catalog import TableState
 from ..net.future import Future, both
@@ -134,6 +135,13 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     sparse = state.spec.sparse
     refused = compat.call_refusals(state.spec.name, features(state, backups=backups))
     agg, buffer = state.aggregator, state.buffer
+    # the stages of each call (any stage: client.stages, client.front, client.intent_sync, Route)
+    request: Any
+    pull: Any
+    push: Any
+    put: Any
+    buffered: Any
+    copies = None
     # the request stages: serve what is here, send the rest
     if sparse and backups:  # writes to the heads, pulls of ranges served here from memory
         request = stages.HeldRanges(state, stages.Heads())
@@ -145,8 +153,8 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
         route = Route(state, ctx)
         request = stages.Owned(state, stages.Shared(state, ctx, route), route=route)
     if not sparse and not backups and agg is None:  # copies of keys several nodes intend (client.intent_sync)
-        state.copies = intent_sync.Copies(state, ctx, request)
-        request = intent_sync.Stage(state.copies, request)
+        copies = state.copies = intent_sync.Copies(state, ctx, request)
+        request = intent_sync.Stage(copies, request)
     if state.shard.replicas is not None:
         request = stages.Replica(state, request)
     if agg is not None:
@@ -157,8 +165,8 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
         if not backups:  # (with backups every write goes through its range's head)
             buffered = (stages.MyRange(state, ctx, buffered) if sparse
                         else stages.Owned(state, buffered, probe=False))
-        if state.copies is not None:
-            buffered = intent_sync.Stage(state.copies, buffered)
+        if copies is not None:
+            buffered = intent_sync.Stage(copies, buffered)
         if state.shard.replicas is not None:
             buffered = stages.Replica(state, buffered)
         push = front.Gate(ctx, front.Clock(buffered))

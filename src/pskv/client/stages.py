@@ -37,6 +37,9 @@ parts' own locks.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 import numpy as np
 
 from .. import updaters
@@ -45,6 +48,7 @@ from ..net.future import Future
 from ..net.wire import ROWS, Kind
 from ..placement import route
 from ..store import rowlock
+from ..store.sparse import SparseShard
 from ..updaters import rules
 from . import backed, slices
 from .context import Context
@@ -57,7 +61,9 @@ class Stage:
     path it also takes a pull (`read`) or a write (`write`, client.front's signature)."""
 
     name = "?"
-    next: Stage | None = None
+    next: Any = None  # the stage after it: a request stage, client.table's Route, client.intent_sync's stage
+    request: Callable[..., Future]  # (each stage's own: h, kind, keys, values, out, gpos, copy, fresh, direct, rows,
+    # codec)
 
     def names(self) -> list[str]:
         return [self.name] + (self.next.names() if self.next is not None else [])
@@ -91,12 +97,13 @@ class Replica(Stage):
     name = "replica"
 
     def __init__(self, state: TableState, nxt: Stage) -> None:
+        assert state.shard.replicas is not None  # (client.path: a table with replicas)
         self.state, self.replicas, self.next = state, state.shard.replicas, nxt
 
     def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
         n = len(keys)
         hot = self.replicas.mask(keys) if n else None
-        if n and hot.any():
+        if hot is not None and hot.any():
             at = np.flatnonzero(hot)
             pos = at if gpos is None else gpos[at]
             if kind == Kind.PULL:
@@ -144,7 +151,7 @@ class Shared(Stage):
 
     name = "shared"
 
-    def __init__(self, state: TableState, ctx: Context, nxt: Stage) -> None:
+    def __init__(self, state: TableState, ctx: Context, nxt: Any) -> None:
         self.state, self.ctx, self.next = state, ctx, nxt
 
     def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
@@ -262,7 +269,11 @@ class HeldRanges(Stage):
     name = "held ranges"
 
     def __init__(self, state: TableState, nxt: Stage) -> None:
-        self.state, self.shard, self.next = state, state.shard, nxt
+        shard = state.shard
+        assert isinstance(shard, SparseShard)  # (client.path: a sparse table's)
+        self.state: TableState = state
+        self.shard: SparseShard = shard
+        self.next = nxt
         self._held: tuple[list, np.ndarray] = ([], np.zeros(0, bool))  # (intervals, (R,) range served here)
 
     def _served(self) -> np.ndarray:
@@ -324,6 +335,7 @@ class Ranges(Stage):
         if direct:
             req.reply_to = ctx.endpoint.reply_box()
         r = ranges.one_range(keys)
+        parts: Iterable[tuple]
         if r >= 0:
             parts = [(int(ranges.managers[r]), None, keys, values)]
         else:
@@ -381,6 +393,7 @@ class Buffer(Stage):
     name = "buffer"
 
     def __init__(self, state: TableState) -> None:
+        assert state.buffer is not None  # (client.path: a BSP/SSP table, which buffers its pushes)
         self.state, self.buffer, self.cache = state, state.buffer, state.cache
 
     def request(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:

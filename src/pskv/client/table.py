@@ -18,6 +18,7 @@ only after `wait()`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -226,8 +227,9 @@ class Table:
         """Release the handle; keys it did not give out are dropped."""
         sampling.checked(self, handle).closed = True
 
-    def pull_if_local(self, keys, *, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(mask, values): rows of the keys owned here now, without any message; others untouched."""
+    def pull_if_local(self, keys, *, out: np.ndarray | None = None) -> tuple[Any, Any]:
+        """(mask, values): rows of the keys owned here now, without any message; others untouched.
+        Arrays, or CPU tensors where `keys` or `out` is one (pskv.tensors)."""
         self._ctx.check()
         tensor = out if is_tensor(out) else is_tensor(keys)
         keys = check_keys(self.spec, keys, "pull_if_local")
