@@ -29,3 +29,15 @@ def test_make_stress_collects_its_tests():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     collected = [l for l in proc.stdout.splitlines() if "::" in l]  # (the recipes say -q: one node id a line)
     assert len(collected) >= 9 and all("tests/stress/" in l for l in collected), proc.stdout[-2000:]
+
+
+def test_make_test_lints_and_type_checks_first_with_pinned_tools():
+    """`make test` depends on `lint` (ruff, then mypy, as pyproject.toml configures them), and the
+    dev extra pins both exactly: a new release must not fail CI by itself."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test: lint$", makefile, re.M), "make test must run the lint target first"
+    lint = re.search(r"^lint:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert [line.strip() for line in lint.splitlines()] == ["$(PY) -m ruff check src", "$(PY) -m mypy"]
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    pins = re.findall(r'"(ruff|mypy)==(\d+(?:\.\d+)*)"', pyproject)
+    assert sorted(name for name, _ in pins) == ["mypy", "ruff"], pins
