@@ -32,7 +32,7 @@ def decide(node: pskv.Node, threads: int) -> None:
     """Keys one node intends move to it (also past another node's lease); a key several intend stays
     with the first; windows that end leave no intent at the managers; values stay exact."""
     n, me = node.num_nodes, node.rank
-    t = node.table("d", rows=ROWS, dim=2, placement=pskv.Relocate(lease=60.0))  # long leases: intents pass them
+    node.table("d", rows=ROWS, dim=2, placement=pskv.Relocate(lease=60.0))  # long leases: intents pass them
     per = ROWS // n
     w = node.worker()
     h = w.table("d")
@@ -55,13 +55,14 @@ def decide(node: pskv.Node, threads: int) -> None:
         h.intent(shared, 1, 6)
         h.intent(leased, 1, 6)  # only node 0 intends these: they move, lease or not
         w.advance_clock(0)
-        _until("node 0's sole intents", lambda: h.pull_if_local(np.concatenate([shared, leased]))[0].all(), w)
+        both = np.concatenate([shared, leased])
+        _until("node 0's sole intents", lambda: h.pull_if_local(both)[0].all(), w)  # noqa: PLW0108 (read each time)
     w.barrier()
     h.intent(mine, 1, 6)
     if me != 0:
         h.intent(shared, 1, 6)
     w.advance_clock(0)
-    _until("this node's own keys", lambda: h.pull_if_local(mine)[0].all(), w)
+    _until("this node's own keys", lambda: h.pull_if_local(mine)[0].all(), w)  # noqa: PLW0108 (read each time)
     w.barrier()  # every INTENT answered (a barrier drains the node's requests)
     local = h.pull_if_local(shared)[0]
     assert local.all() if me == 0 else not local.any(), f"node {me}: shared keys local {local.tolist()}"
@@ -69,7 +70,8 @@ def decide(node: pskv.Node, threads: int) -> None:
     all_mine = np.concatenate([np.arange(((r + 1) % n) * per + 5, ((r + 1) % n) * per + 25) for r in range(n)])
     for keys, count in ((all_mine, 1), (shared, n)):
         here = keys[manager_of(keys) == me]
-        assert (board.intending(state.spec.table_id, here) == count).all(), (here, board.intending(state.spec.table_id, here), count, board)
+        counted = board.intending(state.spec.table_id, here)
+        assert (counted == count).all(), (here, counted, count, board)
     stats = node.stats()["tables"]["d"]
     assert stats["intent_moves"] == len(mine) + (len(shared) + len(leased) if me == 0 else 0), stats
     # pulls of this node's intended keys send no message
@@ -215,6 +217,43 @@ def copies(node: pskv.Node, threads: int, variant: str, ckpt: str = "") -> None:
     print(f"copies ok {variant} {s}")
 
 
+def copies_set(node: pskv.Node, threads: int) -> None:
+    """A set of keys with copies here comes after every push made before it: node 0 pushes into its
+    copies, another thread syncs them (a round takes the pushes), node 0 sets the keys at once and
+    pushes again; the others only intend the keys. Exact: the set's value plus the pushes after it."""
+    import threading
+
+    from pskv.client import intent_sync
+    intent_sync.SYNCS_PER_SEC = 0.0  # (before the table is declared) rounds only when this scenario runs one
+    node.table("s", rows=ROWS, dim=2)
+    state = node.catalog.get("s")
+    keys = np.arange(ROWS // 2, ROWS // 2 + 40)  # node 1 owns them (2 nodes)
+    w = node.worker()
+    t = w.table("s")
+    if node.rank == 1:  # the owner first (a key's first intending node would get it moved there)
+        t.intent(keys, 0, 100)
+        w.advance_clock(0)
+    w.barrier()
+    if node.rank == 0:
+        t.intent(keys, 0, 100)
+        w.advance_clock(0)
+        _until("copies", lambda: state.copies.replicas is not None and bool(state.copies.replicas.mask(keys).all()), w)
+        for _ in range(5):
+            t.push(keys, np.ones((len(keys), 2)))
+        other = threading.Thread(target=state.copies.round, args=(False,))
+        other.start()  # its push_pull leaves from that thread...
+        other.join()
+        t.set(keys, np.full((len(keys), 2), 100.0))  # ...and this set after it, from this one
+        for _ in range(3):
+            t.push(keys, np.ones((len(keys), 2)))
+    w.barrier()  # (drops every copy: the pulls below read the owner's rows)
+    rows = t.pull(keys)
+    assert (rows == 103).all(), rows[:, 0]
+    w.barrier()
+    w.close()
+    print(f"copies_set ok {node.stats()['tables']['s']}")
+
+
 OPTIONS = {  # table -> node.table() keywords (where: the run's directory, for disk tables)
     "dense": lambda where, rank: {},
     "disk": lambda where, rank: {"storage": "disk", "cache_rows": 16, "path": where / f"rows-{rank}"},
@@ -331,7 +370,7 @@ def elastic(node: pskv.Node, threads: int, out: str) -> None:
         w.barrier()
         _train(w, ["e"], a)
         (out_dir / f"ready-{node.rank}").touch()
-        _wait(lambda: (out_dir / "joined").exists(), f"node {node.rank}: no node joined")
+        _wait((out_dir / "joined").exists, f"node {node.rank}: no node joined")
     else:
         (out_dir / "joined").touch()
     _train(w, ["e"], b)

@@ -60,7 +60,7 @@ def test_intents_while_a_node_joins_and_another_leaves(cluster_factory, tmp_path
     command = [sys.executable, SCENARIOS, "elastic", str(out)]
     first = cluster_factory(2, command)
     for r in range(2):
-        wait_until(lambda: (out / f"ready-{r}").exists(), 120, lambda: first.logs_tail(30))
+        wait_until((out / f"ready-{r}").exists, 120, lambda: first.logs_tail(30))
     joiner = cluster_factory(1, command, join=first.coordinator_address, env={"PSKV_SECRET_FILE": first.secret_file})
     assert joiner.wait(timeout=150) == 0, joiner.logs_tail()
     assert first.wait(timeout=150) == 0, first.logs_tail()

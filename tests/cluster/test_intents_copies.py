@@ -42,3 +42,9 @@ def test_a_checkpoint_taken_while_copies_hold_unsent_pushes_has_them_all(cluster
     values = fmt.load(ckpt)["c"].values
     assert (values[SHARED, 0] == 15 * nodes).all(), values[SHARED, 0]
     assert values[np.setdiff1d(np.arange(ROWS), SHARED)].sum() == 0
+
+
+def test_a_set_of_copied_keys_comes_after_the_pushes_a_round_took(cluster_factory):
+    """Node 0 pushes into its copies, another thread's round sends them, node 0 sets the keys and pushes
+    on: the owner applies the set after those pushes (the set waits for the round): set value + 3."""
+    _run(cluster_factory, 2, 1, "copies_set")

@@ -22,8 +22,8 @@ node's requests): after a barrier every pull reads the owners' rows, which hold 
 before it, as without copies. The keys still intended are told to their managers as starts again at
 the next advance_clock (`NodeIntents.again`), and the copies come back with the managers' grants.
 A copy whose pull was in flight during a flush is not installed (`IntentReplicas.flushes`). A set
-of a copied key drops the copy first and sends its pushes before the set (`evict`), so they reach
-the owner in the order they were made.
+of a copied key drops the copy first, sends its pushes and waits for those that rounds took before
+it sends the set (`evict`, `Copies.settle`), so they reach the owner in the order they were made.
 
 Exactness: pushes to a copy reach the key's owner exactly once (store.intent_replicas), through the
 stages below this one (the owner's shard here, a co-located node's shard, or a plain request routed
@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from ..catalog import TableState
+from ..errors import PskvError
 from ..net.future import Future
 from ..net.wire import Kind
 from ..store.intent_replicas import IntentReplicas
@@ -75,6 +76,7 @@ class Copies:
         self.rate = SYNCS_PER_SEC
         self.next_sync = 0.0  # when the pskv-replica thread syncs them next (its own bookkeeping)
         self._last: list[Future] = []  # the last round's requests: a round starts when they are done
+        self._sent: list[Future] = []  # every round's requests not known to be done (a set waits for them)
         self._handle: Table | None = None
         self._round = threading.Lock()  # one round at a time: a flush's requests are issued after those of
         # a round in progress (a barrier's drain, which follows the flush, waits for both)
@@ -150,7 +152,19 @@ class Copies:
             fut.add_done_callback(functools.partial(_refreshed, reps, number, k, out))
             futures.append(fut)
         self._last = futures
+        self._sent = [f for f in self._sent if not f.done()] + futures
         return futures
+
+    def settle(self) -> None:
+        """Wait until every push a round took has reached its owner (a set of copied keys: the pushes
+        before it arrive first, although another thread sent them). A failed one fails elsewhere."""
+        with self._round:  # (a round in progress has registered its requests)
+            sent = list(self._sent)
+        for f in sent:
+            try:
+                f.wait()
+            except PskvError:
+                pass  # (its error is the node's or its round's: ReplicaSync.flush raises it)
 
     def counters(self) -> dict:
         reps = self.replicas
@@ -184,10 +198,11 @@ class Stage(_Stage):
         reps = self.copies.replicas
         if reps is None or not reps.live or not len(keys):
             return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
-        if kind == Kind.SET:  # the copies' pushes first, then the set, from this thread: in this order
+        if kind == Kind.SET:  # the copies' pushes first, then the set: in this order
             ek, eu = reps.evict(keys)
             if len(ek):
                 self.next.request(h, Kind.PUSH, ek, eu, None, None, False, False, None, False, None)
+            self.copies.settle()  # (what rounds took went from pskv-replica: applied before the set is sent)
             return self.next.request(h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
         miss = reps.serve("pull" if kind == Kind.PULL else "push", keys, values, out, gpos, rows)
         if miss is None:

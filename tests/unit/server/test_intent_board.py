@@ -25,7 +25,8 @@ class Board:
         self.shard = Shard(spec, 0, 50, 0)
         self.endpoint, self.transport = recording_endpoint(0)
         self.released: list = []
-        self.board = intents.IntentBoard(self.endpoint, lambda table, keys: self.released.append((table, keys.tolist())))
+        self.board = intents.IntentBoard(self.endpoint,
+                                         lambda table, keys: self.released.append((table, keys.tolist())))
         self.rounds: dict[int, int] = {}
         self.grants: list[tuple[int, list[int]]] = []  # (node, keys) of each grant of copies sent
 
