@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import gc
 import time
 from collections.abc import Callable
@@ -75,6 +76,11 @@ def _result(op, where, mode, n, dim, times: np.ndarray) -> Result:
     return Result(op, where, mode, n, dim, float(p50), float(p50), float(p99), len(times))
 
 
+def _round_trip(issue: Callable[[int], Future]) -> None:
+    """One request at a time: issue one and wait for it."""
+    issue(0).wait(WAIT)
+
+
 def _windowed(issue: Callable[[int], Future], plan: Plan, window: int, requests: int) -> float:
     """Seconds per request with `window` requests outstanding; issue(i) returns a Future."""
     for f in [issue(i) for i in range(window)]:
@@ -141,8 +147,7 @@ def remote_cells(table, d: Data, offset: int, plan: Plan, where: str = "remote")
     results = []
     for op, issue in ops.items():
         rtt = _result(op, where, "rtt", d.n, d.dim,
-                      _timed(lambda: issue(0).wait(WAIT), plan, d.n, d.dim,  # noqa: B023 - called in this round only
-                             reps_min=max(plan.reps_min, 20)))
+                      _timed(functools.partial(_round_trip, issue), plan, d.n, d.dim, reps_min=max(plan.reps_min, 20)))
         est = max(rtt.seconds / 2, 1e-6)  # pipelining hides at most about half of a round trip
         requests = int(min(2000, max(4 * window, plan.budget / est)))
         if d.n * d.dim * 4 >= BIG:

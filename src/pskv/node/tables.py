@@ -131,9 +131,11 @@ class TableBuilder:
         """A BSP/SSP table's push buffer: a flush is a plain push of arrays nobody else holds, down
         the table's request stages (`Path.send_buffered`)."""
         spec = state.spec
-        return PushBuffer(spec.dim, spec.dtype, state.options.cache.buffer_rows,
-                          lambda keys, values: state.path.send_buffered(keys, values))  # noqa: PLW0108 - the path
-        # is composed after the buffer (late binding)
+
+        def send(keys, values):  # (state.path is composed after the buffer: looked up at each flush)
+            return state.path.send_buffered(keys, values)
+
+        return PushBuffer(spec.dim, spec.dtype, state.options.cache.buffer_rows, send)
 
     def current_ranges(self, state: TableState) -> None:
         """Give a table just added to the catalog the key ranges of the view as it is now.
