@@ -110,7 +110,7 @@ def table(app: str, hosts: int, cells: dict[str, list[tuple[float, int, dict]]])
            for name, runs in cells.items() if runs}
     classic = med.get("classic")
     lines = [f"| variant | {unit} | x classic | MB sent | bytes x classic | rounds | node 0: local / remote keys, "
-             "moved by intents |", "| --- | --: | --: | --: | --: | --: | --- |"]
+             "moved by intents, copies made / keys served from copies |", "| --- | --: | --: | --: | --: | --: | --- |"]
     for name, _, _ in variants:
         if name not in cells:
             continue  # not asked for (--variants)
@@ -120,7 +120,8 @@ def table(app: str, hosts: int, cells: dict[str, list[tuple[float, int, dict]]])
         rate, sent, c = med[name]
         x = f"{rate / classic[0]:.2f}" if classic else ""
         b = f"{sent / classic[1]:.2f}" if classic and classic[1] else ""
-        moved = f", {c.get('intent_localized', 0):,}" if "intent_windows" in c else ""
+        moved = (f", {c.get('intent_localized', 0):,}, {c.get('intent_copies_made', 0):,} / "
+                 f"{c.get('intent_copy_keys_served', 0):,}") if "intent_windows" in c else ""
         lines.append(f"| {name} | {rate:,.0f} | {x} | {sent / 1e6:,.1f} | {b} | {len(cells[name])} | "
                      f"{c.get('local_keys', 0):,} / {c.get('remote_keys', 0):,}{moved} |")
     targets = []
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {v for v in args.variants.split(",") if v}
     load = os.getloadavg()[0]
     commit = subprocess.run(["git", "-C", str(SRC.parent), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+                            check=False, text=True).stdout.strip()
     print(f"# bench_intents: pskv {commit}, {os.cpu_count()} cores, load {load:.2f} at the start; link {args.link}, "
           f"{args.threads} threads per node, {args.rounds} round(s)\n", flush=True)
     targets = []

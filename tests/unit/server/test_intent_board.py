@@ -119,8 +119,11 @@ def test_copies_are_granted_to_every_intending_node_but_the_owner():
     b.grants.clear()
     assert b.intent(2, [], ends=[4]) == [] and b.intent(2, [4]) == []  # node 2 again: count 4, its copy only
     assert b.grants == [(2, [4])]
+    b.grants.clear()
+    assert b.intent(1, [4]) == []  # a start told again (its copy was flushed), no end before: a copy again
+    assert b.grants == [(1, [4])]
     assert b.board.intending(3, [3, 4, 5, 7]).tolist() == [1, 4, 1, 2]
-    assert b.board.grants == 5
+    assert b.board.grants == 6
 
 
 def test_a_grant_is_handed_to_the_node():
