@@ -7,8 +7,9 @@ throughput (3 nodes, every node pushes 64 keys x 16 float32 to every key range, 
 backups = 0 and backups = 1, for both versions, in paired rounds (base, head, base, head, ...), so
 that load from other work falls on both alike. Each version is exported with bench_versions.prepare
 and runs with PYTHONPATH its own src/ (bench_fault's nodes inherit it). Reported: the median
-pushes/s of each (version, backups), head/base for each backups, and each version's backups=1 /
-backups=0. Absolute rates on a shared machine are noise; compare the ratios.
+pushes/s of each (version, backups), head/base for each backups (of the medians, and the median
+of each round's head/base: the load of a shared machine drifts between rounds more than within one),
+and each version's backups=1 / backups=0. Absolute rates on a shared machine are noise; compare ratios.
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ def main() -> None:
             for v, version in enumerate(versions):
                 print(f"  backups={b} {'base' if v == 0 else 'head'} {version.name:28s} {med[(v, b)]:8.0f}   "
                       f"(rounds: {', '.join(f'{x:.0f}' for x in got[(v, b)])})")
-            print(f"  backups={b} head/base: {med[(1, b)] / med[(0, b)]:.2f}")
+            pairs = [h / b_ for b_, h in zip(got[(0, b)], got[(1, b)], strict=True)]  # each round's head/base
+            print(f"  backups={b} head/base: {med[(1, b)] / med[(0, b)]:.2f} of the medians; per round "
+                  f"{statistics.median(pairs):.2f} median ({', '.join(f'{x:.2f}' for x in pairs)})")
         for v in (0, 1):
             print(f"  {'base' if v == 0 else 'head'}: backups=1 / backups=0 = {med[(v, 1)] / med[(v, 0)]:.2f}")
 
