@@ -12,8 +12,8 @@ from pskv.checkpoint import format as fmt
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-SCENARIOS = str(Path(__file__).with_name("intent_scenarios.py"))
-SHARED, ROWS = np.arange(3, 600, 20), 600  # (intent_scenarios.SHARED, ROWS)
+SCENARIOS = str(Path(__file__).with_name("intent_copy_scenarios.py"))
+SHARED, ROWS = np.arange(3, 600, 20), 600  # (intent_copy_scenarios.SHARED, intent_scenarios.ROWS)
 
 
 def _run(cluster_factory, nodes: int, threads: int, *args: str):
