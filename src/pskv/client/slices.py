@@ -52,4 +52,4 @@ def request(route, state, h, kind, keys, values, out, gpos, copy, fresh, direct,
         if a < b:
             pos = None if kind != Kind.PULL else slice(a, b) if gpos is None else gpos[a:b]
             parts.append((int(ranges.managers[r]), keys[a:b], None if values is None else values[a:b], pos))
-    return route.slices(h, kind, parts, len(keys), out, copy, fresh, direct, codec)
+    return route.slices(h, kind, parts, out, copy, fresh, direct, codec)

@@ -366,32 +366,40 @@ class Route:
         h.track(fut)
         return fut
 
-    def slices(self, h, kind, parts, n, out, copy, fresh, direct, codec) -> Future:
-        """One request of `n` keys in `parts`, (manager, sorted distinct keys, values, positions in `out`:
+    def slices(self, h, kind, parts, out, copy, fresh, direct, codec) -> Future:
+        """One request of the keys in `parts`, (manager, sorted distinct keys, values, positions in `out`:
         a slice of it, an array, or None for a push) each (client.slices): each part served here (a
-        pull's rows straight into its slice of `out`) or sent to its manager as it is."""
+        pull's rows straight into its slice of `out`) or sent to its manager as it is. Like `request`,
+        the request counts only the keys that travel (the metrics' request keys)."""
         ctx, st = self.ctx, self.state
+        me, incoming = ctx.rank, st.ranges.nodes
+        sends = []
+        for dest, keys, values, pos in parts:
+            shard = st.shard if dest == me else ctx.neighbors.view(st.spec, dest) if dest != incoming else None
+            if shard is None:
+                sends.append((dest, keys, values, pos, copy))
+                continue
+            # held here (or co-located): served from memory, a pull's rows straight into its slice of `out`
+            if type(pos) is slice:
+                miss = serve_local(h, shard, kind, keys, None, out[pos], None, False)
+            else:
+                miss = serve_local(h, shard, kind, keys, values, out, pos, False, True)
+            served = len(keys) - len(miss)
+            st.local_keys += served
+            if dest != me:
+                st.shared_keys += served
+            if len(miss):  # (moved away meanwhile: as `_part` sends them)
+                gpos = pos.start + miss if type(pos) is slice else miss if pos is None else pos[miss]
+                sends.append((dest, keys[miss], None if values is None else values[miss], gpos, False))
+        if not sends:
+            return Future.completed(out, h.desc(kind))
         req = Request(h, kind, out, fresh)
-        req.rid, fut = ctx.tracker.new_request(n, on_part=req.on_part, result=out, desc=h.desc(kind))
+        req.rid, fut = ctx.tracker.new_request(sum(len(s[1]) for s in sends), on_part=req.on_part, result=out,
+                                               desc=h.desc(kind))
         if direct:
             req.reply_to = ctx.endpoint.reply_box()
-        me, incoming = ctx.rank, st.ranges.nodes
-        for dest, keys, values, pos in parts:
-            if type(pos) is slice:  # a pull's run of `out`: rows held here (or co-located) go straight there
-                shard = st.shard if dest == me else ctx.neighbors.view(st.spec, dest)
-                if shard is not None:
-                    miss = serve_local(h, shard, kind, keys, None, out[pos], None, False)
-                    served = len(keys) - len(miss)
-                    st.local_keys += served
-                    if dest != me:
-                        st.shared_keys += served
-                    if served:
-                        ctx.tracker.on_reply(req.rid, served)
-                    if len(miss):  # (moved away meanwhile: as `_part` sends them)
-                        self._part(h, req, dest, keys[miss], None, pos.start + miss, False, incoming, False, codec,
-                                   True)
-                    continue
-            self._part(h, req, dest, keys, values, pos, copy, incoming, False, codec, True)
+        for dest, keys, values, pos, cp in sends:
+            self._part(h, req, dest, keys, values, pos, cp, incoming, False, codec, True)
         if req.reply_to and req.parts:
             fut.pumped_by(ctx.endpoint.pump)
         h.track(fut)
