@@ -32,10 +32,11 @@ demo: $(DEMO_STAMP)
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --site-dir build/site
 
-# ruff (lint) and mypy (types) on src/, as pyproject.toml configures and pins them; mypy keeps its
+# ruff (lint and format) and mypy (types) on src/, as pyproject.toml configures and pins them; mypy keeps its
 # cache in .mypy_cache (a first run takes ~30 s of CPU, later ones about a second)
 lint: $(STAMP)
 	$(PY) -m ruff check src
+	$(PY) -m ruff format --check src
 	$(PY) -m mypy
 
 # Lint and types first, then the tests. Bytecode of pskv and the tests, written once: where

@@ -46,8 +46,17 @@ class RequestPath(Protocol):
     peek: Callable[..., Any]
     sample: Callable[..., Any]
 
-    def exchange(self, h: Any, keys: np.ndarray, values: np.ndarray, copy: bool | None, pulls: np.ndarray,
-                 out: np.ndarray | None, fresh: bool, codec: Codec | None) -> Future: ...
+    def exchange(
+        self,
+        h: Any,
+        keys: np.ndarray,
+        values: np.ndarray,
+        copy: bool | None,
+        pulls: np.ndarray,
+        out: np.ndarray | None,
+        fresh: bool,
+        codec: Codec | None,
+    ) -> Future: ...
     def flush(self) -> None: ...
     def send_buffered(self, keys: np.ndarray, values: np.ndarray) -> Future: ...
     def hold(self) -> None: ...
@@ -132,14 +141,24 @@ class TableState:
 
     def counters(self) -> dict:
         """Calls and keys of this table on this node, and its technique parts' counters."""
-        out = {"pulls": self.pulls, "pushes": self.pushes, "local_keys": self.local_keys,
-               "remote_keys": self.remote_keys, "localizes": self.localizes}
+        out = {
+            "pulls": self.pulls,
+            "pushes": self.pushes,
+            "local_keys": self.local_keys,
+            "remote_keys": self.remote_keys,
+            "localizes": self.localizes,
+        }
         if self.cache is not None:
-            out.update(cache_hits=self.cache.hits, cache_misses=self.cache.misses,
-                       cache_evictions=self.cache.evictions, cache_rows=len(self.cache))
+            out.update(
+                cache_hits=self.cache.hits,
+                cache_misses=self.cache.misses,
+                cache_evictions=self.cache.evictions,
+                cache_rows=len(self.cache),
+            )
         if self.buffer is not None:
-            out.update(flushes=self.buffer.flushes, buffered_rows=self.buffer.rows_in,
-                       flushed_rows=self.buffer.rows_out)
+            out.update(
+                flushes=self.buffer.flushes, buffered_rows=self.buffer.rows_in, flushed_rows=self.buffer.rows_out
+            )
         if self.aggregator is not None:
             out.update(aggregated_rounds=self.aggregator.rounds, aggregated_messages=self.aggregator.messages)
         disk = getattr(self.shard, "disk", None)  # (a sparse shard has none)
@@ -151,8 +170,11 @@ class TableState:
 
     def parts(self) -> list[str]:
         """Its technique parts, for debug dumps."""
-        return [repr(x) for x in (self.buffer, self.cache, self.aggregator, self.shard.replicas, self.intents)
-                if x is not None]
+        return [
+            repr(x)
+            for x in (self.buffer, self.cache, self.aggregator, self.shard.replicas, self.intents)
+            if x is not None
+        ]
 
     def stages(self) -> dict[str, str]:
         """Each call's stages on this node ({"pull": "replica > local > shared > route", ...}; client.path)."""
@@ -185,8 +207,10 @@ class Catalog:
     def get(self, name: str) -> TableState:
         state = self._by_name.get(name)
         if state is None:
-            raise UnknownTable(f"no table {name!r} on node {self.rank}; declared tables: {self.names()}; "
-                               "declare it with node.table() on every node first")
+            raise UnknownTable(
+                f"no table {name!r} on node {self.rank}; declared tables: {self.names()}; "
+                "declare it with node.table() on every node first"
+            )
         return state
 
     def by_id(self, table_id: int) -> TableState | None:
@@ -196,8 +220,10 @@ class Catalog:
         """Table `table_id`; UnknownTable if this node has not declared it (yet)."""
         state = self._by_id.get(table_id)
         if state is None:
-            raise UnknownTable(f"node {self.rank} has no table with id {table_id}; every node declares the same "
-                               "tables in the same order")
+            raise UnknownTable(
+                f"node {self.rank} has no table with id {table_id}; every node declares the same "
+                "tables in the same order"
+            )
         return state
 
     def names(self) -> list[str]:

@@ -29,75 +29,117 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pskv",
-                                     description="pskv: a parameter server over ZeroMQ")
+    parser = argparse.ArgumentParser(prog="pskv", description="pskv: a parameter server over ZeroMQ")
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("launch", help="start N nodes that run CMD; non-zero if any node fails",
-                         usage="pskv launch -n N [--threads T] [--backups B] [--restore PATH | --join HOST:PORT] "
-                               "[--hostfile FILE | --ray [--address ADDR] | --hosts H [--link RATE]] "
-                               "[--coordinator-host H] [--no-shared-memory] [--insecure] [--metrics P] [--verbose] "
-                               "-- CMD ...")
+    run = sub.add_parser(
+        "launch",
+        help="start N nodes that run CMD; non-zero if any node fails",
+        usage="pskv launch -n N [--threads T] [--backups B] [--restore PATH | --join HOST:PORT] "
+        "[--hostfile FILE | --ray [--address ADDR] | --hosts H [--link RATE]] "
+        "[--coordinator-host H] [--no-shared-memory] [--insecure] [--metrics P] [--verbose] "
+        "-- CMD ...",
+    )
     run.add_argument("-n", "--nodes", type=int, required=True, help="number of node processes")
-    run.add_argument("--threads", type=int, default=1,
-                     help="worker threads per node (PSKV_THREADS)")
-    run.add_argument("--backups", type=int, default=None,
-                     help="copies of each key range on other nodes (PSKV_BACKUPS, default 0); with B >= 1 the "
-                          "others go on when a node dies, and the launch exits 0 if they finish")
-    run.add_argument("--restore", metavar="PATH",
-                     help="start the tables from a checkpoint (PSKV_RESTORE): a checkpoint's directory, or the "
-                          "directory node.checkpoint() wrote into (its newest complete one); any node count")
-    run.add_argument("--join", metavar="HOST:PORT",
-                     help="add the N nodes to a running cluster (PSKV_JOIN): its coordinator's address; they "
-                          "get the next free ranks and take their share of every table (with backups: copies at the "
-                          "end of some ranges' chains)")
-    run.add_argument("--hostfile", type=Path,
-                     help="one host per line; node i runs on host i %% len over ssh "
-                          "(default: all nodes on this machine)")
-    run.add_argument("--coordinator-host", help="address the coordinator binds (default 127.0.0.1, "
-                                                "or this machine's address with a remote hostfile)")
-    run.add_argument("--ray", action="store_true",
-                     help="one node per Ray actor, placed by Ray (pip install 'pskv[ray]'); node 0 runs the "
-                          "coordinator")
-    run.add_argument("--address", metavar="ADDR",
-                     help="with --ray: the Ray cluster (ray.init's address: auto, ray://HEAD:10001; "
-                          "default a private local Ray)")
-    run.add_argument("--insecure", action="store_true",
-                     help="no cluster secret: connections unauthenticated and unencrypted, for a trusted private "
-                          "network that needs the bandwidth (PSKV_INSECURE=1 does the same, also for `pskv run`)")
+    run.add_argument("--threads", type=int, default=1, help="worker threads per node (PSKV_THREADS)")
+    run.add_argument(
+        "--backups",
+        type=int,
+        default=None,
+        help="copies of each key range on other nodes (PSKV_BACKUPS, default 0); with B >= 1 the "
+        "others go on when a node dies, and the launch exits 0 if they finish",
+    )
+    run.add_argument(
+        "--restore",
+        metavar="PATH",
+        help="start the tables from a checkpoint (PSKV_RESTORE): a checkpoint's directory, or the "
+        "directory node.checkpoint() wrote into (its newest complete one); any node count",
+    )
+    run.add_argument(
+        "--join",
+        metavar="HOST:PORT",
+        help="add the N nodes to a running cluster (PSKV_JOIN): its coordinator's address; they "
+        "get the next free ranks and take their share of every table (with backups: copies at the "
+        "end of some ranges' chains)",
+    )
+    run.add_argument(
+        "--hostfile",
+        type=Path,
+        help="one host per line; node i runs on host i %% len over ssh (default: all nodes on this machine)",
+    )
+    run.add_argument(
+        "--coordinator-host",
+        help="address the coordinator binds (default 127.0.0.1, or this machine's address with a remote hostfile)",
+    )
+    run.add_argument(
+        "--ray",
+        action="store_true",
+        help="one node per Ray actor, placed by Ray (pip install 'pskv[ray]'); node 0 runs the coordinator",
+    )
+    run.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="with --ray: the Ray cluster (ray.init's address: auto, ray://HEAD:10001; default a private local Ray)",
+    )
+    run.add_argument(
+        "--insecure",
+        action="store_true",
+        help="no cluster secret: connections unauthenticated and unencrypted, for a trusted private "
+        "network that needs the bandwidth (PSKV_INSECURE=1 does the same, also for `pskv run`)",
+    )
     _add_host_flags(run)
-    run.add_argument("--metrics", type=int, metavar="P",
-                     help="node r serves Prometheus metrics at http://HOST:(P+r)/metrics (PSKV_METRICS_PORT; "
-                          "needs pip install 'pskv[metrics]'); watch them with `pskv top`")
+    run.add_argument(
+        "--metrics",
+        type=int,
+        metavar="P",
+        help="node r serves Prometheus metrics at http://HOST:(P+r)/metrics (PSKV_METRICS_PORT; "
+        "needs pip install 'pskv[metrics]'); watch them with `pskv top`",
+    )
     _add_verbose(run)
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command every node runs")
     run.set_defaults(run=_launch)
 
-    top = sub.add_parser("top", help="a live view of a running cluster from its nodes' metrics endpoints "
-                                     "(pskv launch --metrics P); alone it finds this machine's newest such run")
+    top = sub.add_parser(
+        "top",
+        help="a live view of a running cluster from its nodes' metrics endpoints "
+        "(pskv launch --metrics P); alone it finds this machine's newest such run",
+    )
     top.add_argument("urls", nargs="*", metavar="URL", help="metrics endpoints (host:port or http://host:port/metrics)")
     top.add_argument("--metrics-port", type=int, metavar="P", help="node r at port P + r (PSKV_METRICS_PORT)")
-    top.add_argument("--nodes", type=int, metavar="N", help="with --metrics-port: watch nodes 0..N-1 (default: those "
-                                                           "of the run that serves at P, else every answering port "
-                                                           "from P up)")
+    top.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="with --metrics-port: watch nodes 0..N-1 (default: those "
+        "of the run that serves at P, else every answering port "
+        "from P up)",
+    )
     top.add_argument("--host", default="127.0.0.1", help="with --metrics-port: the nodes' host (default 127.0.0.1)")
     top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     top.add_argument("--once", action="store_true", help="print one frame (rates over one interval) and exit")
     top.set_defaults(run=_top)
 
-    app = sub.add_parser("run", add_help=False, allow_abbrev=False,  # --l or --li is the app's, not --link
-                         help="run an app (mf, kge, word2vec, mnist, lr, lasso) on N local nodes, or as this node's "
-                              "part; `pskv run APP --help`: the app's options",
-                         usage="pskv run APP [-n N] [--threads T] [--hosts H [--link RATE]] [--no-shared-memory] "
-                               "[--insecure] [--verbose] [--] [APP ARGS ...]")
+    app = sub.add_parser(
+        "run",
+        add_help=False,
+        allow_abbrev=False,  # --l or --li is the app's, not --link
+        help="run an app (mf, kge, word2vec, mnist, lr, lasso) on N local nodes, or as this node's "
+        "part; `pskv run APP --help`: the app's options",
+        usage="pskv run APP [-n N] [--threads T] [--hosts H [--link RATE]] [--no-shared-memory] "
+        "[--insecure] [--verbose] [--] [APP ARGS ...]",
+    )
     app.add_argument("app", nargs="?", help="mf, kge, word2vec, mnist, lr or lasso")
     app.add_argument("-h", "--help", action="store_true", help="this help, or with APP the app's options")
-    app.add_argument("-n", "--nodes", type=int, help="local node processes to start (default 1); "
-                                                      "ignored under `pskv launch`")
+    app.add_argument(
+        "-n", "--nodes", type=int, help="local node processes to start (default 1); ignored under `pskv launch`"
+    )
     app.add_argument("--threads", type=int, help="worker threads per node (default 1)")
     _add_host_flags(app)
-    app.add_argument("--insecure", action="store_true",
-                     help="no cluster secret: connections unauthenticated and unencrypted (PSKV_INSECURE=1)")
+    app.add_argument(
+        "--insecure",
+        action="store_true",
+        help="no cluster secret: connections unauthenticated and unencrypted (PSKV_INSECURE=1)",
+    )
     _add_verbose(app)
     app.set_defaults(run=_run_app, run_parser=app)
 
@@ -108,13 +150,18 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("names", nargs="+", metavar="NAME")
     fetch.add_argument("--quiet", action="store_true", help="print only the directories")
     fetch.set_defaults(run=_data_fetch)
-    convert = data_sub.add_parser("convert", help="libsvm/svmlight text -> pskv's binary sparse format (.pskvsp), "
-                                                  "which `pskv run lr` workers memory-map")
+    convert = data_sub.add_parser(
+        "convert",
+        help="libsvm/svmlight text -> pskv's binary sparse format (.pskvsp), which `pskv run lr` workers memory-map",
+    )
     convert.add_argument("source", type=Path, metavar="FILE.libsvm")
     convert.add_argument("out", type=Path, metavar="OUT.pskvsp")
     convert.add_argument("--quiet", action="store_true", help="no progress bar")
-    convert.add_argument("--real-labels", action="store_true",
-                         help="keep the label column as real-valued targets (float64: lasso), not 0/1 classes (lr)")
+    convert.add_argument(
+        "--real-labels",
+        action="store_true",
+        help="keep the label column as real-valued targets (float64: lasso), not 0/1 classes (lr)",
+    )
     convert.set_defaults(run=_data_convert)
 
     ckpt = sub.add_parser("checkpoint", help="list the checkpoints in a directory, or inspect and verify one")
@@ -122,25 +169,31 @@ def _parser() -> argparse.ArgumentParser:
     listing = ckpt_sub.add_parser("list", help="the checkpoints under DIR, oldest first, complete or not")
     listing.add_argument("directory", type=Path, metavar="DIR")
     listing.set_defaults(run=_checkpoint_list)
-    inspect = ckpt_sub.add_parser("inspect", help="tables, sizes, clock and age of a checkpoint; verifies every "
-                                                  "checksum (exit 2 if one fails)")
+    inspect = ckpt_sub.add_parser(
+        "inspect", help="tables, sizes, clock and age of a checkpoint; verifies every checksum (exit 2 if one fails)"
+    )
     inspect.add_argument("path", type=Path, metavar="PATH", help="a checkpoint, or a directory (its newest)")
     inspect.set_defaults(run=_checkpoint_inspect)
 
     secret = sub.add_parser("secret", help="make a cluster secret for nodes that other launchers start")
     secret_sub = secret.add_subparsers(dest="action", required=True, metavar="ACTION")
-    new = secret_sub.add_parser("new", help="write a new secret to FILE (mode 0600; never overwrites); give every "
-                                            "node PSKV_SECRET_FILE=FILE")
+    new = secret_sub.add_parser(
+        "new", help="write a new secret to FILE (mode 0600; never overwrites); give every node PSKV_SECRET_FILE=FILE"
+    )
     new.add_argument("file", type=Path, metavar="FILE")
     new.set_defaults(run=_secret_new)
 
-    evaluate = sub.add_parser("evaluate", add_help=False,
-                              help="test each checkpoint of a `pskv run mnist --eval-freq` run once, as it appears "
-                                   "(pskv evaluate --help)")
+    evaluate = sub.add_parser(
+        "evaluate",
+        add_help=False,
+        help="test each checkpoint of a `pskv run mnist --eval-freq` run once, as it appears (pskv evaluate --help)",
+    )
     evaluate.set_defaults(run=_evaluate)
 
-    for name, text in (("demo", "run the demo (pskv demo --help)"),
-                       ("bench", "run the benchmarks (pskv bench --help)")):
+    for name, text in (
+        ("demo", "run the demo (pskv demo --help)"),
+        ("bench", "run the benchmarks (pskv bench --help)"),
+    ):
         sub.add_parser(name, help=text, add_help=False).set_defaults(run=_forward)
 
     sub.add_parser("version", help="print the version").set_defaults(run=_version)
@@ -149,21 +202,34 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_host_flags(parser: argparse.ArgumentParser) -> None:
     """--hosts, --link and --no-shared-memory, which `pskv launch` and `pskv run` share."""
-    parser.add_argument("--hosts", type=int, metavar="H",
-                        help="run the nodes as H emulated hosts of this machine (needs root, ip and tc): one network "
-                             "namespace per host, joined by veth pairs on a bridge; nodes go to hosts in blocks "
-                             "(nodes 0..k-1 on host 0), and the nodes of one host share its address and memory")
-    parser.add_argument("--link", metavar="RATE",
-                        help="with --hosts: each host's link carries at most RATE each way (tc tbf; e.g. 100mbit, "
-                             "1gbit, 10gbit; default unlimited)")
-    parser.add_argument("--no-shared-memory", action="store_true",
-                        help="nodes of one host talk by messages, not shared memory (PSKV_SHARED_MEMORY=0)")
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        metavar="H",
+        help="run the nodes as H emulated hosts of this machine (needs root, ip and tc): one network "
+        "namespace per host, joined by veth pairs on a bridge; nodes go to hosts in blocks "
+        "(nodes 0..k-1 on host 0), and the nodes of one host share its address and memory",
+    )
+    parser.add_argument(
+        "--link",
+        metavar="RATE",
+        help="with --hosts: each host's link carries at most RATE each way (tc tbf; e.g. 100mbit, "
+        "1gbit, 10gbit; default unlimited)",
+    )
+    parser.add_argument(
+        "--no-shared-memory",
+        action="store_true",
+        help="nodes of one host talk by messages, not shared memory (PSKV_SHARED_MEMORY=0)",
+    )
 
 
 def _add_verbose(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--verbose", action="store_true",
-                        help="the launcher also prints how to add nodes while the cluster runs (the coordinator's "
-                             "address and the secret file's path)")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="the launcher also prints how to add nodes while the cluster runs (the coordinator's "
+        "address and the secret file's path)",
+    )
 
 
 def _launcher_environ(args: argparse.Namespace, *, hosts: bool) -> None:
@@ -198,24 +264,43 @@ def _launch(args: argparse.Namespace, rest: list[str]) -> int:
         from .errors import ConfigError
 
         raise ConfigError("--address names a Ray cluster; it needs --ray")
-    return launch(args.nodes, command, threads=args.threads, hostfile=args.hostfile,
-                  coordinator_host=args.coordinator_host, backups=args.backups, restore=args.restore,
-                  join=args.join, metrics=args.metrics, emulated_hosts=args.hosts, link=args.link,
-                  verbose=args.verbose)
+    return launch(
+        args.nodes,
+        command,
+        threads=args.threads,
+        hostfile=args.hostfile,
+        coordinator_host=args.coordinator_host,
+        backups=args.backups,
+        restore=args.restore,
+        join=args.join,
+        metrics=args.metrics,
+        emulated_hosts=args.hosts,
+        link=args.link,
+        verbose=args.verbose,
+    )
 
 
 def _launch_ray(args: argparse.Namespace, command: list[str]) -> int:
     from .errors import ConfigError
     from .launch_ray import launch_ray
 
-    for flag, value in (("--hostfile", args.hostfile), ("--join", args.join),
-                        ("--coordinator-host", args.coordinator_host), ("--hosts", args.hosts), ("--link", args.link)):
+    for flag, value in (
+        ("--hostfile", args.hostfile),
+        ("--join", args.join),
+        ("--coordinator-host", args.coordinator_host),
+        ("--hosts", args.hosts),
+        ("--link", args.link),
+    ):
         if value is not None:
             raise ConfigError(f"{flag} does not apply with --ray: Ray places the nodes and node 0 runs the coordinator")
-    settings = {"backups": args.backups, "restore": args.restore,
-                "metrics_port": getattr(args, "metrics", None)}
-    return launch_ray(args.nodes, command, address=args.address, threads=args.threads,
-                      **{k: v for k, v in settings.items() if v is not None})
+    settings = {"backups": args.backups, "restore": args.restore, "metrics_port": getattr(args, "metrics", None)}
+    return launch_ray(
+        args.nodes,
+        command,
+        address=args.address,
+        threads=args.threads,
+        **{k: v for k, v in settings.items() if v is not None},
+    )
 
 
 def _top(args: argparse.Namespace, rest: list[str]) -> int:
@@ -226,9 +311,11 @@ def _top(args: argparse.Namespace, rest: list[str]) -> int:
         raise ConfigError("pskv top: --nodes N counts the ports from --metrics-port P; give both, or neither")
     urls = top.find(args.metrics_port, args.nodes, args.host, args.urls)
     if not urls:
-        raise ConfigError("pskv top found no running cluster with metrics on this machine; start one with "
-                          "`pskv launch --metrics P` (or `PSKV_METRICS_PORT=P pskv run ...`), or give "
-                          "--metrics-port P [--nodes N] [--host H] or the nodes' URLs")
+        raise ConfigError(
+            "pskv top found no running cluster with metrics on this machine; start one with "
+            "`pskv launch --metrics P` (or `PSKV_METRICS_PORT=P pskv run ...`), or give "
+            "--metrics-port P [--nodes N] [--host H] or the nodes' URLs"
+        )
     return top.run(urls, once=args.once, interval=args.interval)
 
 
@@ -240,16 +327,20 @@ def _run_app(args: argparse.Namespace, rest: list[str]) -> int:
             args.run_parser.print_help()
             print(f"\napps: {', '.join(APPS)}; `pskv run APP --help` shows an app's options")
             return 0 if args.app is None else 2
-        print(f"pskv run {args.app} [-n/--nodes N] [--threads T] [--] [APP ARGS ...]: N local nodes x T worker "
-              "threads (default 1 x 1; ignored under `pskv launch`), then the app's arguments:\n", flush=True)
+        print(
+            f"pskv run {args.app} [-n/--nodes N] [--threads T] [--] [APP ARGS ...]: N local nodes x T worker "
+            "threads (default 1 x 1; ignored under `pskv launch`), then the app's arguments:\n",
+            flush=True,
+        )
         try:
             importlib.import_module(APPS[args.app]).main(["--help"])
         except SystemExit as exc:
             return int(exc.code or 0)
         return 0
     _launcher_environ(args, hosts=True)
-    return run(args.app, rest[1:] if rest[:1] == ["--"] else rest, nodes=args.nodes, threads=args.threads,
-               verbose=args.verbose)
+    return run(
+        args.app, rest[1:] if rest[:1] == ["--"] else rest, nodes=args.nodes, threads=args.threads, verbose=args.verbose
+    )
 
 
 def _data_list(args: argparse.Namespace, rest: list[str]) -> int:
@@ -272,8 +363,11 @@ def _data_convert(args: argparse.Namespace, rest: list[str]) -> int:
 
     data = convert(args.source, args.out, quiet=args.quiet, real_labels=args.real_labels)
     keys = len(data.distinct_keys())
-    labels = (f"targets {float(data.labels.min()):g}..{float(data.labels.max()):g}" if args.real_labels
-              else f"{float(data.labels.mean()):.1%} positive")
+    labels = (
+        f"targets {float(data.labels.min()):g}..{float(data.labels.max()):g}"
+        if args.real_labels
+        else f"{float(data.labels.mean()):.1%} positive"
+    )
     print(f"{args.out}: {data.rows:,} examples, {data.nnz:,} non-zeros, {keys:,} distinct features, {labels}")
     return 0
 
@@ -298,8 +392,10 @@ def _checkpoint_list(args: argparse.Namespace, rest: list[str]) -> int:
             size = sum(m["bytes"] for m in manifest["files"].values())
             extra = manifest.get("extra") or {}
             epoch = f"epoch {extra['epoch']} (step {step})" if "epoch" in extra else f"step {step}"
-            print(f"{path}  {epoch}, {manifest['nodes']} node(s), tables {', '.join(sorted(manifest['tables']))}, "
-                  f"{size / 2**20:.1f} MiB, {age / 60:.1f} min old")
+            print(
+                f"{path}  {epoch}, {manifest['nodes']} node(s), tables {', '.join(sorted(manifest['tables']))}, "
+                f"{size / 2**20:.1f} MiB, {age / 60:.1f} min old"
+            )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"{path}  unreadable manifest ({exc})")
     return 0

@@ -72,8 +72,9 @@ class NodeConfig:
     test_drop_rate: float = 0.0
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *, caller: str = "pskv.init",
-                 **overrides) -> NodeConfig:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, caller: str = "pskv.init", **overrides
+    ) -> NodeConfig:
         """Read PSKV_* from `environ` (default os.environ); keyword overrides win. PSKV_* variables
         that are unset (or empty) come from torchrun's, SLURM's or a Kubernetes Indexed Job's
         variables when those are present (`environments.detect`), except with PSKV_JOIN. A bad
@@ -92,8 +93,11 @@ class NodeConfig:
             try:
                 values["consistency"] = as_consistency(values["consistency"]).spec
             except ConsistencyError as exc:
-                where = (f"{caller}(consistency={values['consistency']!r})" if overrides.get("consistency") is not None
-                         else "PSKV_CONSISTENCY")
+                where = (
+                    f"{caller}(consistency={values['consistency']!r})"
+                    if overrides.get("consistency") is not None
+                    else "PSKV_CONSISTENCY"
+                )
                 raise ConfigError(f"{where}: {exc}") from None
         config = cls(**values)
         try:
@@ -113,15 +117,19 @@ class NodeConfig:
         def bad(name: str, rule: str) -> ConfigError:
             value = getattr(self, name)
             if name in passed:
-                return ConfigError(f"{passed[name]}({name}={value!r}): {name} {rule} (PSKV_{name.upper()} sets it "
-                                   "when the argument is not given)")
+                return ConfigError(
+                    f"{passed[name]}({name}={value!r}): {name} {rule} (PSKV_{name.upper()} sets it "
+                    "when the argument is not given)"
+                )
             return ConfigError(f"PSKV_{name.upper()} is {value}; it {rule}")
 
         if self.join:
             split_address(self.join)
             if self.restore:
-                raise ConfigError("PSKV_JOIN and PSKV_RESTORE together: a node that joins a running cluster takes "
-                                  "its rows from the others; restore a checkpoint when the cluster starts")
+                raise ConfigError(
+                    "PSKV_JOIN and PSKV_RESTORE together: a node that joins a running cluster takes "
+                    "its rows from the others; restore a checkpoint when the cluster starts"
+                )
         if self.num_nodes < 1:
             raise bad("num_nodes", "must be at least 1")
         if not 0 <= self.rank < self.num_nodes:
@@ -136,22 +144,32 @@ class NodeConfig:
             )
         if self.coordinator:
             split_address(self.coordinator)
-        for name in ("failure_timeout", "heartbeat_interval", "rendezvous_timeout", "request_timeout",
-                     "collective_timeout", "wait_log_interval"):
+        for name in (
+            "failure_timeout",
+            "heartbeat_interval",
+            "rendezvous_timeout",
+            "request_timeout",
+            "collective_timeout",
+            "wait_log_interval",
+        ):
             if not 0 < getattr(self, name) < math.inf:  # also rejects nan
                 raise bad(name, "must be > 0 (and finite)")
         if not 0 <= self.test_drop_rate <= 1:
             raise bad("test_drop_rate", "must be in [0, 1]")
         if not 0 <= self.metrics_port < 65536:
-            raise ConfigError(f"PSKV_METRICS_PORT is {self.metrics_port}; give a TCP port (node r serves at it + r), "
-                              "or 0 for no metrics")
+            raise ConfigError(
+                f"PSKV_METRICS_PORT is {self.metrics_port}; give a TCP port (node r serves at it + r), "
+                "or 0 for no metrics"
+            )
         if self.threads < 1:
             raise bad("threads", "must be at least 1")
         if self.backups < 0:
             raise bad("backups", "must be 0 (no backups) or more")
         if self.backups >= self.num_nodes > 1:
-            raise ConfigError(f"PSKV_BACKUPS is {self.backups} on {self.num_nodes} node(s); a key range can have at "
-                              f"most {self.num_nodes - 1} backup(s) (one on each other node)")
+            raise ConfigError(
+                f"PSKV_BACKUPS is {self.backups} on {self.num_nodes} node(s); a key range can have at "
+                f"most {self.num_nodes - 1} backup(s) (one on each other node)"
+            )
 
     def to_env(self) -> dict[str, str]:
         """The PSKV_* variables that describe this config (used by pskv.launch)."""

@@ -64,14 +64,33 @@ def _front(args, argv) -> int:
         from .data import fetch
 
         fetch("ml-100k")
-        print(f"pskv demo: matrix factorization of MovieLens-100K (90/10 split), {args.nodes} nodes x "
-              f"{args.threads} threads, {args.epochs} epochs", flush=True)
-        command = [sys.executable, "-m", "pskv.apps.mf", "--data", "ml-100k", "--progress", "json",
-                   "--epochs", str(args.epochs), "--seed", str(args.seed), "--max-ratings", str(args.max_ratings)]
+        print(
+            f"pskv demo: matrix factorization of MovieLens-100K (90/10 split), {args.nodes} nodes x "
+            f"{args.threads} threads, {args.epochs} epochs",
+            flush=True,
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "pskv.apps.mf",
+            "--data",
+            "ml-100k",
+            "--progress",
+            "json",
+            "--epochs",
+            str(args.epochs),
+            "--seed",
+            str(args.seed),
+            "--max-ratings",
+            str(args.max_ratings),
+        ]
     else:
-        print(f"pskv demo: matrix factorization, {args.ratings:,} generated ratings of {args.users:,} users x "
-              f"{args.items:,} items (rank {args.rank} + noise 0.1), {args.nodes} nodes x {args.threads} threads, "
-              f"{args.epochs} epochs", flush=True)
+        print(
+            f"pskv demo: matrix factorization, {args.ratings:,} generated ratings of {args.users:,} users x "
+            f"{args.items:,} items (rank {args.rank} + noise 0.1), {args.nodes} nodes x {args.threads} threads, "
+            f"{args.epochs} epochs",
+            flush=True,
+        )
         command = [sys.executable, "-m", "pskv.demo", "--node", *argv]
     if plot or args.data == "synthetic":
         command += ["--plot", plot]  # synthetic nodes parse the demo's flags: '' turns the plot off
@@ -107,8 +126,10 @@ def _watch(args, command) -> tuple[int, list[str], list[str]]:
                 if msg["kind"] == "progress":
                     bar.update(msg["done"], msg["total"])
                 elif msg["kind"] == "epoch":
-                    bar.write(f"epoch {msg['epoch']:>2}  train RMSE {msg['train_rmse']:.4f}  "
-                              f"test RMSE {msg['test_rmse']:.4f}  ({msg['seconds']:.2f} s)")
+                    bar.write(
+                        f"epoch {msg['epoch']:>2}  train RMSE {msg['train_rmse']:.4f}  "
+                        f"test RMSE {msg['test_rmse']:.4f}  ({msg['seconds']:.2f} s)"
+                    )
                 elif msg["kind"] == "summary":
                     summary = msg["lines"]
                 elif msg["kind"] == "note":
@@ -116,8 +137,9 @@ def _watch(args, command) -> tuple[int, list[str], list[str]]:
             seen = len(lines)
         bar.close(finished=status == 0)
         if status != 0:
-            print(f"pskv demo failed (status {status}); last lines of the nodes:\n{cluster.logs_tail()}",
-                  file=sys.stderr)
+            print(
+                f"pskv demo failed (status {status}); last lines of the nodes:\n{cluster.logs_tail()}", file=sys.stderr
+            )
     return status, summary, notes
 
 
@@ -149,8 +171,15 @@ class _Progress:
                 from tqdm import tqdm
 
                 # initial=: tqdm's rate counts from here, not from 0 over the milliseconds since the bar appeared
-                self._bar = tqdm(total=total, initial=self.done, unit=self.unit, unit_scale=True, smoothing=0.1,
-                                 desc="training", dynamic_ncols=True)
+                self._bar = tqdm(
+                    total=total,
+                    initial=self.done,
+                    unit=self.unit,
+                    unit_scale=True,
+                    smoothing=0.1,
+                    desc="training",
+                    dynamic_ncols=True,
+                )
             return
         if self._bar is not None:
             self._bar.update(self.done - self._bar.n)
@@ -162,8 +191,11 @@ class _Progress:
         assert self._first is not None  # (update() set it before any line)
         t0, done0 = self._first
         rate = f"  {(self.done - done0) / (now - t0):,.0f} {self.unit}/s" if now - t0 >= self.RATE_AFTER else ""
-        print(f"  {100 * self.done / max(self.total, 1):5.1f}%  {self.done:,} {self.unit}{rate}", file=sys.stderr,
-              flush=True)
+        print(
+            f"  {100 * self.done / max(self.total, 1):5.1f}%  {self.done:,} {self.unit}{rate}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def write(self, line: str) -> None:
         """Print `line` on stdout, above the bar if there is one."""
@@ -231,8 +263,13 @@ def _node_main(args) -> None:
 
     node = pskv.init()
     train, test = _data(args)
-    node.table("items", rows=args.items, dim=args.rank, updater=pskv.Adagrad(lr=0.1, initial_accumulator=0.1),
-               init=pskv.Normal(std=0.1, seed=args.seed))
+    node.table(
+        "items",
+        rows=args.items,
+        dim=args.rank,
+        updater=pskv.Adagrad(lr=0.1, initial_accumulator=0.1),
+        init=pskv.Normal(std=0.1, seed=args.seed),
+    )
     reducer = common.Reducer(node, size=4)  # train sse, train n, test sse, test n
     report = common.Report("demo", argparse.Namespace(progress="json", plot=args.plot or None, log=None))
     workers = node.num_nodes * node.config.threads
@@ -252,23 +289,32 @@ def _node_main(args) -> None:
             order = np.random.default_rng([args.seed, me, epoch]).permutation(len(tu))
             sse = 0.0
             for lo in range(0, len(order), args.batch):
-                b = order[lo:lo + args.batch]
+                b = order[lo : lo + args.batch]
                 V = items.pull(ti[b])  # (batch, rank) float32
-                sse += _sgd_batch(U, tu[b], V, tr[b], 0.05, 0.02, grad[:len(b)])
-                items.push(ti[b], grad[:len(b)])
+                sse += _sgd_batch(U, tu[b], V, tr[b], 0.05, 0.02, grad[: len(b)])
+                items.push(ti[b], grad[: len(b)])
                 progress.update(len(b))
             s = reducer.sum(w, [sse, len(tu), _sse(U, su, items.pull(si), sr), len(su)])
-            report.epoch(w, epoch, train_rmse=np.sqrt(s[0] / s[1]), test_rmse=np.sqrt(s[2] / s[3]),
-                         seconds=time.monotonic() - t_epoch)
+            report.epoch(
+                w,
+                epoch,
+                train_rmse=np.sqrt(s[0] / s[1]),
+                test_rmse=np.sqrt(s[2] / s[3]),
+                seconds=time.monotonic() - t_epoch,
+            )
 
     node.run(work)
     if node.rank == 0:
         last, wall = report.rows[-1], time.monotonic() - t0
-        report.summary([f"{node.num_nodes} nodes x {node.config.threads} threads, {args.epochs} epochs in "
-                        f"{wall:.1f} s ({args.epochs * len(train[0]) / wall:,.0f} ratings/s)",
-                        f"baseline (predict the mean rating): test RMSE {baseline:.4f}; noise floor 0.1000",
-                        f"train RMSE {last['train_rmse']:.4f}",
-                        f"test RMSE {last['test_rmse']:.4f}"])
+        report.summary(
+            [
+                f"{node.num_nodes} nodes x {node.config.threads} threads, {args.epochs} epochs in "
+                f"{wall:.1f} s ({args.epochs * len(train[0]) / wall:,.0f} ratings/s)",
+                f"baseline (predict the mean rating): test RMSE {baseline:.4f}; noise floor 0.1000",
+                f"train RMSE {last['train_rmse']:.4f}",
+                f"test RMSE {last['test_rmse']:.4f}",
+            ]
+        )
     node.shutdown()
 
 

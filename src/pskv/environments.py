@@ -67,8 +67,10 @@ class Network:
         try:
             return socket.gethostbyname(name)
         except OSError as exc:
-            raise ConfigError(f"host {name!r} does not resolve ({exc}); set PSKV_COORDINATOR=ADDRESS:PORT and "
-                              "PSKV_HOST to this machine's address") from None
+            raise ConfigError(
+                f"host {name!r} does not resolve ({exc}); set PSKV_COORDINATOR=ADDRESS:PORT and "
+                "PSKV_HOST to this machine's address"
+            ) from None
 
     def route_to(self, address: str) -> str:
         """This machine's address on the route to `address` (a UDP connect sends no packet)."""
@@ -78,8 +80,10 @@ class Network:
                 sock.connect((address, 9))
                 return sock.getsockname()[0]
         except OSError as exc:
-            raise ConfigError(f"no route from this machine to the coordinator at {address} ({exc}); "
-                              "set PSKV_HOST to this machine's address") from None
+            raise ConfigError(
+                f"no route from this machine to the coordinator at {address} ({exc}); "
+                "set PSKV_HOST to this machine's address"
+            ) from None
 
     def this_host(self) -> str:
         """The address this machine's own name resolves to (a pod's IP under Kubernetes)."""
@@ -103,10 +107,13 @@ def detect(env: Mapping[str, str], network: Network | None = None) -> Found | No
 def _torchrun(env: Mapping[str, str], network: Network) -> Found:
     rank, size = _rank_and_size(env, "RANK", "WORLD_SIZE", "torchrun")
     port = _port(env) or _int(env, "MASTER_PORT", "torchrun", "a port number") + 1
-    values = {"PSKV_RANK": str(rank), "PSKV_NUM_NODES": str(size),
-              **_placement(env["MASTER_ADDR"], port, env, network)}
-    origin = {"PSKV_RANK": "RANK", "PSKV_NUM_NODES": "WORLD_SIZE",
-              "PSKV_COORDINATOR": "MASTER_ADDR and MASTER_PORT + 1", "PSKV_HOST": "the route to MASTER_ADDR"}
+    values = {"PSKV_RANK": str(rank), "PSKV_NUM_NODES": str(size), **_placement(env["MASTER_ADDR"], port, env, network)}
+    origin = {
+        "PSKV_RANK": "RANK",
+        "PSKV_NUM_NODES": "WORLD_SIZE",
+        "PSKV_COORDINATOR": "MASTER_ADDR and MASTER_PORT + 1",
+        "PSKV_HOST": "the route to MASTER_ADDR",
+    }
     return Found("torchrun", values, origin)
 
 
@@ -114,25 +121,34 @@ def _slurm(env: Mapping[str, str], network: Network) -> Found:
     rank, size = _rank_and_size(env, "SLURM_PROCID", "SLURM_NTASKS", "SLURM")
     list_name = "SLURM_STEP_NODELIST" if env.get("SLURM_STEP_NODELIST") else "SLURM_JOB_NODELIST"
     if not env.get(list_name):
-        raise ConfigError("SLURM_PROCID and SLURM_NTASKS are set but neither SLURM_STEP_NODELIST nor "
-                          "SLURM_JOB_NODELIST; start the nodes with srun, or set PSKV_COORDINATOR=HOST:PORT")
+        raise ConfigError(
+            "SLURM_PROCID and SLURM_NTASKS are set but neither SLURM_STEP_NODELIST nor "
+            "SLURM_JOB_NODELIST; start the nodes with srun, or set PSKV_COORDINATOR=HOST:PORT"
+        )
     first = expand_hostlist(env[list_name], list_name)[0]
     values = {"PSKV_RANK": str(rank), "PSKV_NUM_NODES": str(size), **_placement(first, slurm_port(env), env, network)}
-    origin = {"PSKV_RANK": "SLURM_PROCID", "PSKV_NUM_NODES": "SLURM_NTASKS",
-              "PSKV_COORDINATOR": f"the first host of {list_name} ({first}) and PSKV_PORT or SLURM_JOB_ID",
-              "PSKV_HOST": f"the route to {first}"}
+    origin = {
+        "PSKV_RANK": "SLURM_PROCID",
+        "PSKV_NUM_NODES": "SLURM_NTASKS",
+        "PSKV_COORDINATOR": f"the first host of {list_name} ({first}) and PSKV_PORT or SLURM_JOB_ID",
+        "PSKV_HOST": f"the route to {first}",
+    }
     return Found("SLURM", values, origin)
 
 
 def _kubernetes(env: Mapping[str, str], network: Network) -> Found:
     rank = _int(env, "JOB_COMPLETION_INDEX", "Kubernetes", "a number >= 0")
     if not env.get("PSKV_NUM_NODES"):
-        raise ConfigError(f"JOB_COMPLETION_INDEX={rank} (a Kubernetes Indexed Job) but PSKV_NUM_NODES is not set; "
-                          "set it to the Job's completions in the pod's env (see examples/k8s/pskv-job.yaml)")
+        raise ConfigError(
+            f"JOB_COMPLETION_INDEX={rank} (a Kubernetes Indexed Job) but PSKV_NUM_NODES is not set; "
+            "set it to the Job's completions in the pod's env (see examples/k8s/pskv-job.yaml)"
+        )
     size = _int(env, "PSKV_NUM_NODES", "Kubernetes", "a number >= 1")
     if not 0 <= rank < size:
-        raise ConfigError(f"JOB_COMPLETION_INDEX={rank} but PSKV_NUM_NODES={size}: indexes run from 0 to "
-                          f"{size - 1}; set PSKV_NUM_NODES to the Job's completions")
+        raise ConfigError(
+            f"JOB_COMPLETION_INDEX={rank} but PSKV_NUM_NODES={size}: indexes run from 0 to "
+            f"{size - 1}; set PSKV_NUM_NODES to the Job's completions"
+        )
     port = _port(env) or _K8S_PORT
     host = env.get("PSKV_HOST") or network.this_host()
     if rank == 0:  # it runs the coordinator; ZeroMQ binds addresses, and its own name may not resolve yet
@@ -140,11 +156,16 @@ def _kubernetes(env: Mapping[str, str], network: Network) -> Found:
     elif env.get("PSKV_COORDINATOR_HOST"):
         coordinator = f"{_bracketed(env['PSKV_COORDINATOR_HOST'])}:{port}"  # a name: ZeroMQ resolves it, retrying
     else:
-        raise ConfigError(f"JOB_COMPLETION_INDEX={rank} (a Kubernetes Indexed Job) but PSKV_COORDINATOR_HOST is not "
-                          "set; set it to JOB-0.SERVICE, the first pod of the Job under its headless Service")
+        raise ConfigError(
+            f"JOB_COMPLETION_INDEX={rank} (a Kubernetes Indexed Job) but PSKV_COORDINATOR_HOST is not "
+            "set; set it to JOB-0.SERVICE, the first pod of the Job under its headless Service"
+        )
     values = {"PSKV_RANK": str(rank), "PSKV_COORDINATOR": coordinator, "PSKV_HOST": host}
-    origin = {"PSKV_RANK": "JOB_COMPLETION_INDEX", "PSKV_HOST": "this pod's host name",
-              "PSKV_COORDINATOR": "this pod's address" if rank == 0 else "PSKV_COORDINATOR_HOST and PSKV_PORT"}
+    origin = {
+        "PSKV_RANK": "JOB_COMPLETION_INDEX",
+        "PSKV_HOST": "this pod's host name",
+        "PSKV_COORDINATOR": "this pod's address" if rank == 0 else "PSKV_COORDINATOR_HOST and PSKV_PORT",
+    }
     return Found("Kubernetes", values, origin)
 
 
@@ -156,8 +177,10 @@ def slurm_port(env: Mapping[str, str]) -> int:
     if port:
         return port
     if not env.get("SLURM_JOB_ID", "").isdigit():
-        raise ConfigError(f"SLURM_JOB_ID={env.get('SLURM_JOB_ID')!r} is not a job number, so no coordinator port "
-                          "can be derived from it; set PSKV_PORT to a free port")
+        raise ConfigError(
+            f"SLURM_JOB_ID={env.get('SLURM_JOB_ID')!r} is not a job number, so no coordinator port "
+            "can be derived from it; set PSKV_PORT to a free port"
+        )
     step = int(env["SLURM_STEP_ID"]) if env.get("SLURM_STEP_ID", "").isdigit() else 0
     return _SLURM_PORT_BASE + (int(env["SLURM_JOB_ID"]) * _SLURM_STEPS + step % _SLURM_STEPS) % _SLURM_PORT_SPAN
 
@@ -188,8 +211,9 @@ def _split_top_level(text: str, where: str) -> list[str]:
             items.append(text[start:i].strip())
             start = i + 1
         if depth not in (0, 1):
-            raise ConfigError(f"{where}={text!r} has unbalanced or nested brackets at position {i}; "
-                              "expected e.g. node[01-03,07],gpu5")
+            raise ConfigError(
+                f"{where}={text!r} has unbalanced or nested brackets at position {i}; expected e.g. node[01-03,07],gpu5"
+            )
     if depth:
         raise ConfigError(f"{where}={text!r} has a '[' that is never closed; expected e.g. node[01-03,07],gpu5")
     items.append(text[start:].strip())
@@ -230,8 +254,10 @@ def _rank_and_size(env: Mapping[str, str], rank_name: str, size_name: str, launc
     if size < 1:
         raise ConfigError(f"{size_name}={env[size_name]!r} ({launcher}) is not a number >= 1")
     if not 0 <= rank < size:
-        raise ConfigError(f"{rank_name}={rank} but {size_name}={size} ({launcher}): ranks run from 0 to "
-                          f"{size - 1}; start the processes with {launcher}, or set PSKV_RANK and PSKV_NUM_NODES")
+        raise ConfigError(
+            f"{rank_name}={rank} but {size_name}={size} ({launcher}): ranks run from 0 to "
+            f"{size - 1}; start the processes with {launcher}, or set PSKV_RANK and PSKV_NUM_NODES"
+        )
     return rank, size
 
 

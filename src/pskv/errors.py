@@ -89,8 +89,14 @@ class RequestStalled(NodeFailure):
     """A request made no progress for `request_timeout` seconds. `.request` describes it (table,
     kind, keys), `.destinations` the nodes it was sent to; `.node_id` is the first of those."""
 
-    def __init__(self, message: str, node_id: int = -1, address: str = "", request: str = "",
-                 destinations: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        node_id: int = -1,
+        address: str = "",
+        request: str = "",
+        destinations: list[int] | None = None,
+    ) -> None:
         super().__init__(message, node_id, address)
         self.request = request
         self.destinations = list(destinations or [])

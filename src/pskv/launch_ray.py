@@ -47,16 +47,33 @@ from .errors import ClusterError, NodeFailure
 
 __all__ = ["launch_ray", "run_ray"]
 
-_PER_NODE = ("PSKV_COORDINATOR", "PSKV_NUM_NODES", "PSKV_RANK", "PSKV_HOST", "PSKV_THREADS",
-             "PSKV_EXTERNAL_COORDINATOR", "PSKV_JOIN", "PSKV_SECRET_FILE")
+_PER_NODE = (
+    "PSKV_COORDINATOR",
+    "PSKV_NUM_NODES",
+    "PSKV_RANK",
+    "PSKV_HOST",
+    "PSKV_THREADS",
+    "PSKV_EXTERNAL_COORDINATOR",
+    "PSKV_JOIN",
+    "PSKV_SECRET_FILE",
+)
 _POLL = 0.2  # seconds between looks at the actors: a failure is noticed at once, this only bounds the loop
 _STOP_WAIT = 5.0  # seconds a command gets after SIGTERM before SIGKILL
 _TAIL = 40  # lines of a failed command's output quoted in the report
 
 
-def launch_ray(nodes: int, command: list[str], *, address: str | None = None, threads: int = 1,
-               host: str | None = None, num_cpus: float = 1, grace: float = 5.0,
-               start_timeout: float = 300.0, **settings: Any) -> int:
+def launch_ray(
+    nodes: int,
+    command: list[str],
+    *,
+    address: str | None = None,
+    threads: int = 1,
+    host: str | None = None,
+    num_cpus: float = 1,
+    grace: float = 5.0,
+    start_timeout: float = 300.0,
+    **settings: Any,
+) -> int:
     """Run `command` as pskv node 0..nodes-1, one per Ray actor, to completion; return 0 if every
     node exited 0, else the first failed node's status (1 if its actor died).
 
@@ -69,8 +86,19 @@ def launch_ray(nodes: int, command: list[str], *, address: str | None = None, th
     if not command:
         raise ConfigError("the command to launch is empty; give it after `--`")
     try:
-        outcome = _run(nodes, list(command), None, (), address=address, threads=threads, host=host,
-                       num_cpus=num_cpus, grace=grace, start_timeout=start_timeout, settings=settings)
+        outcome = _run(
+            nodes,
+            list(command),
+            None,
+            (),
+            address=address,
+            threads=threads,
+            host=host,
+            num_cpus=num_cpus,
+            grace=grace,
+            start_timeout=start_timeout,
+            settings=settings,
+        )
     except KeyboardInterrupt:  # _run stopped every actor on its way out
         print("[launcher] interrupted; stopped all nodes", file=sys.stderr, flush=True)
         return 128 + signal.SIGINT
@@ -83,9 +111,18 @@ def launch_ray(nodes: int, command: list[str], *, address: str | None = None, th
     return code
 
 
-def run_ray(fn: Callable[..., Any], nodes: int, *args: Any, address: str | None = None, threads: int = 1,
-            host: str | None = None, num_cpus: float = 1, grace: float = 5.0, start_timeout: float = 300.0,
-            **settings: Any) -> list[Any]:
+def run_ray(
+    fn: Callable[..., Any],
+    nodes: int,
+    *args: Any,
+    address: str | None = None,
+    threads: int = 1,
+    host: str | None = None,
+    num_cpus: float = 1,
+    grace: float = 5.0,
+    start_timeout: float = 300.0,
+    **settings: Any,
+) -> list[Any]:
     """Call `fn(*args)` in each of `nodes` Ray actors, as pskv node 0..nodes-1 (`pskv.init()`
     inside `fn` joins the cluster); return the results by rank.
 
@@ -94,12 +131,24 @@ def run_ray(fn: Callable[..., Any], nodes: int, *args: Any, address: str | None 
     `fn` raised or whose actor died, chained to that error, after stopping the others."""
     if not callable(fn):
         raise ConfigError(f"run_ray needs a function to run in every actor, not {fn!r}")
-    outcome = _run(nodes, None, fn, args, address=address, threads=threads, host=host, num_cpus=num_cpus,
-                   grace=grace, start_timeout=start_timeout, settings=settings)
+    outcome = _run(
+        nodes,
+        None,
+        fn,
+        args,
+        address=address,
+        threads=threads,
+        host=host,
+        num_cpus=num_cpus,
+        grace=grace,
+        start_timeout=start_timeout,
+        settings=settings,
+    )
     if outcome.failure is not None:
         rank, _, detail = outcome.failure
-        raise NodeFailure(f"node {rank} failed in its Ray actor: {detail}{outcome.stopped_text()}",
-                          node_id=rank) from outcome.error
+        raise NodeFailure(
+            f"node {rank} failed in its Ray actor: {detail}{outcome.stopped_text()}", node_id=rank
+        ) from outcome.error
     return [outcome.results[rank] for rank in range(nodes)]
 
 
@@ -115,9 +164,20 @@ class _Outcome:
         return f"; stopped the {self.stopped} node(s) still running" if self.stopped else ""
 
 
-def _run(nodes: int, command: list[str] | None, fn: Callable | None, args: tuple, *, address: str | None,
-         threads: int, host: str | None, num_cpus: float, grace: float, start_timeout: float,
-         settings: dict) -> _Outcome:
+def _run(
+    nodes: int,
+    command: list[str] | None,
+    fn: Callable | None,
+    args: tuple,
+    *,
+    address: str | None,
+    threads: int,
+    host: str | None,
+    num_cpus: float,
+    grace: float,
+    start_timeout: float,
+    settings: dict,
+) -> _Outcome:
     if not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"nodes is {nodes!r}; launch at least 1 node")
     ray = _import_ray()
@@ -134,8 +194,14 @@ def _run(nodes: int, command: list[str] | None, fn: Callable | None, args: tuple
         coordinator = f"[{hosts[0]}]:{port}" if ":" in hosts[0] else f"{hosts[0]}:{port}"
         refs = {}
         for rank, actor in enumerate(actors):
-            env = {**base_env, "PSKV_COORDINATOR": coordinator, "PSKV_NUM_NODES": str(nodes),
-                   "PSKV_RANK": str(rank), "PSKV_HOST": hosts[rank], "PSKV_THREADS": str(threads)}
+            env = {
+                **base_env,
+                "PSKV_COORDINATOR": coordinator,
+                "PSKV_NUM_NODES": str(nodes),
+                "PSKV_RANK": str(rank),
+                "PSKV_HOST": hosts[rank],
+                "PSKV_THREADS": str(threads),
+            }
             refs[actor.run.remote(env, secret, command, fn, args)] = rank
         return _wait(ray, refs, command is not None, grace)
     finally:
@@ -148,8 +214,10 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise ConfigError("--ray needs the ray package, which is not installed here; "
-                          "`pip install 'pskv[ray]'` (ray>=2.9), on every machine of the Ray cluster") from None
+        raise ConfigError(
+            "--ray needs the ray package, which is not installed here; "
+            "`pip install 'pskv[ray]'` (ray>=2.9), on every machine of the Ray cluster"
+        ) from None
     return ray
 
 
@@ -158,8 +226,9 @@ def _base_env(threads: int, settings: dict) -> tuple[dict[str, str], bytes]:
     own = {k: v for k, v in os.environ.items() if k.startswith("PSKV_") and k not in _PER_NODE}
     unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(NodeConfig)})
     if unknown:
-        raise ConfigError(f"unknown node settings {unknown}; pass NodeConfig fields such as backups= or "
-                          "failure_timeout=")
+        raise ConfigError(
+            f"unknown node settings {unknown}; pass NodeConfig fields such as backups= or failure_timeout="
+        )
     base = NodeConfig.from_env(own, threads=threads, **settings)
     secret = (secrets.token_hex(32) + "\n").encode()  # a cluster of our making gets its own (net.auth's format)
     path = os.environ.get("PSKV_SECRET_FILE")
@@ -168,8 +237,10 @@ def _base_env(threads: int, settings: dict) -> tuple[dict[str, str], bytes]:
             with open(path, "rb") as f:
                 secret = f.read()
         except OSError as exc:
-            raise ConfigError(f"PSKV_SECRET_FILE={path!r} cannot be read ({exc.strerror}); "
-                              "create it with `pskv secret new FILE`, or unset it") from None
+            raise ConfigError(
+                f"PSKV_SECRET_FILE={path!r} cannot be read ({exc.strerror}); "
+                "create it with `pskv secret new FILE`, or unset it"
+            ) from None
     return {**base.to_env(), "PYTHONUNBUFFERED": "1"}, secret
 
 
@@ -178,9 +249,11 @@ def _node_hosts(ray, actors: list, host: str | None, timeout: float) -> list[str
     refs = [actor.host.remote() for actor in actors]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
     if len(ready) < len(refs):
-        raise ClusterError(f"only {len(ready)} of {len(refs)} Ray actors started within {timeout:g} s; the cluster "
-                           f"has {ray.available_resources().get('CPU', 0):g} CPUs free: launch fewer nodes, "
-                           "pass num_cpus= below 1, or add Ray nodes")
+        raise ClusterError(
+            f"only {len(ready)} of {len(refs)} Ray actors started within {timeout:g} s; the cluster "
+            f"has {ray.available_resources().get('CPU', 0):g} CPUs free: launch fewer nodes, "
+            "pass num_cpus= below 1, or add Ray nodes"
+        )
     found = ray.get(refs)
     return [host or h for h in found]
 
@@ -256,8 +329,9 @@ class _NodeActor:
             s.bind((host, 0))
             return s.getsockname()[1]
 
-    def run(self, env: dict[str, str], secret: bytes, command: list[str] | None, fn: Callable | None,
-            args: tuple) -> Any:
+    def run(
+        self, env: dict[str, str], secret: bytes, command: list[str] | None, fn: Callable | None, args: tuple
+    ) -> Any:
         """The node: `command` in a child process (returns (status, last lines)), or `fn(*args)` here."""
         secret_file = _write_secret(secret)
         env = {**env, "PSKV_SECRET_FILE": secret_file}
@@ -275,8 +349,14 @@ class _NodeActor:
     def _run_command(self, command: list[str], env: dict[str, str]) -> tuple[int, str]:
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("PSKV_")}
         try:
-            self._proc = subprocess.Popen(command, env={**child_env, **env}, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            self._proc = subprocess.Popen(
+                command,
+                env={**child_env, **env},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         except OSError as exc:
             return 127, f"cannot start {command!r}: {exc.strerror}; check the command and PATH on this Ray node"
         tail: list[str] = []

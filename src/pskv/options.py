@@ -86,8 +86,10 @@ def as_consistency(value) -> Consistency:
     m = re.fullmatch(r"ssp[:(=]?\s*(\d+)\)?", text)
     if m:
         return SSP(int(m.group(1)))
-    raise ConsistencyError(f"unknown consistency {value!r}; use pskv.BSP(), pskv.SSP(staleness=s), pskv.Async() "
-                           "or the text 'bsp', 'ssp:S', 'async'")
+    raise ConsistencyError(
+        f"unknown consistency {value!r}; use pskv.BSP(), pskv.SSP(staleness=s), pskv.Async() "
+        "or the text 'bsp', 'ssp:S', 'async'"
+    )
 
 
 # ---- placement, replication, caching, aggregation --------------------------------------------------
@@ -135,11 +137,14 @@ class Replicate:
         if (self.keys is None) == (self.hottest is None):
             raise ConfigError("pskv.Replicate needs exactly one of keys=KEYS or hottest=N (with frequencies=)")
         if self.hottest is not None and (self.frequencies is None or int(self.hottest) < 0):
-            raise ConfigError(f"pskv.Replicate(hottest={self.hottest}) needs frequencies= (one count per row) "
-                              "and hottest >= 0")
+            raise ConfigError(
+                f"pskv.Replicate(hottest={self.hottest}) needs frequencies= (one count per row) and hottest >= 0"
+            )
         if self.syncs_per_sec < 0 or self.threshold < 0:
-            raise ConfigError(f"pskv.Replicate: syncs_per_sec={self.syncs_per_sec} and threshold={self.threshold} "
-                              "must be >= 0 (syncs_per_sec=0: only worker.wait_replica_sync() sends)")
+            raise ConfigError(
+                f"pskv.Replicate: syncs_per_sec={self.syncs_per_sec} and threshold={self.threshold} "
+                "must be >= 0 (syncs_per_sec=0: only worker.wait_replica_sync() sends)"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,8 +159,9 @@ class Cache:
 
     def __post_init__(self) -> None:
         if (self.rows is not None and self.rows < 0) or self.buffer_rows < 1:
-            raise ConfigError(f"pskv.Cache(rows={self.rows}, buffer_rows={self.buffer_rows}): use rows >= 0 "
-                              "and buffer_rows >= 1")
+            raise ConfigError(
+                f"pskv.Cache(rows={self.rows}, buffer_rows={self.buffer_rows}): use rows >= 0 and buffer_rows >= 1"
+            )
 
     def capacity(self, table_rows: int) -> int:
         return min(table_rows, 100_000) if self.rows is None else int(self.rows)
@@ -191,8 +197,10 @@ class Sampling:
             except (TypeError, ValueError):
                 w = np.zeros(0)
             if w.ndim != 1 or (w < 0).any() or not w.sum() > 0:
-                raise ConfigError(f"sampling weights {str(self.dist)[:60]} must be a 1-D array of non-negative numbers "
-                                  "with a positive sum, or a function draw(rng, n) -> keys")
+                raise ConfigError(
+                    f"sampling weights {str(self.dist)[:60]} must be a 1-D array of non-negative numbers "
+                    "with a positive sum, or a function draw(rng, n) -> keys"
+                )
             object.__setattr__(self, "dist", w / w.sum())
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -213,19 +221,26 @@ class TableOptions:
     aggregate: NodeAggregate | None = None
 
     @classmethod
-    def of(cls, name: str, placement=None, replicate=None, sampling=None, cache=None, aggregate=None,
-           **old) -> TableOptions:
+    def of(
+        cls, name: str, placement=None, replicate=None, sampling=None, cache=None, aggregate=None, **old
+    ) -> TableOptions:
         """The options of table `name` from node.table()'s keywords (old ones deprecated)."""
         placement, replicate, cache, aggregate = _from_old(name, placement, replicate, cache, aggregate, old)
-        for value, kind, word in ((placement, Relocate, "placement"), (replicate, Replicate, "replicate"),
-                                  (sampling, Sampling, "sampling"), (cache, Cache, "cache"),
-                                  (aggregate, NodeAggregate, "aggregate")):
+        for value, kind, word in (
+            (placement, Relocate, "placement"),
+            (replicate, Replicate, "replicate"),
+            (sampling, Sampling, "sampling"),
+            (cache, Cache, "cache"),
+            (aggregate, NodeAggregate, "aggregate"),
+        ):
             if value is not None and not isinstance(value, kind):
                 raise ConfigError(f"table {name!r}: {word}={value!r}; use pskv.{kind.__name__}(...)")
         if aggregate is not None and (replicate is not None or (placement or Relocate()).location_caches):
-            raise TableError(f"table {name!r}: aggregate=pskv.NodeAggregate() does not mix with replicate= or "
-                             "location caches; an aggregated table keeps its static placement (one technique "
-                             "per table)")
+            raise TableError(
+                f"table {name!r}: aggregate=pskv.NodeAggregate() does not mix with replicate= or "
+                "location caches; an aggregated table keeps its static placement (one technique "
+                "per table)"
+            )
         return cls(placement or Relocate(), replicate, sampling, cache or Cache(), aggregate)
 
 
@@ -242,9 +257,12 @@ def _from_old(name, placement, replicate, cache, aggregate, old: dict):
     if not (old or raw_replicate or raw_aggregate):
         return placement, replicate, cache, aggregate
     words = sorted(old) + ["replicate"] * raw_replicate + ["aggregate"] * raw_aggregate
-    warnings.warn(f"table {name!r}: keyword(s) {words} are deprecated; use placement=pskv.Relocate(...), "
-                  "replicate=pskv.Replicate(...), cache=pskv.Cache(...), aggregate=pskv.NodeAggregate()",
-                  DeprecationWarning, stacklevel=4)
+    warnings.warn(
+        f"table {name!r}: keyword(s) {words} are deprecated; use placement=pskv.Relocate(...), "
+        "replicate=pskv.Replicate(...), cache=pskv.Cache(...), aggregate=pskv.NodeAggregate()",
+        DeprecationWarning,
+        stacklevel=4,
+    )
     if "location_caches" in old:
         placement = Relocate(location_caches=bool(old["location_caches"]))
     if raw_replicate:

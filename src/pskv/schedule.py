@@ -57,10 +57,21 @@ class ScheduleError(PskvError):
 class Scheduler:
     """STRADS-style round scheduler over `coords` coordinates (see the module doc)."""
 
-    def __init__(self, node, name: str, coords: int, per_round: int, *, policy: str = "strads",
-                 candidates: int | None = None, priority: Callable[[np.ndarray], np.ndarray] | None = None,
-                 dependencies: Callable[[np.ndarray], np.ndarray] | None = None, seed: int = 0,
-                 eta: float = 1e-2, max_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        node,
+        name: str,
+        coords: int,
+        per_round: int,
+        *,
+        policy: str = "strads",
+        candidates: int | None = None,
+        priority: Callable[[np.ndarray], np.ndarray] | None = None,
+        dependencies: Callable[[np.ndarray], np.ndarray] | None = None,
+        seed: int = 0,
+        eta: float = 1e-2,
+        max_seconds: float = 5.0,
+    ) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"scheduler policy {policy!r}: use one of {', '.join(POLICIES)}")
         if not 1 <= per_round <= coords:
@@ -68,8 +79,13 @@ class Scheduler:
         self.node, self.name, self.coords, self.per_round = node, name, int(coords), int(per_round)
         self.policy = policy
         self.candidates = min(int(candidates or 4 * per_round), self.coords)
-        self.priority = priority or (lambda sizes: sizes + eta * sizes.max() if sizes.max() > 0  # (exploration: eta
-                                     else np.ones_like(sizes))  # of the largest; nothing moves: uniform)
+        self.priority = priority or (
+            lambda sizes: (
+                sizes + eta * sizes.max()
+                if sizes.max() > 0  # (exploration: eta
+                else np.ones_like(sizes)
+            )
+        )  # of the largest; nothing moves: uniform)
         self.dependencies = dependencies
         self.max_seconds = float(max_seconds)
         self._rng = np.random.default_rng(seed)
@@ -101,9 +117,11 @@ class Scheduler:
         the global clock until round 0 is out. While it runs, no worker may wait in a barrier (the
         scheduler's worker never arrives)."""
         if self.node.clocks.global_clock != 0:
-            raise ScheduleError(f"scheduler {self.name!r}: the cluster's clocks are at "
-                                f"{self.node.clocks.global_clock}, not 0; rounds are clocks, so a scheduler runs "
-                                "first and once per cluster run")
+            raise ScheduleError(
+                f"scheduler {self.name!r}: the cluster's clocks are at "
+                f"{self.node.clocks.global_clock}, not 0; rounds are clocks, so a scheduler runs "
+                "first and once per cluster run"
+            )
         if self.node.rank == 0:
             self._rounds = int(rounds)
 
@@ -116,8 +134,9 @@ class Scheduler:
             if self._thread is not None or self._rounds is None:
                 return
             w = self.node.worker()  # every worker of node 0's run is registered: none has ticked yet
-            self._thread = threading.Thread(target=self._run, args=(w, self._rounds), name="pskv-scheduler",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, args=(w, self._rounds), name="pskv-scheduler", daemon=True
+            )
             self._thread.start()
 
     def close(self, timeout: float | None = None) -> None:
@@ -149,7 +168,7 @@ class Scheduler:
                 self.updates += len(chosen)
                 self._chosen.pop(t - 3, None)
                 row = np.zeros(self._width)
-                row[0], row[1:1 + len(chosen)] = len(chosen), chosen
+                row[0], row[1 : 1 + len(chosen)] = len(chosen), chosen
                 slot = (t % _SLOTS) * self._width
                 sets.set(np.arange(slot, slot + self._width), row[:, None]).wait()
                 w.clock()
@@ -195,8 +214,9 @@ class Scheduler:
             raise ScheduleError(f"priority() returned {weights.shape} weights (need ({p},), >= 0, not all 0)")
         with np.errstate(divide="ignore"):  # (weight 0: key inf, drawn last)
             keys = self._rng.exponential(size=p) / weights  # Efraimidis-Spirakis: the C smallest keys are C draws
-        candidates = (np.argpartition(keys, self.candidates - 1)[:self.candidates] if self.candidates < p
-                      else np.arange(p))
+        candidates = (
+            np.argpartition(keys, self.candidates - 1)[: self.candidates] if self.candidates < p else np.arange(p)
+        )
         # in the order drawn (without replacement, each draw ~ weight); not re-sorted by priority: taking
         # the P highest of C > P candidates starved the coordinates whose last change was 0, and a zero
         # coordinate that started to violate its optimality condition was then never updated (a stall)
@@ -207,9 +227,11 @@ class Scheduler:
         safe = np.asarray(self.dependencies(candidates), np.int64)
         took = time.perf_counter() - begun
         if took > self.max_seconds:
-            raise ScheduleError(f"dependencies() took {took:.1f} s for {len(candidates)} candidates (max_seconds="
-                                f"{self.max_seconds:g}): make it cheaper (fewer candidates, a cached Gram) or raise "
-                                "max_seconds")
+            raise ScheduleError(
+                f"dependencies() took {took:.1f} s for {len(candidates)} candidates (max_seconds="
+                f"{self.max_seconds:g}): make it cheaper (fewer candidates, a cached Gram) or raise "
+                "max_seconds"
+            )
         if not np.isin(safe, candidates).all():
             raise ScheduleError("dependencies() returned coordinates that were not candidates")
         return np.sort(safe[:k]).astype(np.int64)
@@ -228,7 +250,7 @@ class Scheduler:
         n = int(row[0])
         if not 0 <= n <= self.per_round:
             raise ScheduleError(f"round {t} of scheduler {self.name!r}: a set of {n} coordinates")
-        return row[1:1 + n].astype(np.int64)
+        return row[1 : 1 + n].astype(np.int64)
 
     def report(self, w, t: int, chosen: np.ndarray, sizes: np.ndarray) -> None:
         """|change| of round t's coordinates, for the priority model (workers that computed the same
@@ -241,8 +263,12 @@ class Scheduler:
         w.clock()
 
     def stats(self) -> dict:
-        return {"rounds": self.rounds, "updates": self.updates, "choose_seconds": self.choose_seconds,
-                "wait_seconds": self.wait_seconds}
+        return {
+            "rounds": self.rounds,
+            "updates": self.updates,
+            "choose_seconds": self.choose_seconds,
+            "wait_seconds": self.wait_seconds,
+        }
 
 
 class RoundSums:
@@ -269,8 +295,10 @@ class RoundSums:
     def push(self, t: int, partial: np.ndarray):
         """Add this worker's (width,) partial sums of round t; a Future."""
         slot = t % 2
-        return self.table.push(np.arange(slot * self.width, (slot + 1) * self.width),
-                               np.asarray(partial, np.float64).reshape(self.width, 1))
+        return self.table.push(
+            np.arange(slot * self.width, (slot + 1) * self.width),
+            np.asarray(partial, np.float64).reshape(self.width, 1),
+        )
 
     def totals(self, t: int) -> np.ndarray:
         """(width,) round t's sums over every worker."""
@@ -306,8 +334,9 @@ def correlation_check(columns: Callable[[np.ndarray], np.ndarray], rho: float) -
     return safe
 
 
-def sparse_correlation_check(ptr: np.ndarray, rows: np.ndarray, vals: np.ndarray, n_rows: int,
-                             rho: float) -> Callable[[np.ndarray], np.ndarray]:
+def sparse_correlation_check(
+    ptr: np.ndarray, rows: np.ndarray, vals: np.ndarray, n_rows: int, rho: float
+) -> Callable[[np.ndarray], np.ndarray]:
     """correlation_check's rule for sparse columns, without a dense column or a Gram matrix: X by
     columns (CSC: column j's nonzeros are rows[ptr[j]:ptr[j + 1]], values vals[...]) over all
     `n_rows` rows. The centered correlation of columns i and j is (x_i . x_j - n m_i m_j) /

@@ -24,13 +24,16 @@ def to_numpy(x, what: str) -> np.ndarray:
     """The numpy view of CPU tensor `x` (no copy; autograd's graph is not touched). Raises
     DTypeError for a tensor on another device or of a dtype numpy lacks (bfloat16)."""
     if x.device.type != "cpu":
-        raise DTypeError(f"{what} is a tensor on {x.device}; pskv tables take CPU tensors only (GPU tensors are "
-                         "not supported): pass t.cpu() and copy the result back to the device")
+        raise DTypeError(
+            f"{what} is a tensor on {x.device}; pskv tables take CPU tensors only (GPU tensors are "
+            "not supported): pass t.cpu() and copy the result back to the device"
+        )
     try:
         return x.detach().numpy()
     except (TypeError, RuntimeError) as exc:
-        raise DTypeError(f"{what} is a {x.dtype} tensor that numpy cannot view ({exc}); convert it, e.g. "
-                         "t.float()") from None
+        raise DTypeError(
+            f"{what} is a {x.dtype} tensor that numpy cannot view ({exc}); convert it, e.g. t.float()"
+        ) from None
 
 
 def from_numpy(arr: np.ndarray):

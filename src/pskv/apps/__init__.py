@@ -25,8 +25,9 @@ APPS = {  # name -> module
 }
 
 
-def run(app: str, argv: list[str], *, nodes: int | None = None, threads: int | None = None,
-        verbose: bool = False) -> int:
+def run(
+    app: str, argv: list[str], *, nodes: int | None = None, threads: int | None = None, verbose: bool = False
+) -> int:
     """Run `app` with `argv`: on `nodes` new local nodes x `threads` (default 1 x 1), or, inside a
     cluster (PSKV_COORDINATOR set, as under `pskv launch`), as this node's part. Returns the status.
 
@@ -40,8 +41,10 @@ def run(app: str, argv: list[str], *, nodes: int | None = None, threads: int | N
     module = importlib.import_module(APPS[app])
     if os.environ.get("PSKV_COORDINATOR"):
         if nodes is not None or threads is not None:
-            print(f"pskv run {app}: inside a cluster already; --nodes/--threads ignored "
-                  "(the launcher set them)", file=sys.stderr)
+            print(
+                f"pskv run {app}: inside a cluster already; --nodes/--threads ignored (the launcher set them)",
+                file=sys.stderr,
+            )
         return module.main(argv)
     from ..launch import launch
 
@@ -60,5 +63,10 @@ def run(app: str, argv: list[str], *, nodes: int | None = None, threads: int | N
         backups.add_argument("--backups", type=int, default=None)
         args = backups.parse_known_args(argv)[0]
     # the launcher must know the backups too: with them the others go on when a node dies
-    return launch(nodes or 1, [sys.executable, "-m", APPS[app], *argv], threads=threads or 1,
-                  backups=getattr(args, "backups", None), verbose=verbose)
+    return launch(
+        nodes or 1,
+        [sys.executable, "-m", APPS[app], *argv],
+        threads=threads or 1,
+        backups=getattr(args, "backups", None),
+        verbose=verbose,
+    )

@@ -53,8 +53,9 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-def parser(app: str, description: str, *, epochs: int = 10, techniques: bool = False,
-           resumable: bool = False) -> argparse.ArgumentParser:
+def parser(
+    app: str, description: str, *, epochs: int = 10, techniques: bool = False, resumable: bool = False
+) -> argparse.ArgumentParser:
     """An ArgumentParser for `pskv run APP` / `python -m pskv.apps.APP` with the common flags added:
     always --epochs, --seed, --plot, --log, --progress, --stall-timeout, --stats; with `techniques` the
     Lapse/NuPS/Petuum/AdaPM flags (--localize, --lease, --location-caches, --replicate, --intent,
@@ -64,15 +65,28 @@ def parser(app: str, description: str, *, epochs: int = 10, techniques: bool = F
     g = p.add_argument_group("common")
     g.add_argument("--epochs", type=int, default=epochs, help="passes over the training data")
     g.add_argument("--seed", type=int, default=0, help="seed of data splits, initial values and order")
-    g.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the metrics against wall time "
-                                                                 "(needs matplotlib: pip install 'pskv[plot]')")
+    g.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="plot the metrics against wall time (needs matplotlib: pip install 'pskv[plot]')",
+    )
     g.add_argument("--log", type=Path, metavar="FILE.jsonl", help="write one JSON line per epoch")
-    g.add_argument("--progress", choices=["auto", "bar", "log", "lines", "json", "none"], default="auto",
-                   help="auto: a bar on a terminal (also under `pskv run`/`pskv launch` on one), else a log "
-                        "line every ~2 s (log, lines); json: machine-readable lines on stdout; none: no progress")
-    g.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT, metavar="SECONDS",
-                   help="stop this node (status 3, with every thread's stack) when no worker finished a "
-                        "batch for this long; 0: never")
+    g.add_argument(
+        "--progress",
+        choices=["auto", "bar", "log", "lines", "json", "none"],
+        default="auto",
+        help="auto: a bar on a terminal (also under `pskv run`/`pskv launch` on one), else a log "
+        "line every ~2 s (log, lines); json: machine-readable lines on stdout; none: no progress",
+    )
+    g.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=STALL_TIMEOUT,
+        metavar="SECONDS",
+        help="stop this node (status 3, with every thread's stack) when no worker finished a "
+        "batch for this long; 0: never",
+    )
     g.add_argument("--stats", action="store_true", help="print each node's counters (node.stats()) after training")
     if techniques:
         _techniques(p.add_argument_group("techniques (Lapse / NuPS / Petuum)"))
@@ -83,35 +97,68 @@ def parser(app: str, description: str, *, epochs: int = 10, techniques: bool = F
 
 def _techniques(t) -> None:
     t.add_argument("--localize", action="store_true", help="relocate parameters to where they are used")
-    t.add_argument("--lease", type=float, default=None, metavar="SECONDS",
-                   help="pskv.Relocate(lease=): a node keeps keys it localized this long (0: always move; "
-                        "default: pskv's)")
-    t.add_argument("--location-caches", choices=["on", "off"], default=None,
-                   help="pskv.Relocate(location_caches=) (default: on with --localize or --sampling preloc/pool)")
+    t.add_argument(
+        "--lease",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="pskv.Relocate(lease=): a node keeps keys it localized this long (0: always move; default: pskv's)",
+    )
+    t.add_argument(
+        "--location-caches",
+        choices=["on", "off"],
+        default=None,
+        help="pskv.Relocate(location_caches=) (default: on with --localize or --sampling preloc/pool)",
+    )
     t.add_argument("--replicate", type=int, default=0, metavar="N", help="replicate the N hottest keys")
-    t.add_argument("--intent", action="store_true",
-                   help="signal each batch's keys --ahead batches early (pskv.data.Lookahead, AdaPM's intents): a "
-                        "key one node intends moves there ahead of use, a key several intend stays; needs no "
-                        "other technique flag")
+    t.add_argument(
+        "--intent",
+        action="store_true",
+        help="signal each batch's keys --ahead batches early (pskv.data.Lookahead, AdaPM's intents): a "
+        "key one node intends moves there ahead of use, a key several intend stays; needs no "
+        "other technique flag",
+    )
     t.add_argument("--ahead", type=int, default=4, metavar="K", help="--intent: batches read ahead")
-    t.add_argument("--sampling", type=_scheme, default=None, metavar="{" + ",".join(SCHEMES) + "}",
-                   help="sampling scheme for negative samples (default: naive, drawn by the app)")
-    t.add_argument("--consistency", type=_consistency, default="async", metavar="{async,bsp,ssp:S}",
-                   help="consistency model: async, bulk synchronous, or stale synchronous with staleness S")
+    t.add_argument(
+        "--sampling",
+        type=_scheme,
+        default=None,
+        metavar="{" + ",".join(SCHEMES) + "}",
+        help="sampling scheme for negative samples (default: naive, drawn by the app)",
+    )
+    t.add_argument(
+        "--consistency",
+        type=_consistency,
+        default="async",
+        metavar="{async,bsp,ssp:S}",
+        help="consistency model: async, bulk synchronous, or stale synchronous with staleness S",
+    )
 
 
 def _checkpoints(g) -> None:
-    g.add_argument("--checkpoint-dir", type=Path, metavar="DIR",
-                   help="save a checkpoint of the tables (and the run's position) under DIR (node.checkpoint)")
+    g.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        metavar="DIR",
+        help="save a checkpoint of the tables (and the run's position) under DIR (node.checkpoint)",
+    )
     g.add_argument("--checkpoint-every", type=int, default=1, metavar="N", help="epochs between checkpoints")
     g.add_argument("--keep", type=int, default=3, metavar="K", help="checkpoints kept in --checkpoint-dir")
-    g.add_argument("--resume", action="store_true",
-                   help="go on from the newest complete checkpoint in --checkpoint-dir (on any node count, at the "
-                        "epoch after it), or start at epoch 1 when it holds none yet; a run already at --epochs "
-                        "has nothing to do")
-    g.add_argument("--backups", type=int, default=None, metavar="B",
-                   help="keep B backups of every key range (pskv.init(backups=B)); when a node dies, the others "
-                        "go on and take over its share of the data (default: PSKV_BACKUPS, else 0)")
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from the newest complete checkpoint in --checkpoint-dir (on any node count, at the "
+        "epoch after it), or start at epoch 1 when it holds none yet; a run already at --epochs "
+        "has nothing to do",
+    )
+    g.add_argument(
+        "--backups",
+        type=int,
+        default=None,
+        metavar="B",
+        help="keep B backups of every key range (pskv.init(backups=B)); when a node dies, the others "
+        "go on and take over its share of the data (default: PSKV_BACKUPS, else 0)",
+    )
 
 
 def _scheme(text: str) -> str:
@@ -127,8 +174,9 @@ def _consistency(text: str) -> str:
 
 
 # ---- before any node starts -------------------------------------------------------------------------------------
-def arguments(app: str, p: argparse.ArgumentParser, argv: list[str] | None, check: Check | None = None
-              ) -> argparse.Namespace:
+def arguments(
+    app: str, p: argparse.ArgumentParser, argv: list[str] | None, check: Check | None = None
+) -> argparse.Namespace:
     """Parse `argv` with `p`, then run `check(args)` (the app's checks of values, paths and an existing
     checkpoint). Returns the arguments. A mistake prints `pskv run APP: error: ...` (one line) and
     raises SystemExit(2); a check that finds nothing to do prints its line and raises SystemExit(0).
@@ -178,12 +226,16 @@ def check_resume(args: argparse.Namespace, compatible: Callable[[dict], str | No
     manifest = fmt.read_manifest(path)  # CheckpointError names the file
     problem = compatible(manifest.get("tables", {})) if compatible is not None else None
     if problem:
-        raise ConfigError(f"{problem} in {args.checkpoint_dir}/ (its newest checkpoint, {path.name}); resume with "
-                          "the flags it was trained with, or start afresh in another --checkpoint-dir")
+        raise ConfigError(
+            f"{problem} in {args.checkpoint_dir}/ (its newest checkpoint, {path.name}); resume with "
+            "the flags it was trained with, or start afresh in another --checkpoint-dir"
+        )
     epoch = int((manifest.get("extra") or {}).get("epoch", 0))
     if epoch >= args.epochs:
-        return (f"nothing to do: {path} is after epoch {epoch} and --epochs is {args.epochs}; raise --epochs to "
-                "train on from it")
+        return (
+            f"nothing to do: {path} is after epoch {epoch} and --epochs is {args.epochs}; raise --epochs to "
+            "train on from it"
+        )
     return None
 
 

@@ -70,9 +70,13 @@ class Clock:
 
 def add_prefetch(group, *, default: bool = True) -> None:
     """The --prefetch/--no-prefetch flag of the apps that pull the next batch's rows ahead (prefetches)."""
-    group.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=default,
-                       help="pull the next batch's rows while this one trains (one batch stale at most; "
-                            "async consistency without --localize only, else the rows come when the batch starts)")
+    group.add_argument(
+        "--prefetch",
+        action=argparse.BooleanOptionalAction,
+        default=default,
+        help="pull the next batch's rows while this one trains (one batch stale at most; "
+        "async consistency without --localize only, else the rows come when the batch starts)",
+    )
 
 
 def prefetches(args: argparse.Namespace) -> bool:
@@ -84,18 +88,27 @@ def prefetches(args: argparse.Namespace) -> bool:
 
 def add_exchange(group) -> None:
     """The --exchange/--no-exchange flag of the apps that push a batch and pull a coming one together (exchanges)."""
-    group.add_argument("--exchange", action=argparse.BooleanOptionalAction, default=True,
-                       help="push a batch's updates and pull a coming batch's rows in one exchange per node "
-                            "(table.exchange: half the messages of a push and a pull; async consistency without "
-                            "--localize, --intent or backups only, else a push and a pull)")
+    group.add_argument(
+        "--exchange",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="push a batch's updates and pull a coming batch's rows in one exchange per node "
+        "(table.exchange: half the messages of a push and a pull; async consistency without "
+        "--localize, --intent or backups only, else a push and a pull)",
+    )
 
 
 def exchanges(args: argparse.Namespace, backups: bool) -> bool:
     """Whether a worker sends its batch's push with a coming batch's pull (table.exchange) instead of the two
     apart: asynchronous consistency, no --localize or --intent (the keys come here then), no backups (an
     exchange there waits for the push's ACK before it pulls, which a push alone does not)."""
-    return getattr(args, "exchange", False) and args.consistency == "async" and not args.localize and \
-        not getattr(args, "intent", False) and not backups
+    return (
+        getattr(args, "exchange", False)
+        and args.consistency == "async"
+        and not args.localize
+        and not getattr(args, "intent", False)
+        and not backups
+    )
 
 
 def relocation_note(app: str, p: np.ndarray, draws: int) -> str | None:
@@ -110,9 +123,11 @@ def relocation_note(app: str, p: np.ndarray, draws: int) -> str | None:
     hit = float(np.sum(-np.expm1(draws * np.log1p(-p)))) / len(p)  # expected share of rows hit at least once
     if hit < 0.5:
         return None
-    return (f"{app}: note: each batch of each worker touches about {100 * hit:.0f}% of the {len(p):,} rows "
-            "that relocation may move, so they will move back and forth between the nodes every batch (slow; "
-            "relocation pays when a batch touches a small part of a table); replication is the cheap technique here")
+    return (
+        f"{app}: note: each batch of each worker touches about {100 * hit:.0f}% of the {len(p):,} rows "
+        "that relocation may move, so they will move back and forth between the nodes every batch (slow; "
+        "relocation pays when a batch touches a small part of a table); replication is the cheap technique here"
+    )
 
 
 def placement(args: argparse.Namespace) -> pskv.Relocate:
@@ -122,8 +137,11 @@ def placement(args: argparse.Namespace) -> pskv.Relocate:
     kw = {}
     if args.lease is not None:
         kw["lease"] = args.lease
-    moves = getattr(args, "localize", False) or getattr(args, "intent", False) or \
-        getattr(args, "sampling", None) in ("preloc", "pool")
+    moves = (
+        getattr(args, "localize", False)
+        or getattr(args, "intent", False)
+        or getattr(args, "sampling", None) in ("preloc", "pool")
+    )
     kw["location_caches"] = moves if args.location_caches is None else args.location_caches == "on"
     return pskv.Relocate(**kw)
 
@@ -228,9 +246,16 @@ def piece(lo: int, hi: int, j: int, pieces: int) -> tuple[int, int]:
 State = TypeVar("State")  # what an app's setup() makes and its train/finish/then take
 
 
-def run_app(app: str, args: argparse.Namespace, *, metrics: int, setup: Callable[[Session], State],
-            train: Callable[[pskv.Worker, State], None], finish: Callable[[State, float], list[str] | None],
-            then: Callable[[State, list[str]], list[str]] | None = None) -> int:
+def run_app(
+    app: str,
+    args: argparse.Namespace,
+    *,
+    metrics: int,
+    setup: Callable[[Session], State],
+    train: Callable[[pskv.Worker, State], None],
+    finish: Callable[[State, float], list[str] | None],
+    then: Callable[[State, list[str]], list[str]] | None = None,
+) -> int:
     """Run `app` on this node; returns the exit status (0). What the apps share:
 
     1. join the cluster (pskv.init, with --consistency) and make the Report;
@@ -257,8 +282,10 @@ def run_app(app: str, args: argparse.Namespace, *, metrics: int, setup: Callable
         if fresh and node.rank == 0:
             print(f"{app}: --resume: no checkpoint in {args.checkpoint_dir} yet; starting at epoch 1", flush=True)
         if node.config.backups and consistency != "async":
-            raise ConfigError(f"{app}: --backups works with --consistency async only for now: the workers that take "
-                              "over a dead node's data would run more clocks than the others wait for")
+            raise ConfigError(
+                f"{app}: --backups works with --consistency async only for now: the workers that take "
+                "over a dead node's data would run more clocks than the others wait for"
+            )
         session = Session(args, node, report, start_epoch=int(node.restored.get("epoch", 0)))
         if session.resumed and node.rank == 0:
             print(f"{app}: resumed from {node.config.restore} after epoch {session.start_epoch}", flush=True)

@@ -59,30 +59,54 @@ _REGS = {"none": 0, "l2": 1, "n3": 2}
 
 
 def _parser():
-    p = common.parser("kge", "knowledge-graph embeddings (ComplEx, DistMult) with negative sampling", epochs=30,
-                      techniques=True, resumable=True)
+    p = common.parser(
+        "kge",
+        "knowledge-graph embeddings (ComplEx, DistMult) with negative sampling",
+        epochs=30,
+        techniques=True,
+        resumable=True,
+    )
     g = p.add_argument_group("kge")
-    g.add_argument("--data", default="nations",
-                   help="nations, umls, ml-100k-kg, lapse-toy, random:E,R,T, or a path: a directory of train/valid/"
-                        "test triples (pykeen's train.txt..., LibKGE's train.del... with entity_ids.del and "
-                        "relation_ids.del) or one file of head<TAB>relation<TAB>tail lines, split by --seed")
-    g.add_argument("--out", type=Path, metavar="DIR", help="write the trained embeddings with their names here "
-                                                           "(entities.npy/.tsv, relations.npy/.tsv, meta.json)")
-    g.add_argument("--model", choices=["complex", "distmult"], default="complex",
-                   help="score of a triple: ComplEx (Re<h, r, conj t>, complex rows) or DistMult (<h, r, t>, real "
-                        "rows)")
+    g.add_argument(
+        "--data",
+        default="nations",
+        help="nations, umls, ml-100k-kg, lapse-toy, random:E,R,T, or a path: a directory of train/valid/"
+        "test triples (pykeen's train.txt..., LibKGE's train.del... with entity_ids.del and "
+        "relation_ids.del) or one file of head<TAB>relation<TAB>tail lines, split by --seed",
+    )
+    g.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write the trained embeddings with their names here (entities.npy/.tsv, relations.npy/.tsv, meta.json)",
+    )
+    g.add_argument(
+        "--model",
+        choices=["complex", "distmult"],
+        default="complex",
+        help="score of a triple: ComplEx (Re<h, r, conj t>, complex rows) or DistMult (<h, r, t>, real rows)",
+    )
     g.add_argument("--dim", type=int, default=200, help="floats per row (ComplEx: dim/2 complex numbers)")
     g.add_argument("--lr", type=float, default=0.1, help="Adagrad step size")
     g.add_argument("--neg", type=int, default=32, help="negative samples per positive, for each side")
     g.add_argument("--batch", type=int, default=100, help="positive triples per batch and worker")
-    g.add_argument("--loss", choices=_LOSSES, default="ce",
-                   help="ce: cross-entropy over 1 positive + negatives; softplus: logistic loss")
+    g.add_argument(
+        "--loss",
+        choices=_LOSSES,
+        default="ce",
+        help="ce: cross-entropy over 1 positive + negatives; softplus: logistic loss",
+    )
     g.add_argument("--reg", choices=list(_REGS), default="n3", help="regulariser of each positive's h, r, t")
     g.add_argument("--reg-weight", type=float, default=0.01, help="weight of --reg")
     g.add_argument("--init-std", type=float, default=0.1, help="std of the normal initial values")
     g.add_argument("--eval-every", type=int, default=5, metavar="K", help="valid MRR every K epochs (0: never)")
-    g.add_argument("--eval-triples", type=int, default=5000, metavar="N",
-                   help="evaluate on at most N triples of a split (a seeded sample of larger ones)")
+    g.add_argument(
+        "--eval-triples",
+        type=int,
+        default=5000,
+        metavar="N",
+        help="evaluate on at most N triples of a split (a seeded sample of larger ones)",
+    )
     g.add_argument("--reuse", type=int, default=1, help="--sampling pool: each drawn negative is used this often")
     # off by default: its Adagrad rows cannot take this worker's last push back in (mf's and word2vec's
     # `add` rows can), and one batch of staleness cost 1.5% training loss (random:20000,20,40000, 3 epochs,
@@ -115,22 +139,38 @@ def _setup(s: common.Session, kg: KG) -> _Run:
     hot_ent, hot_rel = _hottest(kg, args.replicate)
     extra: dict[str, Any] = {"replicate": pskv.Replicate(keys=hot_ent)} if len(hot_ent) else {}
     extra["placement"] = common.placement(args)
-    sampling = pskv.Sampling(np.ones(kg.num_entities), scheme=args.sampling or "naive", reuse=args.reuse,
-                             seed=args.seed)  # uniform negatives
-    ent = node.table("entities", rows=kg.num_entities, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
-                     sampling=sampling, **extra)
-    rel = node.table("relations", rows=kg.num_relations, dim=args.dim, updater=pskv.Adagrad(lr=args.lr), init=init,
-                     placement=extra["placement"],
-                     replicate=pskv.Replicate(keys=hot_rel) if len(hot_rel) else None)
+    sampling = pskv.Sampling(
+        np.ones(kg.num_entities), scheme=args.sampling or "naive", reuse=args.reuse, seed=args.seed
+    )  # uniform negatives
+    ent = node.table(
+        "entities",
+        rows=kg.num_entities,
+        dim=args.dim,
+        updater=pskv.Adagrad(lr=args.lr),
+        init=init,
+        sampling=sampling,
+        **extra,
+    )
+    rel = node.table(
+        "relations",
+        rows=kg.num_relations,
+        dim=args.dim,
+        updater=pskv.Adagrad(lr=args.lr),
+        init=init,
+        placement=extra["placement"],
+        replicate=pskv.Replicate(keys=hot_rel) if len(hot_rel) else None,
+    )
     keep_order = args.data == "lapse-toy"  # Lapse's partitioned files are ordered for the workers
     train = kg.train if keep_order else kg.train[np.random.default_rng(args.seed).permutation(len(kg.train))]
     if node.rank == 0:
-        print(f"kge: {args.model} on {kg!r}, dim {args.dim}, {args.neg} negatives per side, "
-              f"{node.num_nodes} node(s) x {s.threads} thread(s)", flush=True)
+        print(
+            f"kge: {args.model} on {kg!r}, dim {args.dim}, {args.neg} negatives per side, "
+            f"{node.num_nodes} node(s) x {s.threads} thread(s)",
+            flush=True,
+        )
         draws = args.batch * 2 * args.neg if args.sampling in ("preloc", "pool") else 0  # uniform negatives
         movable = np.setdiff1d(np.arange(kg.num_entities), hot_ent)
-        note = node.num_nodes > 1 and common.relocation_note("kge", np.full(len(movable), 1 / kg.num_entities),
-                                                            draws)
+        note = node.num_nodes > 1 and common.relocation_note("kge", np.full(len(movable), 1 / kg.num_entities), draws)
         if note:
             print(note, flush=True)
     return _Run(s, kg, train, Filter(kg.all_triples(), kg.num_entities, kg.num_relations), (ent, rel))
@@ -163,14 +203,20 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     s, kg = run.session, run.kg
     args, me = s.args, s.index(w)
     bounds = np.linspace(0, len(run.train), s.workers + 1).astype(np.int64)
-    mine = run.train[bounds[me]:bounds[me + 1]]  # (n, 3) int64
+    mine = run.train[bounds[me] : bounds[me + 1]]  # (n, 3) int64
     ent, rel = w.table("entities"), w.table("relations")
     uniform = lambda draw_rng, k: draw_rng.integers(0, kg.num_entities, k)  # noqa: E731 - the naive scheme's draw
     negatives = Negatives(ent, scheme=args.sampling, draw=uniform, rng=np.random.default_rng([args.seed, me, 2, 0]))
     if len(mine):
         negatives.ahead(min(args.batch, len(mine)) * 2 * args.neg)  # the first batch's
-    progress = common.Progress(w, total=len(run.train) * (args.epochs - s.start_epoch), scale=s.workers, unit="triples",
-                               mode=args.progress, watchdog=s.report.watchdog)
+    progress = common.Progress(
+        w,
+        total=len(run.train) * (args.epochs - s.start_epoch),
+        scale=s.workers,
+        unit="triples",
+        mode=args.progress,
+        watchdog=s.report.watchdog,
+    )
     clock = common.Clock(w, args)
     most = -(-int(np.diff(bounds).max()) // args.batch)  # batches per epoch of the largest share
     shares = common.Shares(s, w)  # with backups: the triples of a dead node's workers are trained here too
@@ -186,12 +232,15 @@ def _train(w: pskv.Worker, run: _Run) -> None:
         negatives.rng = np.random.default_rng([args.seed, me, 2, epoch])  # and its negatives (drawn by the app)
         pieces = shares.pieces()
         done = [mine] + [of(piece) for piece in pieces]
-        loss = sum(_epoch(args, tri, ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs,
-                          exchange=exchange) for tri in done)
+        loss = sum(
+            _epoch(args, tri, ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs, exchange=exchange)
+            for tri in done
+        )
         for piece in shares.late(w, pieces):  # a node died during this epoch
             done.append(of(piece))
-            loss += _epoch(args, done[-1], ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs,
-                           exchange=exchange)
+            loss += _epoch(
+                args, done[-1], ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs, exchange=exchange
+            )
         clock.pad(epoch * most)  # every worker clocks as often before the barriers below
         seconds = time.monotonic() - t0
         last = epoch == args.epochs
@@ -202,7 +251,7 @@ def _train(w: pskv.Worker, run: _Run) -> None:
             j, live = shares.among_live()  # the live workers split the evaluation (all of them, barring deaths)
             share = np.linspace(0, min(len(split), args.eval_triples), live + 1).astype(np.int64)
             E, R = ent.pull(np.arange(kg.num_entities)), rel.pull(np.arange(kg.num_relations))
-            sums = evaluate(E, R, _sample(split, args)[share[j]:share[j + 1]], run.filt, args.model)
+            sums = evaluate(E, R, _sample(split, args)[share[j] : share[j + 1]], run.filt, args.model)
         assert s.reducer is not None  # (run_app made it before training)
         total = s.reducer.sum(w, [loss, sum(map(len, done)), *sums])
         metrics = {"loss": total[0] / max(total[1], 1)}
@@ -212,8 +261,9 @@ def _train(w: pskv.Worker, run: _Run) -> None:
             name = "test" if last else "valid"
             metrics[f"{name}_mrr"] = total[2] / total[6]
             if last:
-                run.final.update({f"hits@{k}": total[3 + i] / total[6] for i, k in enumerate((1, 3, 10))},
-                                 mrr=total[2] / total[6])
+                run.final.update(
+                    {f"hits@{k}": total[3 + i] / total[6] for i, k in enumerate((1, 3, 10))}, mrr=total[2] / total[6]
+                )
         s.report.epoch(w, epoch, progress, seconds=seconds, **metrics)
         if w.thread == 0:  # every node: the one that leads at the end (node 0 unless it died) has them all
             run.final["train_seconds"] = run.final.get("train_seconds", 0.0) + seconds
@@ -229,8 +279,19 @@ def _sample(split: np.ndarray, args) -> np.ndarray:
     return split[np.sort(np.random.default_rng(args.seed).choice(len(split), args.eval_triples, replace=False))]
 
 
-def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress, clock: common.Clock, *,
-           more: bool, exchange: bool = False) -> float:
+def _epoch(
+    args,
+    mine: np.ndarray,
+    ent,
+    rel,
+    negatives: Negatives,
+    rng,
+    progress,
+    clock: common.Clock,
+    *,
+    more: bool,
+    exchange: bool = False,
+) -> float:
     """One pass of a worker over its triples `mine`, in batches; returns the summed loss. `clock`
     ticks once per batch (Worker.clock under --consistency bsp/ssp). Each batch prepares the next
     one's negatives (with `more`, the last prepares those of the next epoch's first batch); with
@@ -239,24 +300,29 @@ def _epoch(args, mine: np.ndarray, ent, rel, negatives: Negatives, rng, progress
     per table and node (table.exchange: those rows hold the push, as a pull after it would)."""
     n, cplx, ce, reg = args.neg, args.model == "complex", args.loss == "ce", _REGS[args.reg]
     order = rng.permutation(len(mine))
-    batches = [mine[order[lo:lo + args.batch]] for lo in range(0, len(order), args.batch)]  # (b, 3) int64 each
+    batches = [mine[order[lo : lo + args.batch]] for lo in range(0, len(order), args.batch)]  # (b, 3) int64 each
     if args.localize and batches:
         _localize(ent, rel, batches[0])
     loss, coming = 0.0, None
-    stream = Lookahead(batches, lambda t: _intended(ent, rel, t, negatives, n), ahead=args.ahead) \
-        if args.intent else batches
+    stream = (
+        Lookahead(batches, lambda t: _intended(ent, rel, t, negatives, n), ahead=args.ahead) if args.intent else batches
+    )
     for i, tri in enumerate(stream):
         if args.localize and i + 1 < len(batches):
             _localize(ent, rel, batches[i + 1])  # Lapse's pre-localization: the next batch moves here meanwhile
         if i + 1 < len(batches) or more:  # every epoch's batches have the same sizes
             negatives.ahead(len(batches[(i + 1) % len(batches)]) * 2 * n)
         rows = coming or Rows(ent, rel, tri, negatives, n)
-        coming = Rows(ent, rel, batches[i + 1], negatives, n) if Rows.prefetch(args, negatives) and i + 1 < len(
-            batches) else None  # one batch ahead at most: none pending when the epoch ends
+        coming = (
+            Rows(ent, rel, batches[i + 1], negatives, n)
+            if Rows.prefetch(args, negatives) and i + 1 < len(batches)
+            else None
+        )  # one batch ahead at most: none pending when the epoch ends
         pos, r, neg = rows.wait()  # (2b, dim), (b, dim), (b*2n, dim) float32
         g_pos, g_rel, g_neg = np.empty_like(pos), np.empty_like(r), np.empty_like(neg)
-        loss += batch_grads(pos, r, neg, rows.pos_ids, rows.neg_ids, n, cplx, ce, reg, args.reg_weight, g_pos,
-                            g_rel, g_neg)
+        loss += batch_grads(
+            pos, r, neg, rows.pos_ids, rows.neg_ids, n, cplx, ce, reg, args.reg_weight, g_pos, g_rel, g_neg
+        )
         pushes = ((np.concatenate([rows.pos_ids, rows.neg_ids]), np.concatenate([g_pos, g_neg])), (tri[:, 1], g_rel))
         if exchange and coming is None and i + 1 < len(batches):  # (fresh arrays: nobody writes them afterwards)
             coming = Rows(ent, rel, batches[i + 1], negatives, n, pushes)
@@ -349,9 +415,18 @@ def _finish(run: _Run, wall: float) -> list[str] | None:
         ent, rel = run.tables
         write_labelled(args.out, "entities", ent.pull(np.arange(kg.num_entities)), kg.entities)  # (E, dim) float32
         write_labelled(args.out, "relations", rel.pull(np.arange(kg.num_relations)), kg.relations)
-        write_json(args.out / "meta.json", {"model": args.model, "dim": args.dim, "data": args.data,
-                                            "seed": args.seed, "epochs": args.epochs, "test": run.final})
-        lines = ([f"embeddings: {args.out}/ (pskv.apps.kge.load_embeddings)"] + (lines or []))
+        write_json(
+            args.out / "meta.json",
+            {
+                "model": args.model,
+                "dim": args.dim,
+                "data": args.data,
+                "seed": args.seed,
+                "epochs": args.epochs,
+                "test": run.final,
+            },
+        )
+        lines = [f"embeddings: {args.out}/ (pskv.apps.kge.load_embeddings)"] + (lines or [])
     return lines
 
 
@@ -368,11 +443,14 @@ def check(argv: list[str] | None = None) -> argparse.Namespace:
 def _check(args: argparse.Namespace) -> str | None:
     if args.dim < 1 or (args.model == "complex" and args.dim % 2):
         raise pskv.ConfigError(f"--dim {args.dim}: ComplEx needs an even dim >= 2 (real | imaginary)")
-    common.at_least(args, 1, "--epochs", "--neg", "--batch", "--eval-triples", "--reuse", "--checkpoint-every",
-                    "--keep")
+    common.at_least(
+        args, 1, "--epochs", "--neg", "--batch", "--eval-triples", "--reuse", "--checkpoint-every", "--keep"
+    )
     if args.data not in _NAMED and not args.data.startswith("random:") and not Path(args.data).exists():
-        raise DataError(f"--data {args.data!r}: no such file or directory; --data takes nations, umls, ml-100k-kg, "
-                        "lapse-toy, random:E,R,T, a directory of train/valid/test triples or one file of triples")
+        raise DataError(
+            f"--data {args.data!r}: no such file or directory; --data takes nations, umls, ml-100k-kg, "
+            "lapse-toy, random:E,R,T, a directory of train/valid/test triples or one file of triples"
+        )
     dims = {"entities": (args.dim, f"--dim {args.dim}"), "relations": (args.dim, f"--dim {args.dim}")}
     return common.check_resume(args, lambda tables: common.dims(tables, dims))
 

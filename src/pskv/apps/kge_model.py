@@ -165,17 +165,19 @@ def compose(a: np.ndarray, r: np.ndarray, model: str, side: str) -> np.ndarray:
     return np.concatenate([rr * ar + ri * ai, rr * ai - ri * ar], 1)  # conj(r)*t
 
 
-def evaluate(E: np.ndarray, R: np.ndarray, triples: np.ndarray, filt: Filter, model: str,
-             *, chunk: int = 512) -> np.ndarray:
+def evaluate(
+    E: np.ndarray, R: np.ndarray, triples: np.ndarray, filt: Filter, model: str, *, chunk: int = 512
+) -> np.ndarray:
     """Filtered ranks of `triples` (n, 3), tails then heads, under entity rows E and relation rows R.
     Returns the sums (reciprocal rank, hits@1, hits@3, hits@10, count) as a (5,) float64."""
     out = np.zeros(5)
     for side, anchor, target in (("tail", 0, 2), ("head", 2, 0)):
         for lo in range(0, len(triples), chunk):
-            tri = triples[lo:lo + chunk]
+            tri = triples[lo : lo + chunk]
             scores = compose(E[tri[:, anchor]], R[tri[:, 1]], model, side) @ E.T  # (c, n_entities) float32
             offsets, known = filt.answers(tri, side)
             ranks = filtered_ranks(scores, tri[:, target], offsets, known)
-            out += np.array([np.sum(1 / ranks), np.sum(ranks <= 1), np.sum(ranks <= 3), np.sum(ranks <= 10),
-                             len(ranks)], np.float64)
+            out += np.array(
+                [np.sum(1 / ranks), np.sum(ranks <= 1), np.sum(ranks <= 3), np.sum(ranks <= 10), len(ranks)], np.float64
+            )
     return out

@@ -54,24 +54,42 @@ _SUMS, _GAP = "lasso-sums", "lasso-gap"
 def _parser() -> argparse.ArgumentParser:
     p = common.parser("lasso", "Lasso by parallel coordinate descent on a STRADS-style scheduler", epochs=20)
     g = p.add_argument_group("lasso")
-    g.add_argument("--data", default="all", help="all, synthetic:NxP:RHO, or a libsvm/svmlight or .pskvsp file "
-                                                 "(the target in the label column; held sparse)")
+    g.add_argument(
+        "--data",
+        default="all",
+        help="all, synthetic:NxP:RHO, or a libsvm/svmlight or .pskvsp file "
+        "(the target in the label column; held sparse)",
+    )
     g.add_argument("--dense", action="store_true", help="hold a --data file dense (small files only)")
     g.add_argument("--alpha", type=float, default=0.05, help="L1 weight (scikit-learn's alpha)")
     g.add_argument("--scheduler", default="strads", help="strads, shotgun, cyclic, or all (one run each)")
-    g.add_argument("--per-round", type=int, default=0, help="coordinates updated in parallel per round (0: 16 for all "
-                                                             "/ synthetic, 256 for a file: sparse columns of distinct "
-                                                             "features are mostly uncorrelated)")
+    g.add_argument(
+        "--per-round",
+        type=int,
+        default=0,
+        help="coordinates updated in parallel per round (0: 16 for all "
+        "/ synthetic, 256 for a file: sparse columns of distinct "
+        "features are mostly uncorrelated)",
+    )
     g.add_argument("--candidates", type=int, default=0, help="strads: candidates drawn per round (0: 4 x per-round)")
-    g.add_argument("--rho", type=float, default=0.5,
-                   help="strads: the largest |correlation| of two coordinates of one round (and each one's summed "
-                        "|correlation| with the others < 1)")
+    g.add_argument(
+        "--rho",
+        type=float,
+        default=0.5,
+        help="strads: the largest |correlation| of two coordinates of one round (and each one's summed "
+        "|correlation| with the others < 1)",
+    )
     g.add_argument("--planted", type=int, default=20, help="all / synthetic: non-zero coefficients of the planted y")
     g.add_argument("--eval-every", type=int, default=1, help="rounds between objective evaluations")
-    g.add_argument("--tol", type=float, default=1e-4, help="stop once the duality gap is at most tol x |y - mean(y)|^2 "
-                                                           "(scikit-learn's tol; 0: run every round)")
-    g.add_argument("--check-every", type=int, default=0, help="rounds between duality gap checks (0: p / per-round, "
-                                                              "an epoch)")
+    g.add_argument(
+        "--tol",
+        type=float,
+        default=1e-4,
+        help="stop once the duality gap is at most tol x |y - mean(y)|^2 (scikit-learn's tol; 0: run every round)",
+    )
+    g.add_argument(
+        "--check-every", type=int, default=0, help="rounds between duality gap checks (0: p / per-round, an epoch)"
+    )
     g.add_argument("--out", type=Path, metavar="MODEL.npz", help="write beta and the intercept (load_model reads it)")
     return p
 
@@ -104,14 +122,25 @@ def setup(s: common.Session) -> State:
         else:  # from the candidates' nonzeros: no dense column, no Gram matrix
             cols = x.columns()
             dependencies = schedule.sparse_correlation_check(cols.ptr, cols.rows, cols.vals, n, args.rho)
-    sched = schedule.Scheduler(node, "lasso", p, per_round, policy=args.scheduler, candidates=args.candidates or None,
-                               dependencies=dependencies, seed=args.seed)
+    sched = schedule.Scheduler(
+        node,
+        "lasso",
+        p,
+        per_round,
+        policy=args.scheduler,
+        candidates=args.candidates or None,
+        dependencies=dependencies,
+        seed=args.seed,
+    )
     schedule.RoundSums.declare(node, _SUMS, per_round + 1, extra=2 * p + 3)
     schedule.RoundSums.declare(node, _GAP, p + 3)
     if node.rank == 0:
         layout = "dense" if isinstance(x, np.ndarray) else f"sparse, {x.nnz:,} nonzeros"
-        print(f"lasso: {n} x {p} ({layout}), alpha={args.alpha:g}, {args.scheduler}, {per_round} coordinates per "
-              f"round, at most {rounds} rounds; {s.workers} worker(s)", flush=True)
+        print(
+            f"lasso: {n} x {p} ({layout}), alpha={args.alpha:g}, {args.scheduler}, {per_round} coordinates per "
+            f"round, at most {rounds} rounds; {s.workers} worker(s)",
+            flush=True,
+        )
     state = State(s, x, y, sched, rounds)
     sched.start(rounds + 1)  # (the last round updates nothing: it measures the final objective)
     return state
@@ -138,11 +167,11 @@ class _Worker:
         st.sched.begin(w)
         w.wait_clock(1)
         total = self.sums.table.pull(stats_at)[:, 0]
-        self.mean = total[:self.p] / n
-        self.z = total[self.p:2 * self.p] / n - self.mean ** 2  # centered columns' mean squares
+        self.mean = total[: self.p] / n
+        self.z = total[self.p : 2 * self.p] / n - self.mean**2  # centered columns' mean squares
         self.c = -total[2 * self.p] / n  # centered residual = r + c (c = mean(X) beta - mean(y))
         self.ybar = total[2 * self.p] / n
-        self.yy = total[2 * self.p + 2] - n * self.ybar ** 2  # |y - mean(y)|^2
+        self.yy = total[2 * self.p + 2] - n * self.ybar**2  # |y - mean(y)|^2
         self.gap_sums = schedule.RoundSums(w, _GAP, self.p + 3)
         self.gap_l1 = 0.0  # |beta|_1 when the last gap partials were taken
 
@@ -155,12 +184,12 @@ class _Worker:
     def gap(self, sums: np.ndarray) -> float:
         """scikit-learn's duality gap (enet_coordinate_descent's, on the sum scale: compare with tol x
         |y - mean y|^2) of beta when gap_partial was taken, from every worker's partials."""
-        rr, ry, rsum = sums[self.p:]
-        xta = sums[:self.p] - self.mean * rsum  # x~_j . r~
+        rr, ry, rsum = sums[self.p :]
+        xta = sums[: self.p] - self.mean * rsum  # x~_j . r~
         n_alpha, dual_norm = self.alpha * self.n, float(np.abs(xta).max(initial=0.0))
         if dual_norm > n_alpha:
             const = n_alpha / dual_norm
-            gap = 0.5 * rr * (1 + const ** 2)
+            gap = 0.5 * rr * (1 + const**2)
         else:
             const, gap = 1.0, rr
         return gap + n_alpha * self.gap_l1 - const * ry
@@ -168,14 +197,14 @@ class _Worker:
     def partial(self, chosen: np.ndarray, measure: bool) -> np.ndarray:
         """(x_j . r for j in chosen, then this worker's sum of centered squared residuals or 0)."""
         out = np.zeros(self.width)
-        out[:len(chosen)] = self.x.dots(chosen, self.r)
+        out[: len(chosen)] = self.x.dots(chosen, self.r)
         if measure:
             out[-1] = float(((self.r + self.c) ** 2).sum())
         return out
 
     def apply(self, chosen: np.ndarray, sums: np.ndarray) -> np.ndarray:
         """The coordinate updates of `chosen` from the totals; returns the changes."""
-        xr = sums[:len(chosen)] + self.c * self.n * self.mean[chosen]  # x~_j . r~ summed over all rows
+        xr = sums[: len(chosen)] + self.c * self.n * self.mean[chosen]  # x~_j . r~ summed over all rows
         z = self.z[chosen]
         rho = xr / self.n + z * self.beta[chosen]
         new = np.where(z > 0, np.sign(rho) * np.maximum(np.abs(rho) - self.alpha, 0.0) / np.where(z > 0, z, 1), 0.0)
@@ -193,8 +222,9 @@ def train(w: pskv.Worker, st: State) -> None:
     s, args, sched = st.s, st.s.args, st.sched
     me = _Worker(w, st)
     leader = common.is_leader(w)
-    progress = common.Progress(w, total=st.rounds, scale=1, unit="rounds", mode=args.progress,
-                               watchdog=s.report.watchdog)
+    progress = common.Progress(
+        w, total=st.rounds, scale=1, unit="rounds", mode=args.progress, watchdog=s.report.watchdog
+    )
     per_epoch = -(-me.p // sched.per_round)
     check = args.check_every or per_epoch  # rounds between duality gap checks
     previous, objective, epoch_start, gap, last = None, float("nan"), time.monotonic(), float("nan"), st.rounds
@@ -223,8 +253,14 @@ def train(w: pskv.Worker, st: State) -> None:
             progress.update(1)
         if t and t % per_epoch == 0:
             now = time.monotonic()
-            s.report.epoch(w, t // per_epoch, progress, objective=objective,
-                           nonzeros=int(np.count_nonzero(me.beta)), ms_per_round=1000 * (now - epoch_start) / per_epoch)
+            s.report.epoch(
+                w,
+                t // per_epoch,
+                progress,
+                objective=objective,
+                nonzeros=int(np.count_nonzero(me.beta)),
+                ms_per_round=1000 * (now - epoch_start) / per_epoch,
+            )
             epoch_start = now
             if not np.isfinite(objective) or objective > 1e12:
                 progress.write(f"lasso: the objective diverged ({objective:g}) after round {t}")
@@ -233,9 +269,15 @@ def train(w: pskv.Worker, st: State) -> None:
     w.wait_clock(last + 2)  # every worker's last push (the final rss) is in
     sums = me.sums.totals(last)  # the final objective: rss with every update applied
     if leader:
-        st.final.update(objective=me.objective(sums[-1]), nonzeros=int(np.count_nonzero(me.beta)),
-                        intercept=float(st.y.mean() - me.mean @ me.beta), beta=me.beta.copy(), rounds=last,
-                        gap=gap / max(me.yy, 1e-300), converged=last < st.rounds)
+        st.final.update(
+            objective=me.objective(sums[-1]),
+            nonzeros=int(np.count_nonzero(me.beta)),
+            intercept=float(st.y.mean() - me.mean @ me.beta),
+            beta=me.beta.copy(),
+            rounds=last,
+            gap=gap / max(me.yy, 1e-300),
+            converged=last < st.rounds,
+        )
     progress.close()
 
 
@@ -251,17 +293,22 @@ def finish(st: State, wall: float) -> list[str]:
     info = st.sched.stats()
     f = st.final
     rounds = f.get("rounds", st.rounds)
-    stop = (f"converged after {rounds} rounds (duality gap {f['gap']:.2g} x |y - mean y|^2 <= --tol)"
-            if f.get("converged") else f"{rounds} rounds, the last one (duality gap {f.get('gap', float('nan')):.2g} "
-            "x |y - mean y|^2 at the last check)")
+    stop = (
+        f"converged after {rounds} rounds (duality gap {f['gap']:.2g} x |y - mean y|^2 <= --tol)"
+        if f.get("converged")
+        else f"{rounds} rounds, the last one (duality gap {f.get('gap', float('nan')):.2g} "
+        "x |y - mean y|^2 at the last check)"
+    )
     if st.s.args.out and "beta" in f:
         write_atomic(st.s.args.out, lambda out: np.savez(out, beta=f["beta"], intercept=np.float64(f["intercept"])))
     share = info["choose_seconds"] / max(wall, 1e-9)
-    return [f"lasso: {st.s.args.scheduler}, {stop}; {wall:.2f} s ({1000 * wall / max(rounds, 1):.2f} ms per "
-            f"round, {info['updates'] / max(info['rounds'], 1):.1f} coordinates per round); the scheduler chose for "
-            f"{info['choose_seconds']:.2f} s ({share:.0%} of the run, pipelined), "
-            f"{f.get('nonzeros', 0)} non-zero coefficients, intercept {f.get('intercept', float('nan')):.6g}",
-            f"objective {f.get('objective', float('nan')):.10g}"]
+    return [
+        f"lasso: {st.s.args.scheduler}, {stop}; {wall:.2f} s ({1000 * wall / max(rounds, 1):.2f} ms per "
+        f"round, {info['updates'] / max(info['rounds'], 1):.1f} coordinates per round); the scheduler chose for "
+        f"{info['choose_seconds']:.2f} s ({share:.0%} of the run, pipelined), "
+        f"{f.get('nonzeros', 0)} non-zero coefficients, intercept {f.get('intercept', float('nan')):.6g}",
+        f"objective {f.get('objective', float('nan')):.10g}",
+    ]
 
 
 def _check(args: argparse.Namespace, *, orchestrating: bool = False) -> None:
@@ -269,9 +316,14 @@ def _check(args: argparse.Namespace, *, orchestrating: bool = False) -> None:
     lines only), so `pskv run lasso` runs it before any node starts (orchestrate) and each node again."""
     if args.scheduler not in schedule.POLICIES and not (orchestrating and args.scheduler == "all"):
         raise ConfigError(f"--scheduler {args.scheduler!r}: use strads, shotgun, cyclic or all (under `pskv run`)")
-    for flag, value, low in (("--epochs", args.epochs, 1), ("--per-round", args.per_round, 0),
-                             ("--eval-every", args.eval_every, 1), ("--candidates", args.candidates, 0),
-                             ("--planted", args.planted, 0), ("--check-every", args.check_every, 0)):
+    for flag, value, low in (
+        ("--epochs", args.epochs, 1),
+        ("--per-round", args.per_round, 0),
+        ("--eval-every", args.eval_every, 1),
+        ("--candidates", args.candidates, 0),
+        ("--planted", args.planted, 0),
+        ("--check-every", args.check_every, 0),
+    ):
         if value < low:
             raise ConfigError(f"{flag} {value} must be >= {low}")
     if not args.alpha >= 0 or not args.tol >= 0 or not 0 < args.rho <= 1:
@@ -305,15 +357,27 @@ def orchestrate(argv: list[str], nodes: int | None, threads: int | None, launch)
     args, _ = _parser().parse_known_args(argv)
     if args.scheduler != "all":
         return None
-    rest = [a for i, a in enumerate(argv) if not (a == "--scheduler" or (i and argv[i - 1] == "--scheduler")
-                                                  or a == "--plot" or (i and argv[i - 1] == "--plot")
-                                                  or a.startswith("--scheduler=") or a.startswith("--plot="))]
+    rest = [
+        a
+        for i, a in enumerate(argv)
+        if not (
+            a == "--scheduler"
+            or (i and argv[i - 1] == "--scheduler")
+            or a == "--plot"
+            or (i and argv[i - 1] == "--plot")
+            or a.startswith("--scheduler=")
+            or a.startswith("--plot=")
+        )
+    ]
     curves = {}
     with tempfile.TemporaryDirectory(prefix="pskv-lasso-") as tmp:
         for policy in schedule.POLICIES:
             log = Path(tmp) / f"{policy}.jsonl"
-            status = launch(nodes or 1, [sys.executable, "-m", "pskv.apps.lasso", *rest, "--scheduler", policy,
-                                         "--log", str(log)], threads=threads or 1)
+            status = launch(
+                nodes or 1,
+                [sys.executable, "-m", "pskv.apps.lasso", *rest, "--scheduler", policy, "--log", str(log)],
+                threads=threads or 1,
+            )
             if status != 0:
                 return status
             curves[policy] = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []

@@ -47,7 +47,7 @@ class Csr:
         a, b = int(self.indptr[lo]), int(self.indptr[hi])
         cols = self.cols[a:b]
         order = np.argsort(cols, kind="stable")  # (stable: rows ascending within a column)
-        rows = np.repeat(np.arange(hi - lo, dtype=np.int32), np.diff(self.indptr[lo:hi + 1]))[order]
+        rows = np.repeat(np.arange(hi - lo, dtype=np.int32), np.diff(self.indptr[lo : hi + 1]))[order]
         ptr = np.zeros(self.shape[1] + 1, np.int64)
         np.cumsum(np.bincount(cols, minlength=self.shape[1]), out=ptr[1:])
         return Columns(ptr, rows, np.ascontiguousarray(self.vals[a:b][order]), hi - lo)
@@ -94,7 +94,7 @@ class DenseColumns:
         return self.x.shape[0]
 
     def sums(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.x.sum(axis=0), (self.x ** 2).sum(axis=0)
+        return self.x.sum(axis=0), (self.x**2).sum(axis=0)
 
     def dots(self, chosen: np.ndarray, r: np.ndarray) -> np.ndarray:
         return self.x[:, chosen].T @ r
@@ -161,8 +161,10 @@ def load(data: str, planted: int, seed: int, *, dense: bool = False) -> tuple[np
     y = np.asarray(d.labels, np.float64)
     if dense:
         if d.rows * len(keys) > DENSE_LIMIT:
-            raise DataError(f"{data}: {d.rows} x {len(keys)} is too large to hold dense ({DENSE_LIMIT // 10**6}M "
-                            "values at most); leave out --dense: it is read sparse")
+            raise DataError(
+                f"{data}: {d.rows} x {len(keys)} is too large to hold dense ({DENSE_LIMIT // 10**6}M "
+                "values at most); leave out --dense: it is read sparse"
+            )
         return csr.to_dense(), y
     return csr, y
 
@@ -184,20 +186,26 @@ def check(data: str) -> None:
     lines only, so `pskv run` can refuse a wrong file before any node starts."""
     path = Path(data)
     if not path.is_file():
-        raise DataError(f"--data {data}: no such file; give all, synthetic:NxP:RHO, a libsvm/svmlight file "
-                        "(the target in the label column) or a .pskvsp file")
+        raise DataError(
+            f"--data {data}: no such file; give all, synthetic:NxP:RHO, a libsvm/svmlight file "
+            "(the target in the label column) or a .pskvsp file"
+        )
     with open(path, "rb") as f:
         head = f.read(1 << 16)
     if head.startswith(MAGIC):
         return
     if path.suffix == ".pskvsp":
-        raise DataError(f"{data} is named .pskvsp but does not start with {MAGIC!r}: not a pskv sparse file; "
-                        "write one with `pskv data convert FILE.libsvm OUT.pskvsp`")
-    lines = [ln.split(b"#", 1)[0].split() for ln in head.split(b"\n")[:-1 if len(head) == 1 << 16 else None]]
+        raise DataError(
+            f"{data} is named .pskvsp but does not start with {MAGIC!r}: not a pskv sparse file; "
+            "write one with `pskv data convert FILE.libsvm OUT.pskvsp`"
+        )
+    lines = [ln.split(b"#", 1)[0].split() for ln in head.split(b"\n")[: -1 if len(head) == 1 << 16 else None]]
     first = next((ln for ln in lines if ln), None)
     if first is None:
-        raise DataError(f"{data}: no example line in its first {len(head)} bytes; expected libsvm/svmlight "
-                        "lines like `3.5 1:0.2 17:1` (target, then idx:value pairs)")
+        raise DataError(
+            f"{data}: no example line in its first {len(head)} bytes; expected libsvm/svmlight "
+            "lines like `3.5 1:0.2 17:1` (target, then idx:value pairs)"
+        )
     bad = next((t for t in first[1:] if not _pair(t)), None)
     try:
         target = float(first[0])
@@ -205,8 +213,10 @@ def check(data: str) -> None:
         target = None
     if target is None or bad is not None or b"\0" in head:
         what = f"{first[0][:20]!r} is not a number" if target is None else f"{(bad or b'')[:20]!r} is not idx:value"
-        raise DataError(f"{data} is not a libsvm/svmlight file ({what} in its first example line); expected "
-                        "lines like `3.5 1:0.2 17:1` (target, then idx:value pairs) or a .pskvsp file")
+        raise DataError(
+            f"{data} is not a libsvm/svmlight file ({what} in its first example line); expected "
+            "lines like `3.5 1:0.2 17:1` (target, then idx:value pairs) or a .pskvsp file"
+        )
 
 
 def _pair(token: bytes) -> bool:

@@ -73,27 +73,46 @@ _SCALARS = 8  # loss sum, train rows, |w|_1, |w|^2, non-zeros, bytes sent, test 
 def _parser() -> argparse.ArgumentParser:
     p = common.parser("lr", "sparse L1/L2 logistic regression (Li et al.'s parameter server)", epochs=10)
     g = p.add_argument_group("lr")
-    g.add_argument("--data", default="census", help="census (built in: pskv data fetch census-income) or a "
-                                                    "libsvm / .pskvsp file of training examples")
-    g.add_argument("--test", help="a libsvm / .pskvsp file of test examples (census: its test split; else "
-                                  "--test-fraction of --data held out)")
+    g.add_argument(
+        "--data",
+        default="census",
+        help="census (built in: pskv data fetch census-income) or a libsvm / .pskvsp file of training examples",
+    )
+    g.add_argument(
+        "--test",
+        help="a libsvm / .pskvsp file of test examples (census: its test split; else "
+        "--test-fraction of --data held out)",
+    )
     g.add_argument("--test-fraction", type=float, default=0.2, help="held-out share without --test")
     g.add_argument("--rows", type=int, default=0, help="train on the first N examples only (0: all)")
     g.add_argument("--l1", type=float, default=1e-4, help="L1 weight (mean-loss scale: sklearn C = 1/(l1 n))")
     g.add_argument("--l2", type=float, default=0.0, help="L2 weight")
-    g.add_argument("--algo", choices=["dbpg", "prox", "ftrl"], default="dbpg",
-                   help="dbpg: delayed block proximal gradient over feature blocks (Li et al.); prox: proximal SGD "
-                        "per minibatch; ftrl: FTRL-proximal per minibatch")
-    g.add_argument("--key-space", choices=["dense", "uint64"], default="dense",
-                   help="dense: a row id per distinct training feature (tables shared in memory on a host); "
-                        "uint64: a sparse table over the hashed keys")
+    g.add_argument(
+        "--algo",
+        choices=["dbpg", "prox", "ftrl"],
+        default="dbpg",
+        help="dbpg: delayed block proximal gradient over feature blocks (Li et al.); prox: proximal SGD "
+        "per minibatch; ftrl: FTRL-proximal per minibatch",
+    )
+    g.add_argument(
+        "--key-space",
+        choices=["dense", "uint64"],
+        default="dense",
+        help="dense: a row id per distinct training feature (tables shared in memory on a host); "
+        "uint64: a sparse table over the hashed keys",
+    )
     g.add_argument("--blocks", type=int, default=32, help="dbpg: feature blocks (key ranges)")
     g.add_argument("--delay", type=int, default=0, help="dbpg: bounded delay tau, in rounds")
     g.add_argument("--lr", type=float, default=0.5, help="prox: step size; ftrl: alpha")
     g.add_argument("--ftrl-beta", type=float, default=1.0, help="ftrl: beta")
     g.add_argument("--batch", type=int, default=500, help="prox/ftrl: examples per push")
-    g.add_argument("--filters", type=pskv_filters.parse, default=pskv_filters.parse(""), metavar="LIST",
-                   help="kkt, sig:T, keycache, zstd|lz4, fp16|bf16, comma-separated")
+    g.add_argument(
+        "--filters",
+        type=pskv_filters.parse,
+        default=pskv_filters.parse(""),
+        metavar="LIST",
+        help="kkt, sig:T, keycache, zstd|lz4, fp16|bf16, comma-separated",
+    )
     g.add_argument("--out", type=Path, metavar="MODEL.npz", help="write the non-zero weights here")
     return p
 
@@ -123,8 +142,9 @@ def _load(args: argparse.Namespace, rank: int) -> tuple[SparseData, SparseData, 
         else:
             cut = round(train.rows * (1 - args.test_fraction))
             if not 0 < cut < train.rows:
-                raise DataError(f"--test-fraction {args.test_fraction} leaves no train or test examples "
-                                f"of {train.rows}")
+                raise DataError(
+                    f"--test-fraction {args.test_fraction} leaves no train or test examples of {train.rows}"
+                )
             train, test = train.slice(0, cut), train.slice(cut, train.rows)
     if args.rows:
         train = train.slice(0, min(args.rows, train.rows))
@@ -145,13 +165,19 @@ def setup(s: common.Session) -> State:
         batches = -(-train.rows // args.batch)  # per pass, over every worker
         node.table(_W, dim=1, updater=_updater(args, batches), **space.declare)
     if node.rank == 0:
-        print(f"lr: {args.algo} on {train.rows:,} train / {test.rows:,} test examples, {train.nnz:,} non-zeros; "
-              f"l1={args.l1:g} l2={args.l2:g}; {s.workers} worker(s); filters: {args.filters or 'none'}; "
-              f"{f'{space.rows:,} dense keys' if space.rows else 'uint64 keys'}", flush=True)
+        print(
+            f"lr: {args.algo} on {train.rows:,} train / {test.rows:,} test examples, {train.nnz:,} non-zeros; "
+            f"l1={args.l1:g} l2={args.l2:g}; {s.workers} worker(s); filters: {args.filters or 'none'}; "
+            f"{f'{space.rows:,} dense keys' if space.rows else 'uint64 keys'}",
+            flush=True,
+        )
         if args.data == "census":
             c = census.stats(census.prepare(quiet=True))
-            print(f"lr: census-income: {c['features']:,} hashed features ({c['fields']} fields, {c['crosses']} "
-                  f"crosses), {c['collisions']} hash collisions ({c['collision_rate']:.2e})", flush=True)
+            print(
+                f"lr: census-income: {c['features']:,} hashed features ({c['fields']} fields, {c['crosses']} "
+                f"crosses), {c['collisions']} hash collisions ({c['collision_rate']:.2e})",
+                flush=True,
+            )
     return State(s, train, test, train.rows, space, names)
 
 
@@ -167,8 +193,9 @@ def train(w: pskv.Worker, st: State) -> None:
     me = s.index(w)
     local = Local(st.train.shard(me, s.workers))
     test = Local(st.test.shard(me, s.workers))
-    progress = common.Progress(w, total=args.epochs * st.rows, scale=s.workers, mode=args.progress,
-                               watchdog=s.report.watchdog)
+    progress = common.Progress(
+        w, total=args.epochs * st.rows, scale=s.workers, mode=args.progress, watchdog=s.report.watchdog
+    )
     run = _Dbpg(w, st, local) if args.algo == "dbpg" else _Sgd(w, st, local)
     for epoch in range(1, args.epochs + 1):
         loss = run.epoch(epoch, progress)
@@ -196,10 +223,22 @@ class _Sgd:
         order = self.rng.permutation(loc.rows)
         total, pending = 0.0, None
         for start in range(0, loc.rows, batch):
-            rows = order[start:start + batch]
+            rows = order[start : start + batch]
             self.stamp += 1
-            n, loss = batch_gradient(rows, loc.indptr, loc.col, loc.values, loc.has_values, loc.labels,
-                                     self.weights, loc.bias, self.g, self.mark, self.stamp, self.touched)
+            n, loss = batch_gradient(
+                rows,
+                loc.indptr,
+                loc.col,
+                loc.values,
+                loc.has_values,
+                loc.labels,
+                self.weights,
+                loc.bias,
+                self.g,
+                self.mark,
+                self.stamp,
+                self.touched,
+            )
             total += loss
             cols = self.touched[:n].copy()
             grads = self.g[cols] / len(rows)
@@ -208,8 +247,10 @@ class _Sgd:
             if pending is not None:
                 self._land(*pending)
             if len(cols):
-                pending = (cols, self.table.push_pull(self.ids[cols], grads[:, None].astype(np.float32),
-                                                      filters=self.chain.wire))
+                pending = (
+                    cols,
+                    self.table.push_pull(self.ids[cols], grads[:, None].astype(np.float32), filters=self.chain.wire),
+                )
             else:
                 pending = None
             progress.update(len(rows))
@@ -267,8 +308,19 @@ class _Dbpg:
                 self._land(*self.pending.popleft())
             g, h, block = self.g, self.h, self.cols[b]
             indptr, col, values = self.parts[b]
-            block_gradient(indptr, col, values, loc.has_values, loc.labels, self.m, loc.bias,
-                           self.block_of[loc.bias] == b, g, h, self.scale)  # (into block b's columns only)
+            block_gradient(
+                indptr,
+                col,
+                values,
+                loc.has_values,
+                loc.labels,
+                self.m,
+                loc.bias,
+                self.block_of[loc.bias] == b,
+                g,
+                h,
+                self.scale,
+            )  # (into block b's columns only)
             refresh = epoch % 5 == 1  # the first pass, and every 5th, sends every gradient (fresh KKT data)
             cols, gb = self.chain.select(loc.keys, block, g[block], self.weights, self.last_d, kkt=not refresh)
             gh = np.empty((len(cols), 2), np.float32)
@@ -332,7 +384,7 @@ def _report(w: pskv.Worker, st: State, run, test: Local, epoch: int, loss: float
     if w.thread == 0:  # this node's range of the weights: read from its memory
         _, rows = run.table.pull_range(*st.space.local(run.table, s.node.rank, s.node.num_nodes))
         weights = rows[:, 0].astype(np.float64)
-        l1, sq, nnz = np.abs(weights).sum(), (weights ** 2).sum(), float(np.count_nonzero(weights))
+        l1, sq, nnz = np.abs(weights).sum(), (weights**2).sum(), float(np.count_nonzero(weights))
         sent, messages = before[0] - st.evaluation[0], before[1] - st.evaluation[1]  # training traffic only
     scalars = [loss, run.local.rows, l1, sq, nnz, sent, loss_sum(m, test.labels), messages]
     assert s.reducer is not None  # (run_app made it before training)
@@ -345,9 +397,17 @@ def _report(w: pskv.Worker, st: State, run, test: Local, epoch: int, loss: float
         w.barrier()
     loss_mean = totals[0] / max(totals[1], 1)
     objective = loss_mean + args.l1 * totals[2] + 0.5 * args.l2 * totals[3]
-    s.report.epoch(w, epoch, progress, test_auc=auc_of_histogram(totals[_SCALARS:]), objective=objective,
-                   test_logloss=totals[6] / max(st.test.rows, 1), nonzeros=int(totals[4]), mb_sent=totals[5] / 2**20,
-                   messages=int(totals[7]))
+    s.report.epoch(
+        w,
+        epoch,
+        progress,
+        test_auc=auc_of_histogram(totals[_SCALARS:]),
+        objective=objective,
+        test_logloss=totals[6] / max(st.test.rows, 1),
+        nonzeros=int(totals[4]),
+        mb_sent=totals[5] / 2**20,
+        messages=int(totals[7]),
+    )
 
 
 def _sent(node: pskv.Node) -> tuple[int, int]:
@@ -359,9 +419,11 @@ def finish(st: State, wall: float) -> list[str]:
     s, args = st.s, st.s.args
     row = s.report.rows[-1] if s.report.rows else {}
     nan = float("nan")
-    lines = [f"lr: {args.algo}, {args.epochs} epochs in {wall:.1f} s; objective {row.get('objective', nan):.6f}, "
-             f"{int(row.get('nonzeros', 0)):,} non-zero weights, {row.get('mb_sent', 0):.2f} MiB sent in training "
-             f"({int(row.get('messages', 0)):,} messages)"]
+    lines = [
+        f"lr: {args.algo}, {args.epochs} epochs in {wall:.1f} s; objective {row.get('objective', nan):.6f}, "
+        f"{int(row.get('nonzeros', 0)):,} non-zero weights, {row.get('mb_sent', 0):.2f} MiB sent in training "
+        f"({int(row.get('messages', 0)):,} messages)"
+    ]
     if args.out:
         table = s.node.worker().table(_W)
         ids, rows = table.pull_range(*st.space.whole())

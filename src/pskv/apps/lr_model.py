@@ -173,7 +173,7 @@ class Local:
         bounds = np.searchsorted(which[order], np.arange(blocks + 1))
         parts = []
         for b in range(blocks):
-            take = order[bounds[b]:bounds[b + 1]]
+            take = order[bounds[b] : bounds[b + 1]]
             indptr = np.zeros(self.rows + 1, np.int64)
             np.cumsum(np.bincount(rows[take], minlength=self.rows), out=indptr[1:])
             parts.append((indptr, self.col[take], self.values[take] if self.has_values else self.values))
@@ -329,8 +329,9 @@ def load_model(path) -> dict:
         with np.load(Path(path)) as f:
             model = {k: f[k] for k in f.files if k != "meta"}
     except (OSError, ValueError) as exc:
-        raise DataError(f"{path} is not an lr model file ({exc}); write one with "
-                        "`pskv run lr -- --out FILE.npz`") from None
+        raise DataError(
+            f"{path} is not an lr model file ({exc}); write one with `pskv run lr -- --out FILE.npz`"
+        ) from None
     order = np.argsort(model["keys"])
     return {k: v[order] for k, v in model.items()}
 

@@ -45,8 +45,16 @@ class Progress:
 
     Every worker may make one and call update(); only node 0's thread 0 shows anything."""
 
-    def __init__(self, w: pskv.Worker, *, total: int, scale: int = 1, unit: str = "samples",
-                 mode: str = "auto", watchdog: Watchdog | None = None) -> None:
+    def __init__(
+        self,
+        w: pskv.Worker,
+        *,
+        total: int,
+        scale: int = 1,
+        unit: str = "samples",
+        mode: str = "auto",
+        watchdog: Watchdog | None = None,
+    ) -> None:
         self.watchdog = watchdog  # poked by every update() of every worker
         relayed = not sys.stderr.isatty()  # a bar's frames go to `pskv run`/`launch` as lines (BAR_TAG)
         if mode == "auto":  # a bar on a terminal: ours, or the launcher's (PSKV_TERMINAL)
@@ -63,8 +71,16 @@ class Progress:
 
             if relayed:
                 width = int(os.environ.get("COLUMNS", "100"))
-                self._bar = tqdm(total=total, unit=unit, unit_scale=True, smoothing=0.1, file=_Frames(sys.stderr),
-                                 ncols=max(40, width - 1), mininterval=0.2, ascii=False)
+                self._bar = tqdm(
+                    total=total,
+                    unit=unit,
+                    unit_scale=True,
+                    smoothing=0.1,
+                    file=_Frames(sys.stderr),
+                    ncols=max(40, width - 1),
+                    mininterval=0.2,
+                    ascii=False,
+                )
             else:  # log lines (pskv's warnings) go through tqdm.write: above the bar, never through it
                 self._bar = tqdm(total=total, unit=unit, unit_scale=True, smoothing=0.1, dynamic_ncols=True)
                 self._logs = logging_redirect_tqdm()
@@ -88,8 +104,11 @@ class Progress:
             say(kind="progress", done=self.done, total=self.total)
         else:
             rate = self.done / max(now - self._start, 1e-9)
-            print(f"  {100 * self.done / max(self.total, 1):5.1f}%  {self.done:,} {self.unit}  "
-                  f"{rate:,.0f} {self.unit}/s", file=sys.stderr, flush=True)
+            print(
+                f"  {100 * self.done / max(self.total, 1):5.1f}%  {self.done:,} {self.unit}  {rate:,.0f} {self.unit}/s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def write(self, line: str) -> None:
         """Print `line` without breaking the bar (leader only; a relayed bar: the launcher keeps it apart)."""
@@ -163,10 +182,12 @@ class Watchdog:
         while not self._stop.wait(min(1.0, self.seconds / 4)):
             idle = time.monotonic() - self._last
             if idle > self.seconds:
-                self.on_stall(f"{self.what}: no worker of this node finished a batch for {idle:.0f} s "
-                              f"(--stall-timeout {self.seconds:g}); stopping this node with status {STALL_STATUS}. "
-                              "The stack of every thread follows: a blocked pull, wait or barrier points at the "
-                              "bug; raise --stall-timeout if a step really takes this long")
+                self.on_stall(
+                    f"{self.what}: no worker of this node finished a batch for {idle:.0f} s "
+                    f"(--stall-timeout {self.seconds:g}); stopping this node with status {STALL_STATUS}. "
+                    "The stack of every thread follows: a blocked pull, wait or barrier points at the "
+                    "bug; raise --stall-timeout if a step really takes this long"
+                )
                 return
 
 
@@ -243,8 +264,11 @@ class Report:
         if self.json:
             say(kind="epoch", **row)
             return
-        text = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) and k != "seconds" else f"{k} {v}"
-                         for k, v in metrics.items() if k != "seconds")
+        text = "  ".join(
+            f"{k} {v:.4f}" if isinstance(v, float) and k != "seconds" else f"{k} {v}"
+            for k, v in metrics.items()
+            if k != "seconds"
+        )
         line = f"epoch {epoch:>3}  {text}" + (f"  ({metrics['seconds']:.2f} s)" if "seconds" in metrics else "")
         (progress.write if progress is not None else print)(line)
 

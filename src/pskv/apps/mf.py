@@ -49,49 +49,85 @@ _USERS_OUT = "mf-users-out"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = common.parser("mf", "matrix factorization by SGD on a parameter server", epochs=30, techniques=True,
-                      resumable=True)
+    p = common.parser(
+        "mf", "matrix factorization by SGD on a parameter server", epochs=30, techniques=True, resumable=True
+    )
     g = p.add_argument_group("mf")
-    g.add_argument("--data", default="ml-100k",
-                   help="ml-100k, lapse-toy, zipf:ROWSxCOLSxNNZ, or a ratings file: .inter (RecBole), .mmc, or a "
-                        "CSV/TSV/space-separated table of user, item, rating (a header line is detected; any ids)")
-    g.add_argument("--max-ratings", type=int, default=0, help="use only this many ratings (a seeded "
-                                                              "sample; 0: all)")
+    g.add_argument(
+        "--data",
+        default="ml-100k",
+        help="ml-100k, lapse-toy, zipf:ROWSxCOLSxNNZ, or a ratings file: .inter (RecBole), .mmc, or a "
+        "CSV/TSV/space-separated table of user, item, rating (a header line is detected; any ids)",
+    )
+    g.add_argument("--max-ratings", type=int, default=0, help="use only this many ratings (a seeded sample; 0: all)")
     g.add_argument("--test-fraction", type=float, default=0.1, help="held-out share (not lapse-toy)")
     g.add_argument("--rank", type=int, default=100, help="latent factors per user and item")
-    g.add_argument("--lambda", dest="lam", type=float, default=None,
-                   help="L2 on the factors (default 0.08 per SGD step; ccd: 0.15 x the ratings of a row)")
+    g.add_argument(
+        "--lambda",
+        dest="lam",
+        type=float,
+        default=None,
+        help="L2 on the factors (default 0.08 per SGD step; ccd: 0.15 x the ratings of a row)",
+    )
     g.add_argument("--lambda-bias", type=float, default=0.02, help="L2 on the biases")
     g.add_argument("--init-step-size", type=float, default=0.01, help="x in x * (y + t)^-z")
     g.add_argument("--step-size-offset", type=float, default=1.0, help="y")
     g.add_argument("--step-size-pow", type=float, default=0.0, help="z (0: a constant step size)")
     g.add_argument("--init-std", type=float, default=0.1, help="std of the initial factors")
-    g.add_argument("--biases", action=argparse.BooleanOptionalAction, default=True,
-                   help="learn a bias per user and per item (b_u, b_i)")
-    g.add_argument("--global-mean", action=argparse.BooleanOptionalAction, default=True,
-                   help="predict around the mean training rating (mu)")
+    g.add_argument(
+        "--biases",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="learn a bias per user and per item (b_u, b_i)",
+    )
+    g.add_argument(
+        "--global-mean",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="predict around the mean training rating (mu)",
+    )
     g.add_argument("--batch", type=int, default=1000, help="ratings per pull/push round")
-    g.add_argument("--schedule", choices=["free", "dsgd", "ccd"], default="free",
-                   help="free: each worker its ratings in random order (Hogwild-like); dsgd: item blocks "
-                        "rotate over the workers, one barrier per block (Lapse's MF; with --localize every "
-                        "item access is local); ccd: model-parallel CCD++ on the STRADS-style scheduler, one "
-                        "latent column at a time, item blocks per round (apps.mf_ccd)")
+    g.add_argument(
+        "--schedule",
+        choices=["free", "dsgd", "ccd"],
+        default="free",
+        help="free: each worker its ratings in random order (Hogwild-like); dsgd: item blocks "
+        "rotate over the workers, one barrier per block (Lapse's MF; with --localize every "
+        "item access is local); ccd: model-parallel CCD++ on the STRADS-style scheduler, one "
+        "latent column at a time, item blocks per round (apps.mf_ccd)",
+    )
     g.add_argument("--ccd-blocks", type=int, default=16, help="ccd: item blocks (the scheduler's coordinates)")
     g.add_argument("--ccd-per-round", type=int, default=8, help="ccd: item blocks updated in parallel per round")
-    g.add_argument("--ccd-policy", default="cyclic", help="ccd: cyclic (blocks rotate in order), strads (by the "
-                                                          "size of their last change) or shotgun (at random)")
-    g.add_argument("--item-updater", choices=["auto", "sgd", "adagrad"], default="auto",
-                   help="sgd: push each item's change after sequential SGD on the batch; adagrad: push the "
-                        "batch's gradient to a server-side Adagrad (Lapse's MF; stable on very hot items); "
-                        "auto: adagrad on zipf data, else sgd")
+    g.add_argument(
+        "--ccd-policy",
+        default="cyclic",
+        help="ccd: cyclic (blocks rotate in order), strads (by the size of their last change) or shotgun (at random)",
+    )
+    g.add_argument(
+        "--item-updater",
+        choices=["auto", "sgd", "adagrad"],
+        default="auto",
+        help="sgd: push each item's change after sequential SGD on the batch; adagrad: push the "
+        "batch's gradient to a server-side Adagrad (Lapse's MF; stable on very hot items); "
+        "auto: adagrad on zipf data, else sgd",
+    )
     g.add_argument("--adagrad-lr", type=float, default=0.1, help="step size of the item Adagrad")
-    g.add_argument("--out", type=Path, metavar="DIR", help="write the factors here: user_factors.npy/.tsv (the "
-                                                           "rows, the users' ids), item_factors.npy/.tsv, biases, "
-                                                           "meta.json (pskv.apps.mf.load_factors reads it)")
+    g.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write the factors here: user_factors.npy/.tsv (the "
+        "rows, the users' ids), item_factors.npy/.tsv, biases, "
+        "meta.json (pskv.apps.mf.load_factors reads it)",
+    )
     common.add_prefetch(g)
     common.add_exchange(g)
-    g.add_argument("--storage", choices=["memory", "disk"], default="memory",
-                   help="disk: the item table's rows in files under --storage-path, at most --cache-rows in memory")
+    g.add_argument(
+        "--storage",
+        choices=["memory", "disk"],
+        default="memory",
+        help="disk: the item table's rows in files under --storage-path, at most --cache-rows in memory",
+    )
     g.add_argument("--storage-path", type=Path, metavar="DIR", help="directory of the item rows (--storage disk)")
     g.add_argument("--cache-rows", type=int, default=100_000, help="item rows kept in memory (--storage disk)")
     return p
@@ -113,8 +149,11 @@ def load(args: argparse.Namespace) -> Problem:
     """The data set of --data, split as the flags say. Raises DataError."""
     if args.data == "ml-100k":
         r = ratings.load_inter(fetch("ml-100k", quiet=True) / "ml-100k.inter")
-        return Problem("MovieLens-100K", *ratings.split(_sample(r, args), test_fraction=args.test_fraction,
-                                                         seed=args.seed), clip=(1.0, 5.0))
+        return Problem(
+            "MovieLens-100K",
+            *ratings.split(_sample(r, args), test_fraction=args.test_fraction, seed=args.seed),
+            clip=(1.0, 5.0),
+        )
     if args.data == "lapse-toy":
         d = lapse_toy_dir() / "mf"
         train, test = ratings.load_mmc(d / "train.mmc"), ratings.load_mmc(d / "test.mmc")
@@ -127,20 +166,26 @@ def load(args: argparse.Namespace) -> Problem:
         except ValueError:
             raise DataError(f"--data {args.data!r}: write zipf:ROWSxCOLSxNNZ, e.g. zipf:10000x5000x1000000") from None
         r = ratings.zipf_ratings(rows, cols, nnz, seed=args.seed)
-        return Problem(f"zipf {rows:,} x {cols:,}", *ratings.split(r, test_fraction=args.test_fraction,
-                                                                    seed=args.seed), clip=(-np.inf, np.inf))
+        return Problem(
+            f"zipf {rows:,} x {cols:,}",
+            *ratings.split(r, test_fraction=args.test_fraction, seed=args.seed),
+            clip=(-np.inf, np.inf),
+        )
     path = Path(args.data)
     if not path.is_file():
         raise DataError(f"--data {args.data!r} is not ml-100k, lapse-toy, zipf:ROWSxCOLSxNNZ nor a file of ratings")
     r = _sample(ratings.load_file(path), args)  # predictions are clipped to the range of the ratings
-    return Problem(path.name, *ratings.split(r, test_fraction=args.test_fraction, seed=args.seed),
-                   clip=(float(r.values.min()), float(r.values.max())))
+    return Problem(
+        path.name,
+        *ratings.split(r, test_fraction=args.test_fraction, seed=args.seed),
+        clip=(float(r.values.min()), float(r.values.max())),
+    )
 
 
 def _sample(r: ratings.Ratings, args) -> ratings.Ratings:
     if not 0 < args.max_ratings < len(r):
         return r
-    keep = np.random.default_rng([args.seed, 1]).permutation(len(r))[:args.max_ratings]
+    keep = np.random.default_rng([args.seed, 1]).permutation(len(r))[: args.max_ratings]
     return r.take(np.sort(keep))
 
 
@@ -179,8 +224,9 @@ class Part:
 
     def save(self, users: pskv.Table):
         """Write this part's user factors and biases to the users table (a Future)."""
-        return users.set(self.me + self.local * self.workers,
-                         np.column_stack([self.U[self.local], self.bu[self.local]]))
+        return users.set(
+            self.me + self.local * self.workers, np.column_stack([self.U[self.local], self.bu[self.local]])
+        )
 
     def load(self, users: pskv.Table) -> Part:
         """Take this part's user factors and biases from the users table (what their last worker saved)."""
@@ -197,8 +243,9 @@ class Part:
             return 0.0
         keys, slots = np.unique(self.test.items, return_inverse=True)
         V = items.pull(keys)  # (n_distinct, rank + biases) float32
-        return squared_error(self.U, self.bu, self.test_users, slots.astype(np.int64), self.test.values, V,
-                             mu, args.biases, *clip)
+        return squared_error(
+            self.U, self.bu, self.test_users, slots.astype(np.int64), self.test.values, V, mu, args.biases, *clip
+        )
 
 
 def _most_batches(train: ratings.Ratings, workers: int, batch: int) -> np.ndarray:
@@ -213,8 +260,9 @@ def _most_batches(train: ratings.Ratings, workers: int, batch: int) -> np.ndarra
     return np.array([-(-int(c.max()) // batch) for c in counts], np.int64)
 
 
-def train_epoch(w: pskv.Worker, part: Part, items: pskv.Table, args, mu: float, lr: float,
-                progress: common.Progress) -> float:
+def train_epoch(
+    w: pskv.Worker, part: Part, items: pskv.Table, args, mu: float, lr: float, progress: common.Progress
+) -> float:
     """One pass over this worker's ratings; returns the squared training error. `--schedule free`:
     all of them in random order. `dsgd`: W sub-epochs; in sub-epoch s worker `me` takes the ratings
     of item block (me + s) mod W, so no two workers share an item, with a barrier after each."""
@@ -238,8 +286,9 @@ def train_epoch(w: pskv.Worker, part: Part, items: pskv.Table, args, mu: float, 
     return sse
 
 
-def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr: float,
-           progress: common.Progress) -> float:
+def _train(
+    part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr: float, progress: common.Progress
+) -> float:
     """SGD over the ratings `order` (positions in part.train) in batches of --batch. With prefetch
     (common.prefetches) a batch's rows are pulled a batch ahead, so that their round trip passes during
     the kernel before it; they then miss that batch's push, which the `add` updater's rows get back
@@ -256,19 +305,19 @@ def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr
     last: tuple = ()  # (keys, change) pushed by the batch before
 
     def ask(lo: int, stale: bool, push: tuple = ()) -> None:
-        keys, slots = np.unique(part.train.items[order[lo:lo + size]], return_inverse=True)
+        keys, slots = np.unique(part.train.items[order[lo : lo + size]], return_inverse=True)
         rows = items.exchange(push[0], push[1], keys, copy=False) if push else items.pull_async(keys)
         pulled[lo] = (keys, slots, rows, stale)
 
     starts: Iterable[int] = range(0, len(order), size)
     if getattr(args, "intent", False):  # each batch's items signaled --ahead batches early (AdaPM's intents)
-        starts = Lookahead(starts, lambda lo: {items: part.train.items[order[lo:lo + size]]}, ahead=args.ahead)
+        starts = Lookahead(starts, lambda lo: {items: part.train.items[order[lo : lo + size]]}, ahead=args.ahead)
     if exchange and prefetch and size < len(order):  # the second batch's rows come while the first trains
         ask(size, True)
     for lo in starts:
-        b = order[lo:lo + size]
+        b = order[lo : lo + size]
         if ahead and lo + size < len(order):
-            items.localize(np.unique(part.train.items[order[lo + size:lo + 2 * size]]))
+            items.localize(np.unique(part.train.items[order[lo + size : lo + 2 * size]]))
         if lo in pulled:
             keys, slots, rows, stale = pulled.pop(lo)
             V = rows.wait()  # (n_distinct, rank + biases) float32, a copy
@@ -279,8 +328,17 @@ def _train(part: Part, items: pskv.Table, order: np.ndarray, args, mu: float, lr
             V = items.pull(keys)
         if prefetch and not exchange and lo + size < len(order):  # one batch ahead at most, never across _train's end
             ask(lo + size, True)
-        batch = (part.train_users[b], slots.astype(np.int64), part.train.values[b], V, mu, lr, args.lam,
-                 args.lambda_bias, args.biases)
+        batch = (
+            part.train_users[b],
+            slots.astype(np.int64),
+            part.train.values[b],
+            V,
+            mu,
+            lr,
+            args.lam,
+            args.lambda_bias,
+            args.biases,
+        )
         if args.item_updater == "sgd":
             before = V.copy()
             sse += sgd_batch(part.U, part.bu, *batch)
@@ -313,8 +371,10 @@ def _setup(s: common.Session, problem: Problem) -> _Run:
     """Declare the tables (collective); node 0 prints what runs."""
     args, node = s.args, s.node
     if node.config.backups and args.schedule == "dsgd":
-        raise ConfigError("mf: --schedule dsgd rotates item blocks over a fixed set of workers and does not "
-                          "survive a dead node yet; use --schedule free with --backups")
+        raise ConfigError(
+            "mf: --schedule dsgd rotates item blocks over a fixed set of workers and does not "
+            "survive a dead node yet; use --schedule free with --backups"
+        )
     updater = "add" if args.item_updater == "sgd" else pskv.Adagrad(lr=args.adagrad_lr, initial_accumulator=0.1)
     extra: dict[str, Any] = {}
     if args.replicate:
@@ -322,15 +382,24 @@ def _setup(s: common.Session, problem: Problem) -> _Run:
     extra["placement"] = common.placement(args)  # --lease, --location-caches
     if args.storage == "disk":  # Bösen's out-of-core table: the item factors in files, a bounded cache
         extra.update(storage="disk", cache_rows=args.cache_rows, path=args.storage_path)
-    items = node.table(_ITEMS, rows=problem.train.n_items, dim=args.rank + args.biases, updater=updater,
-                       init=pskv.Normal(std=args.init_std, seed=args.seed), **extra)
+    items = node.table(
+        _ITEMS,
+        rows=problem.train.n_items,
+        dim=args.rank + args.biases,
+        updater=updater,
+        init=pskv.Normal(std=args.init_std, seed=args.seed),
+        **extra,
+    )
     # the users' factors live in the workers; a table keeps them for --out, for whoever takes them over
     # (backups) and in checkpoints
     saves = args.out or node.config.backups or args.checkpoint_dir
     users = node.table(_USERS_OUT, rows=problem.train.n_users, dim=args.rank + 1) if saves else None
     if node.rank == 0 and not s.report.json:
-        print(f"mf: {problem.name}, {len(problem.train):,} train / {len(problem.test):,} test ratings, "
-              f"rank {args.rank}, {node.num_nodes} node(s) x {s.threads} thread(s), {args.epochs} epochs", flush=True)
+        print(
+            f"mf: {problem.name}, {len(problem.train):,} train / {len(problem.test):,} test ratings, "
+            f"rank {args.rank}, {node.num_nodes} node(s) x {s.threads} thread(s), {args.epochs} epochs",
+            flush=True,
+        )
     return _Run(s, problem, items, users)
 
 
@@ -356,8 +425,14 @@ def _work(w: pskv.Worker, run: _Run) -> None:
     elif shares.backups:
         part.save(users_table()).wait()  # a node that dies in epoch 1 leaves its users' initial factors
     w.barrier()
-    progress = common.Progress(w, total=(args.epochs - s.start_epoch) * len(problem.train), scale=workers,
-                               unit="ratings", mode=args.progress, watchdog=s.report.watchdog)
+    progress = common.Progress(
+        w,
+        total=(args.epochs - s.start_epoch) * len(problem.train),
+        scale=workers,
+        unit="ratings",
+        mode=args.progress,
+        watchdog=s.report.watchdog,
+    )
 
     def adopt(piece: tuple[int, int, int]) -> Part:
         if piece not in adopted:
@@ -388,8 +463,15 @@ def _work(w: pskv.Worker, run: _Run) -> None:
         assert s.reducer is not None  # (run_app made it before training)
         sums = s.reducer.sum(w, [sse, sum(len(p.train) for p in parts), sum(test), sum(len(p.test) for p in parts)])
         covered = {"ratings": int(sums[1])} if shares.backups else {}  # all of them, also when a node died
-        s.report.epoch(w, epoch + 1, progress, train_rmse=np.sqrt(sums[0] / sums[1]),
-                       test_rmse=np.sqrt(sums[2] / max(sums[3], 1)), **covered, seconds=time.monotonic() - start)
+        s.report.epoch(
+            w,
+            epoch + 1,
+            progress,
+            train_rmse=np.sqrt(sums[0] / sums[1]),
+            test_rmse=np.sqrt(sums[2] / max(sums[3], 1)),
+            **covered,
+            seconds=time.monotonic() - start,
+        )
         s.checkpoint(w, epoch + 1, functools.partial(save, parts))
     progress.close()
     if args.out:
@@ -432,8 +514,11 @@ def _check(args: argparse.Namespace) -> str | None:
         raise ConfigError("--storage disk needs --storage-path DIR (where each node keeps its item rows)")
     if args.schedule == "ccd":
         mf_ccd.check(args)
-    updater = "adagrad" if args.item_updater == "adagrad" or (
-        args.item_updater == "auto" and args.data.startswith("zipf:")) else "add"
+    updater = (
+        "adagrad"
+        if args.item_updater == "adagrad" or (args.item_updater == "auto" and args.data.startswith("zipf:"))
+        else "add"
+    )
     return common.check_resume(args, lambda tables: _compatible(args, tables, updater))
 
 
@@ -467,9 +552,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.item_updater == "auto":
         args.item_updater = "adagrad" if args.data.startswith("zipf:") else "sgd"
     if args.schedule == "ccd":
-        return common.run_app("mf", args, metrics=1, setup=lambda s: mf_ccd.setup(s, problem, _ITEMS, _USERS_OUT),
-                              train=mf_ccd.train,
-                              finish=lambda st, wall: [*mf_ccd.summary(st, wall), *_finish(st, wall)])
+        return common.run_app(
+            "mf",
+            args,
+            metrics=1,
+            setup=lambda s: mf_ccd.setup(s, problem, _ITEMS, _USERS_OUT),
+            train=mf_ccd.train,
+            finish=lambda st, wall: [*mf_ccd.summary(st, wall), *_finish(st, wall)],
+        )
     return common.run_app("mf", args, metrics=4, setup=lambda s: _setup(s, problem), train=_work, finish=_finish)
 
 
@@ -500,16 +590,27 @@ def _save(args, items: pskv.Table, users: pskv.Table, problem: mf_ccd.Problem) -
     mu = float(train.values.mean()) if args.global_mean else 0.0
     v = items.pull(np.arange(train.n_items))  # (n_items, rank + biases) float32
     u = users.pull(np.arange(train.n_users))  # (n_users, rank + 1) float32
-    ids = [range(n) if tokens is None else tokens for tokens, n in ((train.user_tokens, train.n_users),
-                                                                  (train.item_tokens, train.n_items))]
-    write_labelled(args.out, "user_factors", u[:, :args.rank], ids[0])
-    write_labelled(args.out, "item_factors", v[:, :args.rank], ids[1])
+    ids = [
+        range(n) if tokens is None else tokens
+        for tokens, n in ((train.user_tokens, train.n_users), (train.item_tokens, train.n_items))
+    ]
+    write_labelled(args.out, "user_factors", u[:, : args.rank], ids[0])
+    write_labelled(args.out, "item_factors", v[:, : args.rank], ids[1])
     if args.biases:
         np.save(args.out / "user_bias.npy", u[:, args.rank])
         np.save(args.out / "item_bias.npy", v[:, args.rank])
     clip = [float(x) if np.isfinite(x) else None for x in problem.clip]  # JSON has no inf: None is unbounded
-    write_json(args.out / "meta.json", {"global_mean": mu, "rank": args.rank, "biases": args.biases,
-                                        "clip": clip, "data": args.data, "schedule": args.schedule})
+    write_json(
+        args.out / "meta.json",
+        {
+            "global_mean": mu,
+            "rank": args.rank,
+            "biases": args.biases,
+            "clip": clip,
+            "data": args.data,
+            "schedule": args.schedule,
+        },
+    )
     print(f"factors written to {args.out}/", flush=True)
 
 

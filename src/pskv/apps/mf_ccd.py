@@ -113,11 +113,15 @@ class State:
 def check(args, *, backups: int | None = None) -> None:
     """The flags --schedule ccd cannot honour (mf.check, before any node starts): ConfigError naming them."""
     if backups or args.backups or args.checkpoint_dir:
-        raise ConfigError("--schedule ccd keeps its rounds in worker clocks and does not survive a dead node or "
-                          "resume from a checkpoint yet; use --schedule free for --backups / --checkpoint-dir")
+        raise ConfigError(
+            "--schedule ccd keeps its rounds in worker clocks and does not survive a dead node or "
+            "resume from a checkpoint yet; use --schedule free for --backups / --checkpoint-dir"
+        )
     if args.consistency != "async" or args.localize or args.replicate or args.storage == "disk":
-        raise ConfigError("--schedule ccd keeps a copy of the item factors in every worker and orders rounds by "
-                          "worker clocks; drop --consistency, --localize, --replicate and --storage disk")
+        raise ConfigError(
+            "--schedule ccd keeps a copy of the item factors in every worker and orders rounds by "
+            "worker clocks; drop --consistency, --localize, --replicate and --storage disk"
+        )
     if args.ccd_policy not in POLICIES:
         raise ConfigError(f"--ccd-policy {args.ccd_policy!r}: use one of {', '.join(POLICIES)}")
 
@@ -135,10 +139,13 @@ def setup(s: common.Session, problem, items_table: str, users_table: str) -> Sta
         items = node.table(items_table, rows=problem.train.n_items, dim=args.rank + args.biases)
         users = node.table(users_table, rows=problem.train.n_users, dim=args.rank + 1)
     if node.rank == 0 and not s.report.json:
-        print(f"mf: {problem.name}, {len(problem.train):,} train / {len(problem.test):,} test ratings, rank "
-              f"{args.rank}, CCD++ on the scheduler ({args.ccd_policy}): {plan.blocks} item blocks of {plan.size}, "
-              f"{plan.per_round} per round, {plan.rounds} rounds; {node.num_nodes} node(s) x {s.threads} thread(s), "
-              f"{args.epochs} epochs", flush=True)
+        print(
+            f"mf: {problem.name}, {len(problem.train):,} train / {len(problem.test):,} test ratings, rank "
+            f"{args.rank}, CCD++ on the scheduler ({args.ccd_policy}): {plan.blocks} item blocks of {plan.size}, "
+            f"{plan.per_round} per round, {plan.rounds} rounds; {node.num_nodes} node(s) x {s.threads} thread(s), "
+            f"{args.epochs} epochs",
+            flush=True,
+        )
     sched.start(plan.rounds + 1)  # (the last round updates nothing: it measures the last epoch)
     return State(s, problem, plan, sched, items, users)
 
@@ -199,9 +206,9 @@ class _Part:
             at = self.items[a:b] - lo
             u = self.U[self.users[a:b], c]
             at0 = k * plan.size
-            out[at0:at0 + hi - lo] = np.bincount(at, weights=self.res[a:b] * u, minlength=hi - lo)
-            out[span + at0:span + at0 + hi - lo] = np.bincount(at, weights=u * u, minlength=hi - lo)
-            out[2 * span + at0:2 * span + at0 + hi - lo] = np.bincount(at, minlength=hi - lo)
+            out[at0 : at0 + hi - lo] = np.bincount(at, weights=self.res[a:b] * u, minlength=hi - lo)
+            out[span + at0 : span + at0 + hi - lo] = np.bincount(at, weights=u * u, minlength=hi - lo)
+            out[2 * span + at0 : 2 * span + at0 + hi - lo] = np.bincount(at, minlength=hi - lo)
         return out
 
     def apply(self, chosen: np.ndarray, c: int, totals: np.ndarray) -> np.ndarray:
@@ -212,7 +219,7 @@ class _Part:
             lo, hi = plan.items(int(block))
             at = slice(k * plan.size, k * plan.size + hi - lo)
             num, uu = totals[at], totals[span:][at]
-            n = totals[2 * span:][at]
+            n = totals[2 * span :][at]
             new = np.divide(num, self._lam(c) * n + uu, out=np.zeros(hi - lo), where=n > 0)
             changes[k] = float(np.abs(new - self.V[lo:hi, c]).sum())
             self.V[lo:hi, c] = new
@@ -230,15 +237,22 @@ def train(w: pskv.Worker, st: State) -> None:
     me = _Part(st, s.index(w), s.workers)
     sums = schedule.RoundSums(w, _SUMS, plan.width)
     leader = common.is_leader(w)
-    progress = common.Progress(w, total=plan.rounds, scale=1, unit="rounds", mode=args.progress,
-                               watchdog=s.report.watchdog)
+    progress = common.Progress(
+        w, total=plan.rounds, scale=1, unit="rounds", mode=args.progress, watchdog=s.report.watchdog
+    )
     epoch_start = time.monotonic()
 
     def report(epoch: int, totals: np.ndarray) -> None:
         nonlocal epoch_start
         now = time.monotonic()
-        s.report.epoch(w, epoch, progress, train_rmse=float(np.sqrt(totals[-3] / me.train_ratings)),
-                       test_rmse=float(np.sqrt(totals[-2] / max(totals[-1], 1.0))), seconds=now - epoch_start)
+        s.report.epoch(
+            w,
+            epoch,
+            progress,
+            train_rmse=float(np.sqrt(totals[-3] / me.train_ratings)),
+            test_rmse=float(np.sqrt(totals[-2] / max(totals[-1], 1.0))),
+            seconds=now - epoch_start,
+        )
         epoch_start = now
 
     sched.begin(w)
@@ -287,11 +301,11 @@ def _save(w: pskv.Worker, st: State, me: _Part) -> None:
         return
     s, rank = st.session, me.rank
     first, workers = s.index(w), s.workers
-    w.table(st.users.name).set(first + workers * np.arange(len(me.U)), me.U[:, :rank + 1].astype(np.float32)).wait()
+    w.table(st.users.name).set(first + workers * np.arange(len(me.U)), me.U[:, : rank + 1].astype(np.float32)).wait()
     if common.is_leader(w):
-        v = me.V[:, :rank + 1].copy()
+        v = me.V[:, : rank + 1].copy()
         v[:, rank] = me.V[:, rank + 1]
-        w.table(st.items.name).set(np.arange(len(me.V)), v[:, :rank + s.args.biases].astype(np.float32)).wait()
+        w.table(st.items.name).set(np.arange(len(me.V)), v[:, : rank + s.args.biases].astype(np.float32)).wait()
 
 
 def summary(st: State, wall: float) -> list[str]:
@@ -299,8 +313,9 @@ def summary(st: State, wall: float) -> list[str]:
     st.sched.close(timeout=60)
     info = st.sched.stats()
     rounds = max(st.plan.rounds, 1)
-    return [f"mf ccd: {st.session.args.ccd_policy}, {st.plan.rounds} rounds in {wall:.2f} s "
-            f"({1000 * wall / rounds:.2f} ms per round, {st.plan.per_round} blocks of {st.plan.size} items per "
-            f"round); the scheduler chose for {info['choose_seconds']:.2f} s "
-            f"({info['choose_seconds'] / max(wall, 1e-9):.0%} of the run, pipelined)"]
-
+    return [
+        f"mf ccd: {st.session.args.ccd_policy}, {st.plan.rounds} rounds in {wall:.2f} s "
+        f"({1000 * wall / rounds:.2f} ms per round, {st.plan.per_round} blocks of {st.plan.size} items per "
+        f"round); the scheduler chose for {info['choose_seconds']:.2f} s "
+        f"({info['choose_seconds'] / max(wall, 1e-9):.0%} of the run, pipelined)"
+    ]

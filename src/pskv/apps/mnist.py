@@ -33,9 +33,19 @@ def lenet5():
     from torch import nn
 
     return nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.AvgPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(),
-        nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
+        nn.Conv2d(1, 6, 5, padding=2),
+        nn.ReLU(),
+        nn.AvgPool2d(2),
+        nn.Conv2d(6, 16, 5),
+        nn.ReLU(),
+        nn.AvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(400, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, 10),
+    )
 
 
 def load(data: str, limit: int = 0, test_limit: int = 0):
@@ -64,9 +74,9 @@ def accuracy(model, x, y, batch: int = 1000) -> tuple[float, float]:
     loss = correct = 0.0
     with torch.no_grad():
         for i in range(0, len(x), batch):
-            out = model(x[i:i + batch])
-            loss += float(torch.nn.functional.cross_entropy(out, y[i:i + batch], reduction="sum"))
-            correct += int((out.argmax(1) == y[i:i + batch]).sum())
+            out = model(x[i : i + batch])
+            loss += float(torch.nn.functional.cross_entropy(out, y[i : i + batch], reduction="sum"))
+            correct += int((out.argmax(1) == y[i : i + batch]).sum())
     return loss / len(x), correct / len(x)
 
 
@@ -81,21 +91,37 @@ def load_model(path):
 
 def _parser() -> argparse.ArgumentParser:
     p = common.parser("mnist", "LeNet-5 on Fashion-MNIST through pskv.torch.DataParallel", epochs=2)
-    p.add_argument("--data", default="fashion-mnist", help="a data set name (pskv data list) or an MNIST-layout "
-                                                           "directory of idx files")
+    p.add_argument(
+        "--data",
+        default="fashion-mnist",
+        help="a data set name (pskv data list) or an MNIST-layout directory of idx files",
+    )
     p.add_argument("--mode", default="sync", help="sync (aggregated BSP rounds), async, or ssp:S")
-    p.add_argument("--checkpoint-dir", type=Path, metavar="DIR",
-                   help="with --eval-freq: write checkpoints of the weights under DIR (pskv evaluate reads them)")
+    p.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        metavar="DIR",
+        help="with --eval-freq: write checkpoints of the weights under DIR (pskv evaluate reads them)",
+    )
     p.add_argument("--batch", type=int, default=64, help="global batch, split over every worker")
     p.add_argument("--lr", type=float, default=0.05, help="server-side SGD learning rate")
     p.add_argument("--momentum", type=float, default=0.9, help="server-side SGD momentum")
     p.add_argument("--limit", type=int, default=0, metavar="N", help="train on the first N examples (0: all)")
     p.add_argument("--test-limit", type=int, default=0, metavar="N", help="test on the first N examples (0: all)")
-    p.add_argument("--eval-freq", type=int, default=0, metavar="STEPS",
-                   help="with --checkpoint-dir: a checkpoint every STEPS steps and after the last, all kept "
-                        "(`pskv evaluate --checkpoint-dir DIR` evaluates each)")
-    p.add_argument("--out", type=Path, metavar="MODEL.pt", help="write the trained weights (torch state_dict; "
-                                                                "pskv.apps.mnist.load_model reads it)")
+    p.add_argument(
+        "--eval-freq",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="with --checkpoint-dir: a checkpoint every STEPS steps and after the last, all kept "
+        "(`pskv evaluate --checkpoint-dir DIR` evaluates each)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="MODEL.pt",
+        help="write the trained weights (torch state_dict; pskv.apps.mnist.load_model reads it)",
+    )
     return p
 
 
@@ -117,8 +143,10 @@ def _check(args: argparse.Namespace) -> None:
     if args.eval_freq and args.checkpoint_dir is None:
         raise pskv.ConfigError("--eval-freq needs --checkpoint-dir DIR (where pskv evaluate finds the checkpoints)")
     if args.checkpoint_dir is not None and not args.eval_freq:
-        raise pskv.ConfigError("--checkpoint-dir needs --eval-freq STEPS (mnist writes checkpoints for pskv evaluate "
-                               "only; it does not resume)")
+        raise pskv.ConfigError(
+            "--checkpoint-dir needs --eval-freq STEPS (mnist writes checkpoints for pskv evaluate "
+            "only; it does not resume)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,8 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         ptorch.DataParallel.declare(s.node, models[0], mode=args.mode, updater=updater)
         if s.node.rank == 0:
             n = sum(p.numel() for p in models[0].parameters())
-            print(f"mnist: LeNet-5 ({n:,} parameters) on {len(data[0]):,} images, {s.node.num_nodes} node(s) x "
-                  f"{s.threads} thread(s), mode {args.mode}, global batch {args.batch}", flush=True)
+            print(
+                f"mnist: LeNet-5 ({n:,} parameters) on {len(data[0]):,} images, {s.node.num_nodes} node(s) x "
+                f"{s.threads} thread(s), mode {args.mode}, global batch {args.batch}",
+                flush=True,
+            )
         return s, data, models
 
     def train(w: pskv.Worker, state) -> None:
@@ -155,15 +186,21 @@ def main(argv: list[str] | None = None) -> int:
         if share < 1:
             raise pskv.ConfigError(f"mnist: --batch {args.batch} is smaller than the {dp.workers} workers")
         steps = len(x) // args.batch
-        progress = common.Progress(w, total=steps * args.batch * args.epochs, scale=dp.workers,
-                                   unit="images", mode=args.progress, watchdog=s.report.watchdog)
+        progress = common.Progress(
+            w,
+            total=steps * args.batch * args.epochs,
+            scale=dp.workers,
+            unit="images",
+            mode=args.progress,
+            watchdog=s.report.watchdog,
+        )
         step = 0
         for epoch in range(1, args.epochs + 1):
             began = time.monotonic()
             order = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(x)))
             loss_sum = correct = 0.0
             for b in range(steps):
-                mine = order[b * args.batch + me * share:b * args.batch + (me + 1) * share]
+                mine = order[b * args.batch + me * share : b * args.batch + (me + 1) * share]
                 out = dp(x[mine])
                 loss = torch.nn.functional.cross_entropy(out, y[mine])
                 loss.backward()
@@ -177,8 +214,15 @@ def main(argv: list[str] | None = None) -> int:
                     _checkpoint(s, w, step, epoch, last, dp)
             total = s.reducer.sum(w, [loss_sum, correct, steps * share])
             test = accuracy(model, vx, vy)[1] if common.is_leader(w) else float("nan")
-            s.report.epoch(w, epoch, progress, train_loss=total[0] / total[2], train_acc=total[1] / total[2],
-                           test_acc=test, seconds=time.monotonic() - began)
+            s.report.epoch(
+                w,
+                epoch,
+                progress,
+                train_loss=total[0] / total[2],
+                train_acc=total[1] / total[2],
+                test_acc=test,
+                seconds=time.monotonic() - began,
+            )
         progress.close()
         if common.is_leader(w):
             s.final = accuracy(model, vx, vy)
@@ -215,8 +259,12 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     p.add_argument("--test-limit", type=int, default=0, metavar="N", help="test on the first N examples (0: all)")
     p.add_argument("--out", type=Path, metavar="FILE.csv|FILE.json", help="write the results")
     p.add_argument("--plot", type=Path, metavar="FILE.png", help="draw test accuracy and loss against step")
-    p.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds without a new "
-                                                                 "checkpoint (0: wait for ever)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="give up after this many seconds without a new checkpoint (0: wait for ever)",
+    )
     p.add_argument("--poll", type=float, default=0.5, help="seconds between looks at the directory")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -267,8 +315,10 @@ def _checkpoint(s: common.Session, w: pskv.Worker, step: int, epoch: int, last: 
     """Thread 0 of every node: a checkpoint of the weights at `step` (no pruning: an evaluator reads each)."""
     if w.thread != 0:
         return
-    info = s.node.checkpoint(s.args.checkpoint_dir, extra={"step": step, "epoch": epoch, "final": last,
-                                                            "table": dp.table.name, "row": dp.row})
+    info = s.node.checkpoint(
+        s.args.checkpoint_dir,
+        extra={"step": step, "epoch": epoch, "final": last, "table": dp.table.name, "row": dp.row},
+    )
     if common.is_leader(w):
         print(f"checkpoint {info.path} (step {step})", file=sys.stderr, flush=True)
 

@@ -1,11 +1,11 @@
 """Negative samples for the apps that draw them (kge, word2vec): one sampler per worker thread.
 
-    negatives = Negatives(table, scheme="pool")              # pskv's sampling API (the table has a pskv.Sampling)
-    negatives = Negatives(table, draw=unigram.draw, rng=rng)  # the app draws; the caller pulls the rows
-    negatives.ahead(n)                     # prepare the sample of a coming draw of n (preloc/pool work meanwhile)
-    keys = negatives.predraw(n)            # the app draws: draw a coming draw of n now (its keys, for intents)
-    keys, rows = negatives.draw(n)         # (n,) int64 keys; (n, dim) rows, or None when the app drew them
-    negatives.close()                      # release what was prepared and not drawn
+negatives = Negatives(table, scheme="pool")              # pskv's sampling API (the table has a pskv.Sampling)
+negatives = Negatives(table, draw=unigram.draw, rng=rng)  # the app draws; the caller pulls the rows
+negatives.ahead(n)                     # prepare the sample of a coming draw of n (preloc/pool work meanwhile)
+keys = negatives.predraw(n)            # the app draws: draw a coming draw of n now (its keys, for intents)
+keys, rows = negatives.draw(n)         # (n,) int64 keys; (n, dim) rows, or None when the app drew them
+negatives.close()                      # release what was prepared and not drawn
 """
 
 from __future__ import annotations
@@ -30,9 +30,14 @@ class Negatives:
     A sample with fewer than n keys (onlylocal, by rejection from a draw function) is repeated up
     to n. Owned by one worker thread: the handles are that thread's."""
 
-    def __init__(self, table, *, scheme: str | None = None,
-                 draw: Callable[[np.random.Generator, int], np.ndarray] | None = None,
-                 rng: np.random.Generator | None = None) -> None:
+    def __init__(
+        self,
+        table,
+        *,
+        scheme: str | None = None,
+        draw: Callable[[np.random.Generator, int], np.ndarray] | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> None:
         if scheme is None and (draw is None or rng is None):
             raise ConfigError("Negatives(scheme=None) draws the keys itself: give draw=(rng, n) -> keys and rng=")
         self.table, self.scheme, self._draw, self.rng = table, scheme, draw, rng

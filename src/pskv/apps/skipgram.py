@@ -118,8 +118,9 @@ def num_batches(shard: Corpus, batch_words: int) -> int:
     return n
 
 
-def batches(shard: Corpus, keep: np.ndarray, window: int, batch_words: int,
-            rng: np.random.Generator) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+def batches(
+    shard: Corpus, keep: np.ndarray, window: int, batch_words: int, rng: np.random.Generator
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """One epoch over `shard` in minibatches of whole sentences: (corpus words read, centres, contexts),
     the pairs after subsampling (each word kept with probability keep[word]) as (P,) int64 word ids."""
     offsets = shard.offsets
@@ -127,10 +128,10 @@ def batches(shard: Corpus, keep: np.ndarray, window: int, batch_words: int,
     while s < shard.num_sentences:
         e = int(np.searchsorted(offsets, offsets[s] + batch_words, side="left"))
         e = min(max(e, s + 1), shard.num_sentences)
-        tokens = shard.tokens[offsets[s]:offsets[e]]  # (m,) int32
+        tokens = shard.tokens[offsets[s] : offsets[e]]  # (m,) int32
         kept = rng.random(len(tokens)) < keep[tokens]
         kept_before = np.concatenate([[0], np.cumsum(kept)])  # (m + 1,)
-        kept_offsets = kept_before[offsets[s:e + 1] - offsets[s]]  # (e - s + 1,) sentence bounds after subsampling
+        kept_offsets = kept_before[offsets[s : e + 1] - offsets[s]]  # (e - s + 1,) sentence bounds after subsampling
         words = tokens[kept].astype(np.int64)
         shrink = rng.integers(0, window, len(words)) if window > 0 else np.zeros(len(words), np.int64)
         centres = np.empty(len(words) * 2 * window, np.int64)
@@ -170,8 +171,9 @@ class _Buffers:
         """A C-contiguous (n, dim) float32 view of buffer `name`, grown as needed; contents undefined."""
         array = self.arrays.get(name)
         if array is None or len(array) < n:
-            array = self.arrays[name] = np.empty((max(n, int(1.5 * len(array)) if array is not None else n),
-                                                  self.dim), np.float32)
+            array = self.arrays[name] = np.empty(
+                (max(n, int(1.5 * len(array)) if array is not None else n), self.dim), np.float32
+            )
         return array[:n]
 
     def wait(self) -> None:
@@ -200,8 +202,17 @@ class Step:
     exactly what a pull after those pushes reads, others' concurrent pushes aside, as ever). Owned
     by one worker thread."""
 
-    def __init__(self, syn0, syn1, negatives: Negatives, rows: int, neg: int, *,
-                 localize_from: int | None = None, prefetch: bool = False) -> None:
+    def __init__(
+        self,
+        syn0,
+        syn1,
+        negatives: Negatives,
+        rows: int,
+        neg: int,
+        *,
+        localize_from: int | None = None,
+        prefetch: bool = False,
+    ) -> None:
         self.syn0, self.syn1, self.negatives, self.neg = syn0, syn1, negatives, neg
         self.localize_from = localize_from  # localize a coming batch's words with ids >= this (None: never)
         self.prefetch = prefetch and negatives.scheme is None  # pskv's sampling pulls when a batch draws
@@ -240,12 +251,22 @@ class Step:
         old0, old1 = buffers.get("old0", len(batch.keys0)), buffers.get("old1", len(batch.keys1))
         np.copyto(old0, rows0)
         np.copyto(old1, rows1)
-        loss = sgns(batch.ctx_local, batch.ctr_local, batch.neg_local.reshape(len(centres), self.neg), rows0, rows1,
-                    alpha0, alpha1, self.neu1e)
+        loss = sgns(
+            batch.ctx_local,
+            batch.ctr_local,
+            batch.neg_local.reshape(len(centres), self.neg),
+            rows0,
+            rows1,
+            alpha0,
+            alpha1,
+            self.neu1e,
+        )
         rows0 -= old0  # now the deltas
         rows1 -= old1
-        buffers.pushes = [self.syn0.push(batch.keys0, rows0, copy=False),
-                          self.syn1.push(batch.keys1, rows1, copy=False)]
+        buffers.pushes = [
+            self.syn0.push(batch.keys0, rows0, copy=False),
+            self.syn1.push(batch.keys1, rows1, copy=False),
+        ]
         for coming in self._coming:  # pulled before this push: they need its deltas
             coming.missed.append((batch.keys0, rows0, batch.keys1, rows1))
         return loss

@@ -81,12 +81,17 @@ _GENSIM_FILES = {"head500": "head500.noblanks.cor", "lee": "lee_background.cor"}
 
 
 def _parser():
-    p = common.parser("word2vec", "word2vec: skip-gram with negative sampling", epochs=5, techniques=True,
-                      resumable=True)
+    p = common.parser(
+        "word2vec", "word2vec: skip-gram with negative sampling", epochs=5, techniques=True, resumable=True
+    )
     g = p.add_argument_group("word2vec")
-    g.add_argument("--data", default="head500", help="head500, lee (gensim's test corpora), lapse-toy, or a "
-                                                    "text file with one sentence of space-separated tokens per line, "
-                                                    "or a directory of such files")
+    g.add_argument(
+        "--data",
+        default="head500",
+        help="head500, lee (gensim's test corpora), lapse-toy, or a "
+        "text file with one sentence of space-separated tokens per line, "
+        "or a directory of such files",
+    )
     g.add_argument("--clean", action="store_true", help="lower-case and drop punctuation (always on for lee)")
     g.add_argument("--dim", type=int, default=100, help="vector size")
     g.add_argument("--window", type=int, default=5, help="max distance between centre and context word")
@@ -96,22 +101,44 @@ def _parser():
     g.add_argument("--min-alpha", type=float, default=0.0001, help="step size at the end of training")
     g.add_argument("--sample", type=float, default=1e-3, help="subsampling threshold for frequent words (0: off)")
     g.add_argument("--batch-words", type=int, default=2000, help="corpus words per minibatch and worker")
-    g.add_argument("--data-words", type=int, default=None, metavar="N",
-                   help="train on about N corpus words per epoch in all (Lapse's --data_words)")
+    g.add_argument(
+        "--data-words",
+        type=int,
+        default=None,
+        metavar="N",
+        help="train on about N corpus words per epoch in all (Lapse's --data_words)",
+    )
     g.add_argument("--reuse", type=int, default=1, help="--sampling pool: times each drawn negative is used")
     # off by default: on one host it was no faster (2 nodes, head500), and the other workers' pushes
     # reach a batch's rows a batch later (epoch 1 loss 2.83 vs 2.77; epoch 3 2.521 vs 2.517)
     common.add_prefetch(g, default=False)
-    g.add_argument("--out", type=Path, metavar="FILE", help="write the input vectors in word2vec's text format "
-                                                            "(pskv.apps.word2vec.load_vectors reads it)")
-    g.add_argument("--wordsim", type=Path, metavar="FILE", help="word pairs with a human score (word1<TAB>word2<TAB>"
-                                                                "score) to report Spearman on (default: WordSim-353, "
-                                                                "if `pskv data fetch gensim-text` cached it)")
-    g.add_argument("--analogies", type=Path, metavar="FILE", help="analogy questions (': section' lines, then "
-                                                                  "'a b c d' lines) (default: gensim's "
-                                                                  "questions-words.txt, if cached)")
-    g.add_argument("--compare-gensim", action="store_true",
-                   help="then train gensim's Word2Vec alike and print both (needs gensim: pip install 'pskv[compare]')")
+    g.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="write the input vectors in word2vec's text format (pskv.apps.word2vec.load_vectors reads it)",
+    )
+    g.add_argument(
+        "--wordsim",
+        type=Path,
+        metavar="FILE",
+        help="word pairs with a human score (word1<TAB>word2<TAB>"
+        "score) to report Spearman on (default: WordSim-353, "
+        "if `pskv data fetch gensim-text` cached it)",
+    )
+    g.add_argument(
+        "--analogies",
+        type=Path,
+        metavar="FILE",
+        help="analogy questions (': section' lines, then "
+        "'a b c d' lines) (default: gensim's "
+        "questions-words.txt, if cached)",
+    )
+    g.add_argument(
+        "--compare-gensim",
+        action="store_true",
+        help="then train gensim's Word2Vec alike and print both (needs gensim: pip install 'pskv[compare]')",
+    )
     return p
 
 
@@ -149,21 +176,26 @@ def load_tests(wordsim: Path | None, analogies: Path | None) -> EvalSets:
     cached = cache_dir() / "gensim-text"
     found: list[list | None] = []
     notes: list[str] = []
-    for given, name, read in ((wordsim, "wordsim353.tsv", read_wordsim), (analogies, "questions-words.txt",
-                                                                          read_analogies)):
+    for given, name, read in (
+        (wordsim, "wordsim353.tsv", read_wordsim),
+        (analogies, "questions-words.txt", read_analogies),
+    ):
         path = given or cached / name
         if given is None and not path.is_file():
-            notes.append(f"word2vec: no {'WordSim-353' if read is read_wordsim else 'analogy'} score: {path} is not "
-                         "there; `pskv data fetch gensim-text` installs it (or give your own file with "
-                         f"--{'wordsim' if read is read_wordsim else 'analogies'} FILE)")
+            notes.append(
+                f"word2vec: no {'WordSim-353' if read is read_wordsim else 'analogy'} score: {path} is not "
+                "there; `pskv data fetch gensim-text` installs it (or give your own file with "
+                f"--{'wordsim' if read is read_wordsim else 'analogies'} FILE)"
+            )
             found.append(None)
             continue
         found.append(read(path))  # DataError for a given file that is missing or malformed
     return EvalSets(found[0], found[1], f"word similarity ({wordsim.name})" if wordsim else "WordSim-353", tuple(notes))
 
 
-def evaluate(vectors: np.ndarray, vocab: Vocab, tests: EvalSets | None = None, *,
-             analogies: bool = True) -> dict[str, Score]:
+def evaluate(
+    vectors: np.ndarray, vocab: Vocab, tests: EvalSets | None = None, *, analogies: bool = True
+) -> dict[str, Score]:
     """Spearman on the word pairs and (unless `analogies` is False) 3CosAdd analogy accuracy of
     `vectors`, for those of `tests` that are there (default: the cached WordSim-353 and analogies)."""
     tests = tests or load_tests(None, None)
@@ -214,12 +246,26 @@ def _train(w: pskv.Worker, run: _Run) -> None:
     args, me = s.args, s.index(w)
     shard = run.shard(me)
     syn0, syn1 = w.table("syn0"), w.table("syn1neg")
-    negatives = Negatives(syn1, scheme=args.sampling, draw=run.unigram.draw,
-                          rng=np.random.default_rng([args.seed, me, 1]))
-    step = Step(syn0, syn1, negatives, len(run.vocab), args.neg,
-                localize_from=args.replicate if args.localize else None, prefetch=common.prefetches(args))
-    progress = common.Progress(w, total=run.epoch_words * (args.epochs - s.start_epoch), scale=s.workers, unit="words",
-                               mode=args.progress, watchdog=s.report.watchdog)
+    negatives = Negatives(
+        syn1, scheme=args.sampling, draw=run.unigram.draw, rng=np.random.default_rng([args.seed, me, 1])
+    )
+    step = Step(
+        syn0,
+        syn1,
+        negatives,
+        len(run.vocab),
+        args.neg,
+        localize_from=args.replicate if args.localize else None,
+        prefetch=common.prefetches(args),
+    )
+    progress = common.Progress(
+        w,
+        total=run.epoch_words * (args.epochs - s.start_epoch),
+        scale=s.workers,
+        unit="words",
+        mode=args.progress,
+        watchdog=s.report.watchdog,
+    )
     total, done = max(1, shard.num_words * args.epochs), shard.num_words * s.start_epoch  # (the learning rate's)
     clock = common.Clock(w, args)  # once per batch under --consistency bsp/ssp
     most = max(num_batches(run.shard(i), args.batch_words) for i in range(s.workers))
@@ -296,8 +342,13 @@ def _tables(node: pskv.Node, args, vocab: Vocab, unigram: Unigram) -> pskv.Table
     if args.replicate:
         extra["replicate"] = pskv.Replicate(keys=np.arange(min(args.replicate, len(vocab))))
     extra["placement"] = common.placement(args)  # --lease, --location-caches
-    syn0 = node.table("syn0", rows=len(vocab), dim=args.dim,
-                      init=pskv.Uniform(-1.0 / args.dim, 1.0 / args.dim, seed=args.seed), **extra)
+    syn0 = node.table(
+        "syn0",
+        rows=len(vocab),
+        dim=args.dim,
+        init=pskv.Uniform(-1.0 / args.dim, 1.0 / args.dim, seed=args.seed),
+        **extra,
+    )
     if args.sampling is not None:
         extra["sampling"] = pskv.Sampling(unigram.draw, scheme=args.sampling, reuse=args.reuse, seed=args.seed)
     node.table("syn1neg", rows=len(vocab), dim=args.dim, init=0.0, **extra)
@@ -308,18 +359,31 @@ def _setup(s: common.Session, vocab: Vocab, corpus: Corpus, tests: EvalSets) -> 
     """Declare the tables (collective); node 0 prints what runs."""
     args, node = s.args, s.node
     unigram = Unigram(vocab.counts)
-    run = _Run(s, vocab, corpus, keep_probabilities(vocab.counts, args.sample), unigram,
-               _tables(node, args, vocab, unigram), tests)
+    run = _Run(
+        s,
+        vocab,
+        corpus,
+        keep_probabilities(vocab.counts, args.sample),
+        unigram,
+        _tables(node, args, vocab, unigram),
+        tests,
+    )
     per_epoch = run.epoch_words  # computed here, before the worker threads read it
     if node.rank == 0:
         negatives = f"pskv sampling, {args.sampling}" if args.sampling else "drawn by the app, naive"
-        print(f"word2vec: {args.data}, {corpus.num_words:,} words in {corpus.num_sentences:,} sentences "
-              f"({per_epoch:,} per epoch), {len(vocab):,} in the vocabulary; dim {args.dim}, window "
-              f"{args.window}, {args.neg} negatives ({negatives}), {node.num_nodes} node(s) x {s.threads} "
-              f"thread(s)", flush=True)
+        print(
+            f"word2vec: {args.data}, {corpus.num_words:,} words in {corpus.num_sentences:,} sentences "
+            f"({per_epoch:,} per epoch), {len(vocab):,} in the vocabulary; dim {args.dim}, window "
+            f"{args.window}, {args.neg} negatives ({negatives}), {node.num_nodes} node(s) x {s.threads} "
+            f"thread(s)",
+            flush=True,
+        )
         pairs = 2 * args.window * args.batch_words  # at most; about 60% of it with subsampling and reduced windows
-        note = (node.num_nodes > 1 and args.sampling in ("preloc", "pool")  # negatives localized each batch
-                and common.relocation_note("word2vec", unigram.p[args.replicate:], pairs * args.neg // 2))
+        note = (
+            node.num_nodes > 1
+            and args.sampling in ("preloc", "pool")  # negatives localized each batch
+            and common.relocation_note("word2vec", unigram.p[args.replicate :], pairs * args.neg // 2)
+        )
         if note:
             print(note, flush=True)
         for note in tests.notes:
@@ -343,9 +407,13 @@ def _result(run: _Run, vectors: np.ndarray, wall: float) -> dict:
     args, rows = run.session.args, run.session.report.rows
     first = run.session.start_epoch + 1  # 1, or the epoch after a resumed checkpoint's
     words = (args.epochs - first + 1) * run.epoch_words
-    result = {"seconds": run.seconds, "words_per_s": words / max(run.seconds, 1e-9),
-              "first_loss": rows[0]["loss"] if rows else float("nan"),
-              "loss": rows[-1]["loss"] if rows else float("nan"), **evaluate(vectors, run.vocab, run.tests)}
+    result = {
+        "seconds": run.seconds,
+        "words_per_s": words / max(run.seconds, 1e-9),
+        "first_loss": rows[0]["loss"] if rows else float("nan"),
+        "loss": rows[-1]["loss"] if rows else float("nan"),
+        **evaluate(vectors, run.vocab, run.tests),
+    }
     result["lines"] = [
         f"word2vec on {args.data}: {args.epochs - first + 1} epochs of {run.epoch_words:,} words in {wall:.1f} s "
         f"(training {run.seconds:.2f} s, {result['words_per_s']:,.0f} words/s); loss {result['first_loss']:.4f} "
@@ -369,9 +437,20 @@ def train_gensim(args, vocab: Vocab, shards: list[Corpus], workers: int) -> tupl
     from gensim.models import Word2Vec
 
     words = np.array(vocab.words, dtype=object)
-    sentences = [list(words[c.tokens[c.offsets[i]:c.offsets[i + 1]]]) for c in shards for i in range(c.num_sentences)]
-    model = Word2Vec(sg=1, hs=0, negative=args.neg, window=args.window, vector_size=args.dim, alpha=args.alpha,
-                     min_alpha=args.min_alpha, sample=args.sample, min_count=1, workers=workers, seed=args.seed)
+    sentences = [list(words[c.tokens[c.offsets[i] : c.offsets[i + 1]]]) for c in shards for i in range(c.num_sentences)]
+    model = Word2Vec(
+        sg=1,
+        hs=0,
+        negative=args.neg,
+        window=args.window,
+        vector_size=args.dim,
+        alpha=args.alpha,
+        min_alpha=args.min_alpha,
+        sample=args.sample,
+        min_count=1,
+        workers=workers,
+        seed=args.seed,
+    )
     model.build_vocab(sentences)  # min_count=1: the sentences hold only our vocabulary's words already
     start = time.monotonic()
     model.train(sentences, total_examples=len(sentences), epochs=args.epochs)
@@ -387,13 +466,23 @@ def _compare_gensim(run: _Run, lines: list[str]) -> list[str]:
     args, ours, workers = run.session.args, run.result, run.session.workers
     assert ours is not None  # (_finish made it)
     vectors, seconds = train_gensim(args, run.vocab, [run.shard(i) for i in range(workers)], workers)
-    theirs = {"seconds": seconds, "words_per_s": args.epochs * run.epoch_words / max(seconds, 1e-9),
-              **evaluate(vectors, run.vocab, run.tests)}
-    rows = [("train seconds", "{:.2f}", "seconds"), ("words/s", "{:,.0f}", "words_per_s"),
-            ("WordSim-353 Spearman", "{}", "wordsim"), ("analogy accuracy", "{}", "analogy")]
+    theirs = {
+        "seconds": seconds,
+        "words_per_s": args.epochs * run.epoch_words / max(seconds, 1e-9),
+        **evaluate(vectors, run.vocab, run.tests),
+    }
+    rows = [
+        ("train seconds", "{:.2f}", "seconds"),
+        ("words/s", "{:,.0f}", "words_per_s"),
+        ("WordSim-353 Spearman", "{}", "wordsim"),
+        ("analogy accuracy", "{}", "analogy"),
+    ]
     table = [f"{'':<22}{'pskv':<36}gensim, {workers} worker thread(s)"]
-    table += [f"{name:<22}{fmt.format(ours.get(key, '-')):<36}{fmt.format(theirs.get(key, '-'))}"
-              for name, fmt, key in rows if key in ours or key in theirs]
+    table += [
+        f"{name:<22}{fmt.format(ours.get(key, '-')):<36}{fmt.format(theirs.get(key, '-'))}"
+        for name, fmt, key in rows
+        if key in ours or key in theirs
+    ]
     return table + lines
 
 
@@ -405,12 +494,23 @@ def check(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _check(args: argparse.Namespace) -> str | None:
-    common.at_least(args, 1, "--dim", "--neg", "--batch-words", "--epochs", "--reuse", "--data-words",
-                    "--checkpoint-every", "--keep")
+    common.at_least(
+        args,
+        1,
+        "--dim",
+        "--neg",
+        "--batch-words",
+        "--epochs",
+        "--reuse",
+        "--data-words",
+        "--checkpoint-every",
+        "--keep",
+    )
     common.at_least(args, 0, "--window")
     if args.compare_gensim and not gensim_available():
-        raise pskv.ConfigError("--compare-gensim needs gensim, which is not installed: pip install 'pskv[compare]' "
-                               "(or pip install gensim)")
+        raise pskv.ConfigError(
+            "--compare-gensim needs gensim, which is not installed: pip install 'pskv[compare]' (or pip install gensim)"
+        )
     if args.data not in (*_GENSIM_FILES, "lapse-toy") and not Path(args.data).exists():
         raise DataError(f"--data {args.data!r} is neither head500, lee, lapse-toy nor a file or directory")
     for flag, path in (("--wordsim", args.wordsim), ("--analogies", args.analogies)):
@@ -427,8 +527,15 @@ def main(argv: list[str] | None = None) -> int:
         vocab, corpus = load_text(args)
         tests = load_tests(args.wordsim, args.analogies)
         warm_up(args.dim)
-        return common.run_app("word2vec", args, metrics=3, setup=lambda s: _setup(s, vocab, corpus, tests),
-                              train=_train, finish=_finish, then=_compare_gensim if args.compare_gensim else None)
+        return common.run_app(
+            "word2vec",
+            args,
+            metrics=3,
+            setup=lambda s: _setup(s, vocab, corpus, tests),
+            train=_train,
+            finish=_finish,
+            then=_compare_gensim if args.compare_gensim else None,
+        )
     except DataError as exc:  # the same on every node: the data, not the cluster, is wrong
         print(f"pskv run word2vec: error: {exc}", file=sys.stderr, flush=True)
         return 2

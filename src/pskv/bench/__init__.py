@@ -31,7 +31,6 @@ op of the same size (same op: pull vs np.take, push vs fancy +=). A summary chec
 of DESIGN.md "Performance model". Nodes are started here with subprocess, not by `pskv launch`.
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -61,8 +60,9 @@ def _ints(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     """`pskv bench [--quick] [--sizes ...] [--dims ...] [--window W] [--no-copy] [--no-remote]`."""
-    p = argparse.ArgumentParser(prog="pskv bench", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="pskv bench", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="sizes 1,1000,100000 and short runs (< 40 s)")
     p.add_argument("--sizes", type=_ints, help="n_keys per request, comma-separated (default 1,1000,100000,1000000)")
     p.add_argument("--dims", type=_ints, default=[1, 64], help="row widths, comma-separated (default 1,64)")
@@ -70,27 +70,50 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, help="seconds per measurement (default 1.0, quick 0.1)")
     p.add_argument("--no-copy", action="store_true", help="remote push with copy=False (no copy of the values)")
     p.add_argument("--no-remote", action="store_true", help="skip the 2-node measurements")
-    p.add_argument("--rounds", type=int, default=None,
-                   help="paired rounds of the raw-pyzmq floor (default 5, quick 3; 0: no floor)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="paired rounds of the raw-pyzmq floor (default 5, quick 3; 0: no floor)",
+    )
     p.add_argument("--floor-only", action="store_true", help="only the raw-pyzmq floor table")
-    p.add_argument("--auth", action="store_true",
-                   help="the remote cells also on an authenticated cluster (a shared secret: CURVE), side by side")
+    p.add_argument(
+        "--auth",
+        action="store_true",
+        help="the remote cells also on an authenticated cluster (a shared secret: CURVE), side by side",
+    )
     args = p.parse_args(argv)
     quick = args.quick
     sizes = args.sizes or list(_QUICK_SIZES if quick else _FULL_SIZES)
-    plan = Plan(budget=args.budget or (0.1 if quick else 1.0), reps_min=3 if quick else 5,
-                reps_max=60 if quick else 200, window=max(1, args.window), copy=not args.no_copy)
-    print(f"# pskv bench  {time.strftime('%Y-%m-%d %H:%M')}  (pskv {_revision()})\n\nmachine: {machine()}\n"
-          f"sizes {sizes}, dims {args.dims}, window {plan.window}, budget {plan.budget} s, "
-          f"remote push copy={plan.copy}\n", flush=True)
+    plan = Plan(
+        budget=args.budget or (0.1 if quick else 1.0),
+        reps_min=3 if quick else 5,
+        reps_max=60 if quick else 200,
+        window=max(1, args.window),
+        copy=not args.no_copy,
+    )
+    print(
+        f"# pskv bench  {time.strftime('%Y-%m-%d %H:%M')}  (pskv {_revision()})\n\nmachine: {machine()}\n"
+        f"sizes {sizes}, dims {args.dims}, window {plan.window}, budget {plan.budget} s, "
+        f"remote push copy={plan.copy}\n",
+        flush=True,
+    )
     t0 = time.perf_counter()
     rounds = (3 if quick else 5) if args.rounds is None else max(0, args.rounds)
     if args.no_remote and not args.floor_only:
         rounds = 0
     floors: list[Floor] = []
-    results = run(sizes, args.dims, plan, remote=not args.no_remote and not args.floor_only,
-                  say=lambda s: print(s, file=sys.stderr, flush=True), floor_rounds=max(rounds, args.floor_only),
-                  cells=not args.floor_only, floors=floors, auth=args.auth)
+    results = run(
+        sizes,
+        args.dims,
+        plan,
+        remote=not args.no_remote and not args.floor_only,
+        say=lambda s: print(s, file=sys.stderr, flush=True),
+        floor_rounds=max(rounds, args.floor_only),
+        cells=not args.floor_only,
+        floors=floors,
+        auth=args.auth,
+    )
     if results:
         print(table(results))
         print("\n## targets\n")
@@ -105,4 +128,3 @@ def main(argv: list[str] | None = None) -> int:
         print(floor_table(floors))
     print(f"\ntotal time {time.perf_counter() - t0:.0f} s; load average at the end {_load()}")
     return 0
-

@@ -112,7 +112,7 @@ class Data:
     def __init__(self, rng: np.random.Generator, rows: int, n: int, dim: int) -> None:
         self.n, self.dim = n, dim
         self.keys = np.ascontiguousarray(rng.permutation(rows)[:n])  # (n,) int64, unique, random order
-        self.vals = (rng.standard_normal((n, dim), dtype=np.float32) * 1e-3)  # (n, dim) float32 updates
+        self.vals = rng.standard_normal((n, dim), dtype=np.float32) * 1e-3  # (n, dim) float32 updates
         self.out = touched((n, dim))  # (n, dim) pull target
 
 
@@ -123,8 +123,10 @@ def numpy_cells(data: np.ndarray, d: Data, plan: Plan) -> list[Result]:
     def push():
         data[d.keys] += d.vals
 
-    return [_result("pull", "numpy", "call", d.n, d.dim, _timed(pull, plan, d.n, d.dim)),
-            _result("push", "numpy", "call", d.n, d.dim, _timed(push, plan, d.n, d.dim))]
+    return [
+        _result("pull", "numpy", "call", d.n, d.dim, _timed(pull, plan, d.n, d.dim)),
+        _result("push", "numpy", "call", d.n, d.dim, _timed(push, plan, d.n, d.dim)),
+    ]
 
 
 def local_cells(table, d: Data, plan: Plan) -> list[Result]:
@@ -134,20 +136,30 @@ def local_cells(table, d: Data, plan: Plan) -> list[Result]:
     def push():
         table.push(d.keys, d.vals).wait(WAIT)
 
-    return [_result("pull", "local", "call", d.n, d.dim, _timed(pull, plan, d.n, d.dim)),
-            _result("push", "local", "call", d.n, d.dim, _timed(push, plan, d.n, d.dim))]
+    return [
+        _result("pull", "local", "call", d.n, d.dim, _timed(pull, plan, d.n, d.dim)),
+        _result("push", "local", "call", d.n, d.dim, _timed(push, plan, d.n, d.dim)),
+    ]
 
 
 def remote_cells(table, d: Data, offset: int, plan: Plan, where: str = "remote") -> list[Result]:
     keys = d.keys + offset  # (n,) int64, all owned by node 1
     window = max(1, min(plan.window, WINDOW_BYTES // max(1, d.n * d.dim * 4)))
     bufs = [d.out] + [touched(d.out.shape) for _ in range(window - 1)]  # one pull target per outstanding request
-    ops = {"pull": lambda i: table.pull_async(keys, out=bufs[i % window]),
-           "push": lambda i: table.push(keys, d.vals, copy=plan.copy)}
+    ops = {
+        "pull": lambda i: table.pull_async(keys, out=bufs[i % window]),
+        "push": lambda i: table.push(keys, d.vals, copy=plan.copy),
+    }
     results = []
     for op, issue in ops.items():
-        rtt = _result(op, where, "rtt", d.n, d.dim,
-                      _timed(functools.partial(_round_trip, issue), plan, d.n, d.dim, reps_min=max(plan.reps_min, 20)))
+        rtt = _result(
+            op,
+            where,
+            "rtt",
+            d.n,
+            d.dim,
+            _timed(functools.partial(_round_trip, issue), plan, d.n, d.dim, reps_min=max(plan.reps_min, 20)),
+        )
         est = max(rtt.seconds / 2, 1e-6)  # pipelining hides at most about half of a round trip
         requests = int(min(2000, max(4 * window, plan.budget / est)))
         if d.n * d.dim * 4 >= BIG:
@@ -155,4 +167,3 @@ def remote_cells(table, d: Data, offset: int, plan: Plan, where: str = "remote")
         per = _windowed(issue, plan, window, requests)
         results += [rtt, Result(op, where, f"window {window}", d.n, d.dim, per, reps=requests)]
     return results
-

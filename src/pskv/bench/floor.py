@@ -157,8 +157,17 @@ def _interleaved(fns: list[Callable[[], object]], budget: float, reps_min: int =
     return [float(np.median(t)) for t in times]
 
 
-def floor(table, raw: RawClient, offset: int, rows: int, rounds: int, budget: float, window: int,
-          big: int = 100_000, say: Callable[[str], None] = print) -> list[Floor]:
+def floor(
+    table,
+    raw: RawClient,
+    offset: int,
+    rows: int,
+    rounds: int,
+    budget: float,
+    window: int,
+    big: int = 100_000,
+    say: Callable[[str], None] = print,
+) -> list[Floor]:
     """Paired rounds of raw pyzmq and pskv on the same keys (all owned by node 1). Within a round,
     the raw and pskv calls of a figure alternate call by call (windowed runs: block by block, the
     first alternating from round to round). Returns one Floor per figure; the last compares pskv
@@ -172,14 +181,16 @@ def floor(table, raw: RawClient, offset: int, rows: int, rounds: int, budget: fl
     requests = max(200, int(budget * 4000))
     us = 1e6
     k1, k3, kb = keys[1], keys[1_000], keys[big]
-    names = [(f"pull 1 key x {dim}, round trip p50", "µs"),
-             (f"pull 1,000 keys x {dim}, round trip p50", "µs"),
-             (f"push 1,000 keys x {dim}, round trip p50", "µs"),
-             (f"pull {big:,} x {dim} with out=, GB/s", "GB/s"),
-             (f"pull {big:,} x {dim} without out=, GB/s", "GB/s"),
-             (f"push {big:,} x {dim}, GB/s", "GB/s"),
-             (f"{window} outstanding 1-key pulls, ops/s", "ops/s"),
-             (f"pskv pull {big:,} x {dim}: without out= (pskv) vs with out= (raw column), GB/s", "GB/s")]
+    names = [
+        (f"pull 1 key x {dim}, round trip p50", "µs"),
+        (f"pull 1,000 keys x {dim}, round trip p50", "µs"),
+        (f"push 1,000 keys x {dim}, round trip p50", "µs"),
+        (f"pull {big:,} x {dim} with out=, GB/s", "GB/s"),
+        (f"pull {big:,} x {dim} without out=, GB/s", "GB/s"),
+        (f"push {big:,} x {dim}, GB/s", "GB/s"),
+        (f"{window} outstanding 1-key pulls, ops/s", "ops/s"),
+        (f"pskv pull {big:,} x {dim}: without out= (pskv) vs with out= (raw column), GB/s", "GB/s"),
+    ]
     results = [Floor(name, unit, [], []) for name, unit in names]
 
     def add(i: int, r: float, p: float) -> None:
@@ -189,30 +200,36 @@ def floor(table, raw: RawClient, offset: int, rows: int, rounds: int, budget: fl
     for rnd in range(rounds):
         say(f"  floor round {rnd + 1}/{rounds}")
         gc.collect()
-        r, p = _interleaved([lambda: raw.pull(k1, out[1]),
-                             lambda: table.pull(k1, out=out[1], timeout=WAIT)], budget)
+        r, p = _interleaved([lambda: raw.pull(k1, out[1]), lambda: table.pull(k1, out=out[1], timeout=WAIT)], budget)
         add(0, us * r, us * p)
-        r, p = _interleaved([lambda: raw.pull(k3, out[1_000]),
-                             lambda: table.pull(k3, out=out[1_000], timeout=WAIT)], budget)
+        r, p = _interleaved(
+            [lambda: raw.pull(k3, out[1_000]), lambda: table.pull(k3, out=out[1_000], timeout=WAIT)], budget
+        )
         add(1, us * r, us * p)
-        r, p = _interleaved([lambda: raw.push(k3, vals[1_000]),
-                             lambda: table.push(k3, vals[1_000]).wait(WAIT)], budget)
+        r, p = _interleaved([lambda: raw.push(k3, vals[1_000]), lambda: table.push(k3, vals[1_000]).wait(WAIT)], budget)
         add(2, us * r, us * p)
-        r_out, p_out, r_new, p_new = _interleaved([lambda: raw.pull(kb, out[big]),
-                                                   lambda: table.pull(kb, out=out[big], timeout=WAIT),
-                                                   lambda: raw.pull(kb),
-                                                   lambda: table.pull(kb, timeout=WAIT)], budget, 5)
+        r_out, p_out, r_new, p_new = _interleaved(
+            [
+                lambda: raw.pull(kb, out[big]),
+                lambda: table.pull(kb, out=out[big], timeout=WAIT),
+                lambda: raw.pull(kb),
+                lambda: table.pull(kb, timeout=WAIT),
+            ],
+            budget,
+            5,
+        )
         add(3, gb / r_out, gb / p_out)
         add(4, gb / r_new, gb / p_new)
         add(7, gb / p_out, gb / p_new)
-        r, p = _interleaved([lambda: raw.push(kb, vals[big]),
-                             lambda: table.push(kb, vals[big]).wait(WAIT)], budget, 5)
+        r, p = _interleaved([lambda: raw.push(kb, vals[big]), lambda: table.push(kb, vals[big]).wait(WAIT)], budget, 5)
         add(5, gb / r, gb / p)
         blocks = []
         for b in range(4):  # small blocks, alternating
             first_raw = (rnd + b) % 2 == 0
-            pair = [lambda: _raw_windowed(raw, k1, window, requests // 4),
-                    lambda: _pskv_windowed(table, k1, window, requests // 4)]
+            pair = [
+                lambda: _raw_windowed(raw, k1, window, requests // 4),
+                lambda: _pskv_windowed(table, k1, window, requests // 4),
+            ]
             got = [f() for f in (pair if first_raw else pair[::-1])]
             blocks.append(got if first_raw else got[::-1])
         add(6, float(np.median([x[0] for x in blocks])), float(np.median([x[1] for x in blocks])))
@@ -226,8 +243,9 @@ def floor_table(results: list[Floor]) -> str:
     lines = ["| figure | raw pyzmq | pskv | pskv speed / raw (median, range) |", "|---|--:|--:|--:|"]
     for r in results:
         rt = r.ratios
-        lines.append(f"| {r.figure} | {fmt(r.unit, float(np.median(r.raw)))} {r.unit} | "
-                     f"{fmt(r.unit, float(np.median(r.pskv)))} {r.unit} | "
-                     f"{np.median(rt):.2f} ({min(rt):.2f}-{max(rt):.2f}) |")
+        lines.append(
+            f"| {r.figure} | {fmt(r.unit, float(np.median(r.raw)))} {r.unit} | "
+            f"{fmt(r.unit, float(np.median(r.pskv)))} {r.unit} | "
+            f"{np.median(rt):.2f} ({min(rt):.2f}-{max(rt):.2f}) |"
+        )
     return "\n".join(lines)
-

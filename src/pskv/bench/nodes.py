@@ -49,12 +49,13 @@ def serve_node(rows: int, dims: str, raw_port: int = 0) -> int:
             node.table(f"d{dim}", rows=rows, dim=dim)
         node.table("floor", rows=2 * FLOOR_ROWS, dim=FLOOR_DIM)
         if raw_port:
-            raw = threading.Thread(target=raw_server, args=(raw_port, 2 * FLOOR_ROWS, FLOOR_DIM, stop),
-                                   name="raw-pyzmq", daemon=True)
+            raw = threading.Thread(
+                target=raw_server, args=(raw_port, 2 * FLOOR_ROWS, FLOOR_DIM, stop), name="raw-pyzmq", daemon=True
+            )
             raw.start()
         worker = node.worker()
         worker.barrier()  # until node 0 is done: a node that said BYE stops hearing the coordinator's
-        worker.close()    # TICKs and gives up after failure_timeout (see benchmarks/RESULTS.md)
+        worker.close()  # TICKs and gives up after failure_timeout (see benchmarks/RESULTS.md)
     finally:
         stop.set()
         if raw is not None:
@@ -63,8 +64,9 @@ def serve_node(rows: int, dims: str, raw_port: int = 0) -> int:
     return 0
 
 
-def _start_child(rows: int, dims: list[int], address: str, raw_port: int = 0,
-                 secret: str | None = None) -> subprocess.Popen:
+def _start_child(
+    rows: int, dims: list[int], address: str, raw_port: int = 0, secret: str | None = None
+) -> subprocess.Popen:
     import pskv
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PSKV_")}
@@ -77,9 +79,17 @@ def _start_child(rows: int, dims: list[int], address: str, raw_port: int = 0,
     return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
 
 
-def run(sizes: list[int], dims: list[int], plan: Plan, remote: bool = True,
-        say: Callable[[str], None] = print, floor_rounds: int = 0, cells: bool = True,
-        floors: list | None = None, auth: bool = False) -> list[Result]:
+def run(
+    sizes: list[int],
+    dims: list[int],
+    plan: Plan,
+    remote: bool = True,
+    say: Callable[[str], None] = print,
+    floor_rounds: int = 0,
+    cells: bool = True,
+    floors: list | None = None,
+    auth: bool = False,
+) -> list[Result]:
     """Measure every cell (unless not `cells`); return the results (ratios filled in). With
     `floor_rounds`, also measure the raw-pyzmq floor (`floor`) in as many paired rounds and
     append its figures to `floors`. With `auth`, the remote cells again on an authenticated cluster."""
@@ -123,8 +133,17 @@ def run(sizes: list[int], dims: list[int], plan: Plan, remote: bool = True,
     return results
 
 
-def _two_nodes(rows: int, dims: list[int], shapes: list, plan: Plan, rng, say, floor_rounds: int,
-               floors: list | None, secret: str | None = None) -> list[Result]:
+def _two_nodes(
+    rows: int,
+    dims: list[int],
+    shapes: list,
+    plan: Plan,
+    rng,
+    say,
+    floor_rounds: int,
+    floors: list | None,
+    secret: str | None = None,
+) -> list[Result]:
     """The remote cells (and the floor) on this process as node 0 and a child as node 1."""
     from ..config import NodeConfig
     from ..node import Node
@@ -148,8 +167,16 @@ def _two_nodes(rows: int, dims: list[int], shapes: list, plan: Plan, rng, say, f
         if floor_rounds:
             raw = RawClient(raw_port, FLOOR_DIM)
             try:
-                got = floor(worker.table("floor"), raw, FLOOR_ROWS, FLOOR_ROWS, floor_rounds,
-                            min(plan.budget, 0.5), plan.window, say=say)
+                got = floor(
+                    worker.table("floor"),
+                    raw,
+                    FLOOR_ROWS,
+                    FLOOR_ROWS,
+                    floor_rounds,
+                    min(plan.budget, 0.5),
+                    plan.window,
+                    say=say,
+                )
             finally:
                 raw.close()
             if floors is not None:
@@ -165,4 +192,3 @@ def _two_nodes(rows: int, dims: list[int], shapes: list, plan: Plan, rng, say, f
             child.kill()  # our own child, by its Popen handle
             child.wait()
     return results
-

@@ -29,23 +29,29 @@ def table(results: list[Result]) -> str:
     order = {"numpy": 0, "local": 1, "remote": 2, "remote+auth": 3}
     for r in sorted(results, key=lambda r: (r.dim, r.n, r.op, order[r.where])):
         ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
-        lines.append(f"| {r.op} | {r.where} | {r.mode} | {r.n:,} | {r.dim} | {_si(r.keys_per_s)} | "
-                     f"{r.gb_per_s:.3f} | {us(r.p50)} | {us(r.p99)} | {ratio} | {r.reps} |")
+        lines.append(
+            f"| {r.op} | {r.where} | {r.mode} | {r.n:,} | {r.dim} | {_si(r.keys_per_s)} | "
+            f"{r.gb_per_s:.3f} | {us(r.p50)} | {us(r.p99)} | {ratio} | {r.reps} |"
+        )
     return "\n".join(lines)
 
 
 def auth_table(results: list[Result]) -> str:
     """Each remote cell next to its authenticated twin: p50 round trip, GB/s, and speed with / without."""
     plain = {(r.op, r.mode, r.n, r.dim): r for r in results if r.where == "remote"}
-    lines = ["| op | mode | n_keys | dim | p50 µs | p50 µs auth | GB/s | GB/s auth | auth / plain speed |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    lines = [
+        "| op | mode | n_keys | dim | p50 µs | p50 µs auth | GB/s | GB/s auth | auth / plain speed |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
     for a in sorted((r for r in results if r.where == "remote+auth"), key=lambda r: (r.dim, r.n, r.op, r.mode)):
         p = plain.get((a.op, a.mode, a.n, a.dim))
         if p is None:
             continue
         us = lambda r: "" if r.p50 is None else f"{r.p50 * 1e6:,.0f}"  # noqa: E731
-        lines.append(f"| {a.op} | {a.mode} | {a.n:,} | {a.dim} | {us(p)} | {us(a)} | {p.gb_per_s:.3f} | "
-                     f"{a.gb_per_s:.3f} | {p.seconds / a.seconds:.2f} |")
+        lines.append(
+            f"| {a.op} | {a.mode} | {a.n:,} | {a.dim} | {us(p)} | {us(a)} | {p.gb_per_s:.3f} | "
+            f"{a.gb_per_s:.3f} | {p.seconds / a.seconds:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -60,13 +66,25 @@ def targets(results: list[Result]) -> list[tuple[str, str, bool | None]]:
     for op in ("pull", "push"):
         rs = [r for r in local if r.op == op]
         got = ", ".join(f"{r.n:,}x{r.dim}: {r.ratio:.2f}" for r in rs)
-        out.append((f"local {op} of >= 10,000 keys >= 0.5x numpy", got or "not measured",
-                    all(r.ratio is not None and r.ratio >= 0.5 for r in rs) if rs else None))
-    p50s = [(r.dim, r.p50) for r in results  # (every round-trip cell has its p50)
-            if (r.op, r.where, r.mode, r.n) == ("pull", "remote", "rtt", 1_000) and r.p50 is not None]
-    out.append(("remote 1,000-key pull round trip p50 <= 300 µs",
-                ", ".join(f"dim {dim}: {p50 * 1e6:.0f} µs" for dim, p50 in p50s) or "not measured",
-                all(p50 <= 300e-6 for _, p50 in p50s) if p50s else None))
+        out.append(
+            (
+                f"local {op} of >= 10,000 keys >= 0.5x numpy",
+                got or "not measured",
+                all(r.ratio is not None and r.ratio >= 0.5 for r in rs) if rs else None,
+            )
+        )
+    p50s = [
+        (r.dim, r.p50)
+        for r in results  # (every round-trip cell has its p50)
+        if (r.op, r.where, r.mode, r.n) == ("pull", "remote", "rtt", 1_000) and r.p50 is not None
+    ]
+    out.append(
+        (
+            "remote 1,000-key pull round trip p50 <= 300 µs",
+            ", ".join(f"dim {dim}: {p50 * 1e6:.0f} µs" for dim, p50 in p50s) or "not measured",
+            all(p50 <= 300e-6 for _, p50 in p50s) if p50s else None,
+        )
+    )
     for op in ("pull", "push"):
         for dim, goal in ((64, "values >= 1 GB/s"), (1, ">= 60 M keys/s")):
             rs = find(op, "remote", "window", 100_000, dim)
@@ -95,9 +113,11 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return (f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}; load {_load()}; python "
-            f"{platform.python_version()}, numpy {np.__version__}, pyzmq {zmq.__version__} (libzmq "
-            f"{zmq.zmq_version()}), numba {numba.__version__}")
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}; load {_load()}; python "
+        f"{platform.python_version()}, numpy {np.__version__}, pyzmq {zmq.__version__} (libzmq "
+        f"{zmq.zmq_version()}), numba {numba.__version__}"
+    )
 
 
 def _load() -> str:
@@ -111,8 +131,9 @@ def _load() -> str:
 def _revision() -> str:
     try:
         here = Path(__file__).resolve().parent
-        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True,
-                             text=True, timeout=5, check=False)
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True, text=True, timeout=5, check=False
+        )
         return out.stdout.strip() or "?"
     except (OSError, subprocess.SubprocessError):
         return "?"

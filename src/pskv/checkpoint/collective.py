@@ -91,9 +91,19 @@ class Gate:
 
 
 class Checkpointer:
-    def __init__(self, rank: int, catalog: Catalog, tracker: RequestTracker, check: Callable[[], None], *,
-                 members: Callable[[], list[int]], barrier: Callable[[], None], flush_replicas: Callable[[], None],
-                 clock: Callable[[], int], epoch: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        rank: int,
+        catalog: Catalog,
+        tracker: RequestTracker,
+        check: Callable[[], None],
+        *,
+        members: Callable[[], list[int]],
+        barrier: Callable[[], None],
+        flush_replicas: Callable[[], None],
+        clock: Callable[[], int],
+        epoch: Callable[[], int],
+    ) -> None:
         self.rank = rank
         self._catalog = catalog
         self._tracker = tracker  # this node's requests in flight
@@ -106,27 +116,33 @@ class Checkpointer:
         self.gate = Gate()
         self._failure: str | None = None  # the decider's own failure when it could not write DECISION
 
-    def take(self, directory, keep: int | None = None, extra: dict | None = None,
-             timeout: float = 600.0) -> fmt.CheckpointInfo:
+    def take(
+        self, directory, keep: int | None = None, extra: dict | None = None, timeout: float = 600.0
+    ) -> fmt.CheckpointInfo:
         directory = Path(directory)
         if keep is not None and int(keep) < 1:
             raise CheckpointError(f"keep={keep!r}: keep at least the newest checkpoint (keep >= 1), or None for all")
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise CheckpointError(f"node {self.rank} cannot create checkpoint directory {directory}: {exc}; give a "
-                                  "directory every node can write (a shared file system for nodes on several "
-                                  "hosts)") from None
+            raise CheckpointError(
+                f"node {self.rank} cannot create checkpoint directory {directory}: {exc}; give a "
+                "directory every node can write (a shared file system for nodes on several "
+                "hosts)"
+            ) from None
         for _ in range(_ATTEMPTS):
             info = self._attempt(directory, keep, extra, timeout)
             if info is not None:
                 return info
             log.warning("node %d: the membership changed during checkpoint; taking it again", self.rank)
-        raise CheckpointError(f"node {self.rank}: the membership changed during each of {_ATTEMPTS} attempts to "
-                              f"checkpoint into {directory}; nodes keep dying: look at the failures first")
+        raise CheckpointError(
+            f"node {self.rank}: the membership changed during each of {_ATTEMPTS} attempts to "
+            f"checkpoint into {directory}; nodes keep dying: look at the failures first"
+        )
 
-    def _attempt(self, directory: Path, keep: int | None, extra: dict | None,
-                 timeout: float) -> fmt.CheckpointInfo | None:
+    def _attempt(
+        self, directory: Path, keep: int | None, extra: dict | None, timeout: float
+    ) -> fmt.CheckpointInfo | None:
         """One try; None if a node died meanwhile (backups: the others go on, the files may lack its rows).
 
         Whether the try is complete, to be taken again or failed is one decision for every node: the
@@ -198,20 +214,25 @@ class Checkpointer:
         if decision is not None and decision.get("decision") == "retry":
             return None
         if decision is not None:
-            raise CheckpointError(f"checkpoint {path} was not completed: {decision.get('reason')}; older "
-                                  "checkpoints were kept")
+            raise CheckpointError(
+                f"checkpoint {path} was not completed: {decision.get('reason')}; older checkpoints were kept"
+            )
         if failure is not None:
             raise CheckpointError(f"checkpoint {path} was not completed: {failure}; older checkpoints were kept")
         if self._epoch() != epoch:
             return None  # the decider died before it decided (barrier 3 waited until its death was known)
-        raise CheckpointError(f"node {self.rank} finds neither {fmt.MANIFEST} nor {DECISION} in {path} that node "
-                              f"{decider} wrote; the checkpoint directory must be on a file system every node shares")
+        raise CheckpointError(
+            f"node {self.rank} finds neither {fmt.MANIFEST} nor {DECISION} in {path} that node "
+            f"{decider} wrote; the checkpoint directory must be on a file system every node shares"
+        )
 
     def _drain(self, timeout: float) -> None:
         """Wait until every request this node sent so far is answered (the cut)."""
         if not self._tracker.drain(self._check, timeout):
-            raise CheckpointError(f"node {self.rank}: requests sent before the checkpoint were not answered "
-                                  f"within {timeout:g} s; the checkpoint was not taken")
+            raise CheckpointError(
+                f"node {self.rank}: requests sent before the checkpoint were not answered "
+                f"within {timeout:g} s; the checkpoint was not taken"
+            )
 
     def _write_shards(self, path: Path, epoch: int) -> dict:
         """This node's files of every table, and its part file (node-R.json) naming them."""
@@ -225,8 +246,11 @@ class Checkpointer:
             else:
                 keys = np.flatnonzero(shard.slot >= 0).astype(np.int64)
                 rows, st = _rows(state, keys)
-            names = {"keys": f"t{tid}.node{self.rank}.keys.npy", "rows": f"t{tid}.node{self.rank}.rows.npy",
-                     "state": f"t{tid}.node{self.rank}.state.npy" if st is not None else None}
+            names = {
+                "keys": f"t{tid}.node{self.rank}.keys.npy",
+                "rows": f"t{tid}.node{self.rank}.rows.npy",
+                "state": f"t{tid}.node{self.rank}.state.npy" if st is not None else None,
+            }
             entry = {**names, "count": len(keys)}
             try:
                 disk = getattr(shard, "disk", None)  # a disk table streams, never all of it in memory
@@ -237,20 +261,33 @@ class Checkpointer:
                 replicas = shard.replicas
                 if replicas is not None and first:  # every node's replicas are equal after the flush
                     m = len(replicas.keys)
-                    rep_names = {"keys": f"t{tid}.replicas.keys.npy", "rows": f"t{tid}.replicas.rows.npy",
-                                 "state": f"t{tid}.replicas.state.npy" if replicas.state is not None else None}
-                    for name, array in (("keys", replicas.keys), ("rows", replicas.data[:m]),
-                                        ("state", None if replicas.state is None else replicas.state[:m])):
+                    rep_names = {
+                        "keys": f"t{tid}.replicas.keys.npy",
+                        "rows": f"t{tid}.replicas.rows.npy",
+                        "state": f"t{tid}.replicas.state.npy" if replicas.state is not None else None,
+                    }
+                    for name, array in (
+                        ("keys", replicas.keys),
+                        ("rows", replicas.data[:m]),
+                        ("state", None if replicas.state is None else replicas.state[:m]),
+                    ):
                         file = rep_names[name]
                         if file is not None and array is not None:
                             files[file] = fmt.write_array(path / file, array)
                     tables.setdefault(state.spec.name, {})["replicas"] = {**rep_names, "count": m}
             except OSError as exc:
-                raise CheckpointError(f"node {self.rank} cannot write its shard of table {state.spec.name!r} to "
-                                      f"{path}: {exc}; free space or fix permissions, then checkpoint again") from None
+                raise CheckpointError(
+                    f"node {self.rank} cannot write its shard of table {state.spec.name!r} to "
+                    f"{path}: {exc}; free space or fix permissions, then checkpoint again"
+                ) from None
             tables.setdefault(state.spec.name, {})["file"] = entry
-        part = {"rank": self.rank, "files": files, "tables": tables, "nodes": sorted(self._members()),
-                "epochs": [epoch, self._epoch()]}  # at the start and now: the decider compares every node's
+        part = {
+            "rank": self.rank,
+            "files": files,
+            "tables": tables,
+            "nodes": sorted(self._members()),
+            "epochs": [epoch, self._epoch()],
+        }  # at the start and now: the decider compares every node's
         fmt.write_json(path / f"node-{self.rank}.json", part)
         return part
 
@@ -262,8 +299,10 @@ class Checkpointer:
             try:
                 parts.append(json.loads(file.read_text()))
             except (OSError, ValueError) as exc:
-                raise CheckpointError(f"node {self.rank} cannot read {file} that node {rank} wrote ({exc}); the "
-                                      "checkpoint directory must be on a file system every node shares") from None
+                raise CheckpointError(
+                    f"node {self.rank} cannot read {file} that node {rank} wrote ({exc}); the "
+                    "checkpoint directory must be on a file system every node shares"
+                ) from None
         return parts
 
     def _manifest(self, path: Path, step: int, extra: dict | None, parts: list[dict]) -> dict:
@@ -273,23 +312,46 @@ class Checkpointer:
         tables = {}
         for state in self._catalog.tables():
             spec = state.spec
-            entry = {**spec.config(), "consistency": state.consistency.spec, "table_id": spec.table_id,
-                     "state_width": spec.updater.state_width(spec.dim),
-                     "state_layout": {k: list(v) for k, v in spec.updater.state_layout(spec.dim).items()},
-                     "ranges": None if spec.sparse else state.ranges.bounds.tolist(),
-                     "files": [p["tables"][spec.name]["file"] for p in parts if spec.name in p["tables"]]}
-            replicas = next((p["tables"][spec.name].get("replicas") for p in parts
-                             if p["tables"].get(spec.name, {}).get("replicas")), None)
+            entry = {
+                **spec.config(),
+                "consistency": state.consistency.spec,
+                "table_id": spec.table_id,
+                "state_width": spec.updater.state_width(spec.dim),
+                "state_layout": {k: list(v) for k, v in spec.updater.state_layout(spec.dim).items()},
+                "ranges": None if spec.sparse else state.ranges.bounds.tolist(),
+                "files": [p["tables"][spec.name]["file"] for p in parts if spec.name in p["tables"]],
+            }
+            replicas = next(
+                (
+                    p["tables"][spec.name].get("replicas")
+                    for p in parts
+                    if p["tables"].get(spec.name, {}).get("replicas")
+                ),
+                None,
+            )
             if replicas:
                 entry["replicas"] = replicas
             problem = None if spec.sparse else fmt.coverage(path, spec.name, entry)
             if problem:  # never a complete checkpoint (and no pruning of older ones) that lacks rows
-                raise CheckpointError(f"{problem}; rows moved during the checkpoint, which holds writes and "
-                                      "moves back: a bug, please report it with the nodes' logs")
+                raise CheckpointError(
+                    f"{problem}; rows moved during the checkpoint, which holds writes and "
+                    "moves back: a bug, please report it with the nodes' logs"
+                )
             tables[spec.name] = entry
-        return {"format": fmt.FORMAT, "version": fmt.VERSION, "pskv": fmt.pskv_version(), "created": time.time(),
-                "step": step, "nodes": len(members), "members": members, "epoch": self._epoch(),
-                "clock": self._clock(), "tables": tables, "files": files, "extra": extra or {}}
+        return {
+            "format": fmt.FORMAT,
+            "version": fmt.VERSION,
+            "pskv": fmt.pskv_version(),
+            "created": time.time(),
+            "step": step,
+            "nodes": len(members),
+            "members": members,
+            "epoch": self._epoch(),
+            "clock": self._clock(),
+            "tables": tables,
+            "files": files,
+            "extra": extra or {},
+        }
 
 
 def _rows(state: TableState, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

@@ -93,14 +93,18 @@ def resolve(path) -> Path:
     if (path / MANIFEST).is_file():
         return path
     if not path.exists():
-        raise CheckpointError(f"checkpoint {path} does not exist; give a checkpoint's directory or the directory "
-                              "node.checkpoint() wrote into")
+        raise CheckpointError(
+            f"checkpoint {path} does not exist; give a checkpoint's directory or the directory "
+            "node.checkpoint() wrote into"
+        )
     complete = [p for _, p, done in steps(path) if done]
     if not complete:
         incomplete = [p.name for _, p, done in steps(path) if not done]
         hint = f" (incomplete, no {MANIFEST}: {', '.join(incomplete)})" if incomplete else ""
-        raise CheckpointError(f"{path} is not a checkpoint and holds no complete checkpoint{hint}; "
-                              "give a directory node.checkpoint() wrote into")
+        raise CheckpointError(
+            f"{path} is not a checkpoint and holds no complete checkpoint{hint}; "
+            "give a directory node.checkpoint() wrote into"
+        )
     return complete[-1]
 
 
@@ -116,7 +120,7 @@ def write_array(path: Path, array: np.ndarray, after_chunk=None) -> dict:
         flat = array.reshape(-1).view(np.uint8).data if array.size else memoryview(b"")  # (bytes, no copy)
         step = _CHUNK if after_chunk is None else _CHUNK // 16  # (4 MiB: what a disk table holds at once)
         for lo in range(0, len(flat), step):
-            chunk = flat[lo:lo + step]
+            chunk = flat[lo : lo + step]
             crc = zlib.crc32(chunk, crc)
             f.write(chunk)
             if after_chunk is not None:
@@ -190,9 +194,11 @@ def read_manifest(path: Path) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{file} is not a pskv checkpoint manifest (format {manifest.get('format')!r} if a dict)")
     if manifest.get("version") != VERSION:
-        raise CheckpointError(f"{file} has checkpoint format version {manifest.get('version')!r} (pskv "
-                              f"{manifest.get('pskv', '?')}); this pskv reads version {VERSION}: use the pskv "
-                              "version that wrote it, or export it with that version's pskv.load_checkpoint")
+        raise CheckpointError(
+            f"{file} has checkpoint format version {manifest.get('version')!r} (pskv "
+            f"{manifest.get('pskv', '?')}); this pskv reads version {VERSION}: use the pskv "
+            "version that wrote it, or export it with that version's pskv.load_checkpoint"
+        )
     return manifest
 
 
@@ -203,18 +209,24 @@ def verify(path: Path, manifest: dict) -> None:
         try:
             size = file.stat().st_size
         except FileNotFoundError:
-            raise CheckpointError(f"{file} is missing from checkpoint {path}; the checkpoint is damaged: use an "
-                                  "older one (pskv checkpoint list DIR)") from None
+            raise CheckpointError(
+                f"{file} is missing from checkpoint {path}; the checkpoint is damaged: use an "
+                "older one (pskv checkpoint list DIR)"
+            ) from None
         if size != meta["bytes"]:
-            raise CheckpointError(f"{file} has {size} bytes, the manifest says {meta['bytes']} (truncated?); the "
-                                  "checkpoint is damaged: use an older one (pskv checkpoint list DIR)")
+            raise CheckpointError(
+                f"{file} has {size} bytes, the manifest says {meta['bytes']} (truncated?); the "
+                "checkpoint is damaged: use an older one (pskv checkpoint list DIR)"
+            )
         crc = 0
         with open(file, "rb") as f:
             while chunk := f.read(_CHUNK):
                 crc = zlib.crc32(chunk, crc)
         if crc != meta["crc32"]:
-            raise CheckpointError(f"{file} fails its checksum (crc32 {crc:#010x}, manifest {meta['crc32']:#010x}); the "
-                                  "checkpoint is damaged: use an older one (pskv checkpoint list DIR)")
+            raise CheckpointError(
+                f"{file} fails its checksum (crc32 {crc:#010x}, manifest {meta['crc32']:#010x}); the "
+                "checkpoint is damaged: use an older one (pskv checkpoint list DIR)"
+            )
 
 
 def open_array(path: Path, name: str) -> np.ndarray:
@@ -222,8 +234,9 @@ def open_array(path: Path, name: str) -> np.ndarray:
     try:
         return np.load(Path(path) / name, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{Path(path) / name} cannot be read as .npy ({exc}); the checkpoint is "
-                              "damaged") from None
+        raise CheckpointError(
+            f"{Path(path) / name} cannot be read as .npy ({exc}); the checkpoint is damaged"
+        ) from None
 
 
 def coverage(path: Path, name: str, entry: dict, window: int = 1 << 22) -> str | None:
@@ -302,8 +315,9 @@ def _read_rows(path: Path, name: str, take: slice, out: np.ndarray | None = None
     try:
         with open(file, "rb") as f:
             version = np.lib.format.read_magic(f)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
+            read_header = (
+                np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            )
             shape, fortran, dtype = read_header(f)
             if fortran or len(shape) != 2:
                 raise CheckpointError(f"{file} holds shape {shape} (fortran order {fortran}), not rows{damaged}")
@@ -315,7 +329,7 @@ def _read_rows(path: Path, name: str, take: slice, out: np.ndarray | None = None
             flat = out.reshape(-1).view(np.uint8).data if out.size else memoryview(bytearray())
             step = len(flat) if after_chunk is None else _CHUNK // 16
             for lo in range(0, len(flat), max(step, 1)):
-                if f.readinto(flat[lo:lo + step]) != len(flat[lo:lo + step]):
+                if f.readinto(flat[lo : lo + step]) != len(flat[lo : lo + step]):
                     raise CheckpointError(f"{file} ends early{damaged}")
                 if after_chunk is not None:
                     after_chunk()
@@ -345,8 +359,10 @@ def load(path) -> dict[str, CheckpointTable]:
             if st is not None and state is not None:
                 state[keys] = st
         if not seen.all():
-            raise CheckpointError(f"checkpoint {path}: table {name!r} has {int((~seen).sum())} of {entry['rows']} rows "
-                                  "in no file; the checkpoint is damaged: use an older one")
+            raise CheckpointError(
+                f"checkpoint {path}: table {name!r} has {int((~seen).sum())} of {entry['rows']} rows "
+                "in no file; the checkpoint is damaged: use an older one"
+            )
         layout = entry.get("state_layout") or ({"state": [0, width]} if width else {})
         full_state = {n: state[:, a:b] for n, (a, b) in layout.items()} if state is not None else {}
         spec = {k: entry[k] for k in ("name", "rows", "dim", "dtype", "updater", "init", "consistency") if k in entry}
@@ -366,14 +382,22 @@ def _load_sparse(path: Path, entry: dict) -> CheckpointTable:
         full = np.concatenate([s for _, _, s in parts])[order]
         layout = entry.get("state_layout") or {"state": [0, width]}
         state = {n: full[:, a:b] for n, (a, b) in layout.items()}
-    spec = {k: entry[k] for k in ("name", "rows", "dim", "dtype", "updater", "init", "consistency", "key_space")
-            if k in entry}
+    spec = {
+        k: entry[k]
+        for k in ("name", "rows", "dim", "dtype", "updater", "init", "consistency", "key_space")
+        if k in entry
+    }
     return CheckpointTable(spec, values, state, keys[order])
 
 
 def info(path: Path, manifest: dict) -> CheckpointInfo:
-    return CheckpointInfo(Path(path), int(manifest["step"]), sorted(manifest["tables"]), int(manifest.get("clock", 0)),
-                          float(manifest["created"]))
+    return CheckpointInfo(
+        Path(path),
+        int(manifest["step"]),
+        sorted(manifest["tables"]),
+        int(manifest.get("clock", 0)),
+        float(manifest["created"]),
+    )
 
 
 def describe(path) -> list[str]:
@@ -383,16 +407,20 @@ def describe(path) -> list[str]:
     verify(path, manifest)
     age = time.time() - float(manifest["created"])
     total = sum(m["bytes"] for m in manifest["files"].values())
-    lines = [f"{path}: step {manifest['step']}, {manifest['nodes']} node(s), clock {manifest.get('clock', 0)}, "
-             f"pskv {manifest.get('pskv', '?')}, {_age(age)} old, {len(manifest['files'])} files, "
-             f"{total / 2**20:.1f} MiB",
-             f"checksums: all {len(manifest['files'])} files match"]
+    lines = [
+        f"{path}: step {manifest['step']}, {manifest['nodes']} node(s), clock {manifest.get('clock', 0)}, "
+        f"pskv {manifest.get('pskv', '?')}, {_age(age)} old, {len(manifest['files'])} files, "
+        f"{total / 2**20:.1f} MiB",
+        f"checksums: all {len(manifest['files'])} files match",
+    ]
     for name, e in sorted(manifest["tables"].items()):
         updater = e["updater"].get("name", "?")
         rows = "uint64 keys" if e.get("key_space") == "uint64" else f"{e['rows']:,}"
-        lines.append(f"  table {name!r}: {rows} x {e['dim']} {e['dtype']}, updater {updater}"
-                     f"{', with state' if e.get('state_width') else ''}, {len(e['files'])} node file(s)"
-                     f"{', replicated keys' if e.get('replicas') else ''}")
+        lines.append(
+            f"  table {name!r}: {rows} x {e['dim']} {e['dtype']}, updater {updater}"
+            f"{', with state' if e.get('state_width') else ''}, {len(e['files'])} node file(s)"
+            f"{', replicated keys' if e.get('replicas') else ''}"
+        )
     if manifest.get("extra"):
         lines.append(f"  extra: {json.dumps(manifest['extra'])[:200]}")
     return lines

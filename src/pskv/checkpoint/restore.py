@@ -47,9 +47,11 @@ class Restorer:
         wanted = {k: config[k] for k in ("rows", "dim", "dtype", "updater")}
         if saved != wanted:
             diff = ", ".join(f"{k} {saved[k]!r} there but {wanted[k]!r} here" for k in saved if saved[k] != wanted[k])
-            return None, TableMismatch(f"table {config['name']!r} differs from checkpoint {self.path}: {diff}; declare "
-                                       "it as it was saved (or restore without it: pskv.load_checkpoint reads any "
-                                       "table)")
+            return None, TableMismatch(
+                f"table {config['name']!r} differs from checkpoint {self.path}: {diff}; declare "
+                "it as it was saved (or restore without it: pskv.load_checkpoint reads any "
+                "table)"
+            )
         return entry, None
 
     def load(self, entry: dict, shard: Shard | SparseShard) -> int:
@@ -59,30 +61,41 @@ class Restorer:
             return self._load_sparse(entry, shard)
         wanted = np.arange(shard.start, shard.stop, dtype=np.int64)
         seen = np.zeros(len(wanted), bool)
+
         def into(keys: np.ndarray):  # a run of the shard's own keys: read straight into its rows
             if not shard.static or not len(keys) or keys[-1] - keys[0] + 1 != len(keys):
                 return None, None
-            rows = shard.data[keys[0] - shard.start:keys[-1] + 1 - shard.start]
-            return rows, None if shard.state is None else shard.state[keys[0] - shard.start:keys[-1] + 1 - shard.start]
+            rows = shard.data[keys[0] - shard.start : keys[-1] + 1 - shard.start]
+            return rows, None if shard.state is None else shard.state[
+                keys[0] - shard.start : keys[-1] + 1 - shard.start
+            ]
 
         disk = getattr(shard, "disk", None)  # a disk table: read in chunks, its pages dropped after each
-        for keys, rows, st in fmt.table_parts(self.path, entry, (shard.start, shard.stop), into,
-                                              None if disk is None else disk.trim):  # replicas last
-            if len(keys) and np.shares_memory(rows, shard.data) and (
-                    (st is None and shard.state is None) or (st is not None and np.shares_memory(st, shard.state))):
+        for keys, rows, st in fmt.table_parts(
+            self.path, entry, (shard.start, shard.stop), into, None if disk is None else disk.trim
+        ):  # replicas last
+            if (
+                len(keys)
+                and np.shares_memory(rows, shard.data)
+                and ((st is None and shard.state is None) or (st is not None and np.shares_memory(st, shard.state)))
+            ):
                 seen[keys - shard.start] = True  # read in place
                 continue
             state = st
             if (st is None) != (shard.state is None):
                 if st is not None or not seen[keys - shard.start].all():
-                    raise CheckpointError(f"checkpoint {self.path}: the updater state of table {entry['name']!r} "
-                                          "does not fit its updater; the checkpoint is damaged: use an older one")
+                    raise CheckpointError(
+                        f"checkpoint {self.path}: the updater state of table {entry['name']!r} "
+                        "does not fit its updater; the checkpoint is damaged: use an older one"
+                    )
                 state = shard.read(keys)[1]  # replicas saved without state: the home rows' stays
             shard.overwrite(keys, rows, state)
             seen[keys - shard.start] = True
         if not seen.all():
-            raise CheckpointError(f"checkpoint {self.path}: table {entry['name']!r} lacks {int((~seen).sum())} rows "
-                                  f"of node {self.rank}'s key range; the checkpoint is damaged: use an older one")
+            raise CheckpointError(
+                f"checkpoint {self.path}: table {entry['name']!r} lacks {int((~seen).sum())} rows "
+                f"of node {self.rank}'s key range; the checkpoint is damaged: use an older one"
+            )
         if shard.replicas is not None:
             self._load_replicas(entry, shard.replicas)
         return len(wanted)
@@ -125,10 +138,14 @@ class Restorer:
                 stated |= hit
         name = entry["name"]
         if not found.all():
-            raise CheckpointError(f"checkpoint {self.path}: table {name!r} lacks the rows of replicated keys "
-                                  f"{keys[~found][:5].tolist()}; the checkpoint is damaged: use an older one")
+            raise CheckpointError(
+                f"checkpoint {self.path}: table {name!r} lacks the rows of replicated keys "
+                f"{keys[~found][:5].tolist()}; the checkpoint is damaged: use an older one"
+            )
         if state is not None and not stated.all():
-            raise CheckpointError(f"checkpoint {self.path}: table {name!r} lacks the updater state of replicated "
-                                  f"keys {keys[~stated][:5].tolist()} (pskv.Replicate); the checkpoint is damaged: "
-                                  "use an older one")
+            raise CheckpointError(
+                f"checkpoint {self.path}: table {name!r} lacks the updater state of replicated "
+                f"keys {keys[~stated][:5].tolist()} (pskv.Replicate); the checkpoint is damaged: "
+                "use an older one"
+            )
         replicas.restore(rows, state, self.rank)

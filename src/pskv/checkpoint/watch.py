@@ -19,8 +19,14 @@ from ..errors import CheckpointError
 from .format import MANIFEST, read_manifest, steps
 
 
-def watch(directory, evaluate: Callable[[Path, dict], dict], *, poll: float = 0.5,
-          timeout: float | None = 600.0, on_result: Callable[[dict], None] | None = None) -> list[dict]:
+def watch(
+    directory,
+    evaluate: Callable[[Path, dict], dict],
+    *,
+    poll: float = 0.5,
+    timeout: float | None = 600.0,
+    on_result: Callable[[dict], None] | None = None,
+) -> list[dict]:
     """Call `evaluate(path, manifest)` for each complete checkpoint under `directory`, once each,
     oldest step first, waiting for new ones; return the results after the final checkpoint.
     Each result gets `step` (the checkpoint's) unless `evaluate` set it; `on_result(result)` runs
@@ -41,8 +47,11 @@ def watch(directory, evaluate: Callable[[Path, dict], dict], *, poll: float = 0.
             except Exception as exc:  # re-raised unless the run pruned the checkpoint meanwhile
                 if not _pruned(directory, step, path, manifest):
                     raise
-                print(f"pskv evaluate: {path.name} was removed (keep= of the run) while it was read "
-                      f"({type(exc).__name__}: {exc}); skipped, going on with the newer ones", file=sys.stderr)
+                print(
+                    f"pskv evaluate: {path.name} was removed (keep= of the run) while it was read "
+                    f"({type(exc).__name__}: {exc}); skipped, going on with the newer ones",
+                    file=sys.stderr,
+                )
                 continue
             results.append(result)
             if on_result is not None:
@@ -52,8 +61,10 @@ def watch(directory, evaluate: Callable[[Path, dict], dict], *, poll: float = 0.
         if ready:
             last_new = time.monotonic()
         elif timeout is not None and time.monotonic() - last_new > timeout:
-            raise CheckpointError(f"no new checkpoint in {directory} for {timeout:g} s and none marked final "
-                                  f"({len(done)} evaluated); is the run still writing? (--timeout)")
+            raise CheckpointError(
+                f"no new checkpoint in {directory} for {timeout:g} s and none marked final "
+                f"({len(done)} evaluated); is the run still writing? (--timeout)"
+            )
         time.sleep(poll)
 
 

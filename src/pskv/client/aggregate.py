@@ -150,8 +150,10 @@ class Aggregator:
     def push(self, worker: Worker, keys: np.ndarray, updates: np.ndarray) -> Future:
         """Add `updates` (n, dim) to this node's sums of the worker's current round of `keys`."""
         if worker.thread < 0:
-            raise AggregationError(f"push to aggregated table {self.spec.name!r} from the main thread's handle; "
-                                   "push from the workers of node.run() or node.worker()")
+            raise AggregationError(
+                f"push to aggregated table {self.spec.name!r} from the main thread's handle; "
+                "push from the workers of node.run() or node.worker()"
+            )
         self._check_table()
         uk, summed = _distinct(keys, updates)  # (m,) sorted, (m, dim)
         with self._send_lock:
@@ -162,7 +164,8 @@ class Aggregator:
                 if len(twice):
                     raise AggregationError(
                         f"thread {worker.thread} of node {self._ctx.rank} pushed keys {twice[:5].tolist()} of table "
-                        f"{self.spec.name!r} twice in one round; pull them before pushing again")
+                        f"{self.spec.name!r} twice in one round; pull them before pushing again"
+                    )
                 rounds = th.round[uk]
                 if (rounds < self._sent[uk]).any():  # an internal invariant; never silently mix rounds
                     raise AggregationError(f"table {self.spec.name!r}: thread {worker.thread} is behind its node")
@@ -180,10 +183,16 @@ class Aggregator:
         uk, inv = np.unique(keys, return_inverse=True)
         fut = Future(f"pull {self.spec.name!r} (aggregated)", self._ctx.check)
         timeout = self._ctx.collective_timeout  # rounds wait for this node's other threads
-        fut.stall_after(timeout, lambda: RequestStalled(
-            f"pull of table {self.spec.name!r} (aggregated) by thread {worker.thread} of node {self._ctx.rank}: "
-            f"its round did not complete within {timeout:g} s (PSKV_COLLECTIVE_TIMEOUT); every open worker thread "
-            "of the node must push (or close) for a round to complete", self._ctx.rank, request=fut.desc))
+        fut.stall_after(
+            timeout,
+            lambda: RequestStalled(
+                f"pull of table {self.spec.name!r} (aggregated) by thread {worker.thread} of node {self._ctx.rank}: "
+                f"its round did not complete within {timeout:g} s (PSKV_COLLECTIVE_TIMEOUT); every open worker thread "
+                "of the node must push (or close) for a round to complete",
+                self._ctx.rank,
+                request=fut.desc,
+            ),
+        )
         with self._lock:
             self._raise_error()
             th = self._thread(worker) if worker.thread >= 0 else None
@@ -191,7 +200,8 @@ class Aggregator:
                 again = uk[th.pulling[uk]]
                 raise AggregationError(
                     f"thread {worker.thread} of node {self._ctx.rank} pulls keys {again[:5].tolist()} of table "
-                    f"{self.spec.name!r} while its earlier pull of them is outstanding; wait() for that one first")
+                    f"{self.spec.name!r} while its earlier pull of them is outstanding; wait() for that one first"
+                )
             mine = th.pushed[uk] if th is not None else np.zeros(len(uk), bool)  # (m,) round keys
             rk = uk[mine]
             rounds = th.round[rk] if th is not None else rk
@@ -275,14 +285,24 @@ class Aggregator:
             for k, r, values in self.owner.apply(owner, 0, keys, rounds, sums):
                 self._deliver(k, r, values)
             return
-        rid, fut = self._ctx.tracker.new_request(len(keys), desc=f"aggregated push of table {self.spec.name!r}",
-                                            on_part=lambda sender, payload: self._on_reply(keys, rounds, sender,
-                                                                                           payload))
+        rid, fut = self._ctx.tracker.new_request(
+            len(keys),
+            desc=f"aggregated push of table {self.spec.name!r}",
+            on_part=lambda sender, payload: self._on_reply(keys, rounds, sender, payload),
+        )
         fut.add_done_callback(self._on_request_done)
         self.messages += 1
         several = (rounds != rounds[0]).any()  # keys in different rounds: one round per key (8 bytes each)
-        self._ctx.endpoint.request(owner, Kind.AGG_PUSH, self.spec.table_id, rid, part=int(rounds[0]), keys=keys,
-                                   values=sums, rounds=rounds if several else None)
+        self._ctx.endpoint.request(
+            owner,
+            Kind.AGG_PUSH,
+            self.spec.table_id,
+            rid,
+            part=int(rounds[0]),
+            keys=keys,
+            values=sums,
+            rounds=rounds if several else None,
+        )
 
     def _send_backed(self, keys: np.ndarray, rounds: np.ndarray, sums: np.ndarray) -> None:
         """With backups: the node's sums are pushes to their ranges' heads like any other
@@ -306,9 +326,11 @@ class Aggregator:
                 raise ProtocolError(f"node {sender} answered positions outside an aggregated push")
             keys, rounds = keys[p.positions], rounds[p.positions]
         if p.values is None or p.values.shape != (len(keys), self.spec.dim) or p.values.dtype != self.spec.dtype:
-            raise ProtocolError(f"node {sender} answered an aggregated push of table {self.spec.name!r} with "
-                                f"{None if p.values is None else p.values.shape}, expected ({len(keys)}, "
-                                f"{self.spec.dim}) {self.spec.dtype}")
+            raise ProtocolError(
+                f"node {sender} answered an aggregated push of table {self.spec.name!r} with "
+                f"{None if p.values is None else p.values.shape}, expected ({len(keys)}, "
+                f"{self.spec.dim}) {self.spec.dtype}"
+            )
         self._deliver(keys, rounds, p.values)
 
     def _deliver(self, keys: np.ndarray, rounds: np.ndarray, values: np.ndarray) -> None:
@@ -412,8 +434,10 @@ class Aggregator:
             raise TableError(f"table {self.spec.name!r}: an aggregated table cannot be replicated or localized")
 
     def __repr__(self) -> str:
-        return (f"<Aggregator table={self.spec.name!r} threads={len(self._threads)} rounds={self.rounds} "
-                f"messages={self.messages} waiting={len(self._waiting)}>")
+        return (
+            f"<Aggregator table={self.spec.name!r} threads={len(self._threads)} rounds={self.rounds} "
+            f"messages={self.messages} waiting={len(self._waiting)}>"
+        )
 
 
 def _distinct(keys: np.ndarray, updates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -54,8 +54,19 @@ class BackedRequest:
         part = len(self.parts)
         self.parts.append((keys, values, gpos, np.zeros(len(keys), bool), rounds))
         t = self.table
-        t.ctx.endpoint.request(dest, self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
-                                reply_to=self.reply_to, flags=self.flags, keys=keys, values=values, rounds=rounds)
+        t.ctx.endpoint.request(
+            dest,
+            self.kind,
+            t.spec.table_id,
+            self.rid,
+            part=part,
+            dim=t.dim,
+            reply_to=self.reply_to,
+            flags=self.flags,
+            keys=keys,
+            values=values,
+            rounds=rounds,
+        )
 
     def on_part(self, sender: int, payload) -> Credit | None:
         """Write a reply's rows (pulls); count only the keys no earlier reply answered."""
@@ -77,8 +88,9 @@ class BackedRequest:
         if (self.kind == Kind.PULL or self.flags & ROWS) and new.any():
             t = self.table
             if p.values is None or p.values.shape != (len(pos), t.dim) or p.values.dtype != t.dtype:
-                raise ProtocolError(f"node {sender} answered a {self.kind.name.lower()} on table {t.name!r} with rows "
-                                    "that do not fit")
+                raise ProtocolError(
+                    f"node {sender} answered a {self.kind.name.lower()} on table {t.name!r} with rows that do not fit"
+                )
             fresh = pos[new]
             kernels.put_rows(self.out, fresh if gpos is None else gpos[fresh], np.ascontiguousarray(p.values[new]))
         return Credit(int(new.sum()))
@@ -95,10 +107,20 @@ class BackedRequest:
             dest = heads[t.state.ranges.range_of(keys[left])]
             for d in np.unique(dest):
                 sel = left[dest == d]
-                t.ctx.endpoint.request(int(d), self.kind, t.spec.table_id, self.rid, part=part, dim=t.dim,
-                                        reply_to=self.reply_to, flags=self.flags, keys=keys[sel], positions=sel,
-                                        values=None if values is None else values[sel],
-                                        rounds=None if rounds is None else rounds[sel])
+                t.ctx.endpoint.request(
+                    int(d),
+                    self.kind,
+                    t.spec.table_id,
+                    self.rid,
+                    part=part,
+                    dim=t.dim,
+                    reply_to=self.reply_to,
+                    flags=self.flags,
+                    keys=keys[sel],
+                    positions=sel,
+                    values=None if values is None else values[sel],
+                    rounds=None if rounds is None else rounds[sel],
+                )
 
     def explain(self) -> str:
         """The unanswered keys (the first few), their key ranges and those ranges' heads now: for a stall report."""
@@ -109,12 +131,23 @@ class BackedRequest:
         keys = np.concatenate(left)[:8]
         ranges = t.state.ranges.range_of(keys)
         heads = t.ctx.chains().heads[ranges]
-        return (f"unanswered keys {keys.tolist()} of key ranges {ranges.tolist()}, headed by nodes {heads.tolist()} "
-                f"(epoch's chains: {t.ctx.chains()!r})")
+        return (
+            f"unanswered keys {keys.tolist()} of key ranges {ranges.tolist()}, headed by nodes {heads.tolist()} "
+            f"(epoch's chains: {t.ctx.chains()!r})"
+        )
 
 
-def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool, rows: bool = False,
-            rounds: np.ndarray | None = None) -> Future:
+def request(
+    table,
+    kind: Kind,
+    keys: np.ndarray,
+    values,
+    out,
+    gpos,
+    direct: bool,
+    rows: bool = False,
+    rounds: np.ndarray | None = None,
+) -> Future:
     """Send `keys` of `table` to their ranges' heads on a cluster with backups (see the module
     docstring). `rows`: a push whose Future's result is `out` filled with the rows after it (from
     the chain's tail: the aggregated tables' level 2, client.aggregate). `rounds` (kind AGG_PUSH): the round
@@ -122,8 +155,9 @@ def request(table, kind: Kind, keys: np.ndarray, values, out, gpos, direct: bool
     st = table.state
     ctx = table.ctx
     req = BackedRequest(table, kind, out, ROWS if rows else 0)
-    req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=table.desc(kind),
-                                           retry=req.retry, explain=req.explain)
+    req.rid, fut = ctx.tracker.new_request(
+        len(keys), on_part=req.on_part, result=out, desc=table.desc(kind), retry=req.retry, explain=req.explain
+    )
     if direct:
         req.reply_to = ctx.endpoint.reply_box()
     chains = ctx.chains()

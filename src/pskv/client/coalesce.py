@@ -49,7 +49,6 @@ CAP_CALLS = 64  # a hold leaves once it has this many calls ...
 CAP_KEYS = 512  # ... or this many keys (4 KiB of int64): a call with more is never held
 
 
-
 class _Local(threading.local):
     holds: weakref.WeakSet | None = None  # every Hold of the calling thread (any node's: tests run several)
 
@@ -88,8 +87,21 @@ class Hold:
     """One thread's coalesced pulls of one table to one node: those held, and how many of its
     requests are in flight."""
 
-    __slots__ = ("ctx", "table", "dest", "box", "port", "pump", "lock", "calls", "n_keys", "inflight", "sent",
-                 "merged", "__weakref__")
+    __slots__ = (
+        "ctx",
+        "table",
+        "dest",
+        "box",
+        "port",
+        "pump",
+        "lock",
+        "calls",
+        "n_keys",
+        "inflight",
+        "sent",
+        "merged",
+        "__weakref__",
+    )
 
     def __init__(self, ctx, table, dest: int) -> None:
         self.ctx = ctx
@@ -131,8 +143,9 @@ class Hold:
                 fut.add_done_callback(lambda f: c.future.resolve(*f.outcome()))
                 return
             merged = _Merged(self.table, calls)
-            rid, fut = self.ctx.tracker.new_request(merged.bounds[-1], on_part=merged.on_part,
-                                                    desc=calls[0].future.desc)
+            rid, fut = self.ctx.tracker.new_request(
+                merged.bounds[-1], on_part=merged.on_part, desc=calls[0].future.desc
+            )
             fut.add_done_callback(merged.landed)
             self.merged += len(calls)
             self._send(rid, fut, np.concatenate([c.keys for c in calls]))
@@ -141,8 +154,7 @@ class Hold:
         """One call as its own request (its Future the tracker's). Holding the lock."""
         req = Request(h, Kind.PULL, out, fresh)
         req.parts.append((gpos, None))
-        req.rid, fut = self.ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out,
-                                                    desc=h.desc(Kind.PULL))
+        req.rid, fut = self.ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=h.desc(Kind.PULL))
         fut.pumped_by(self.pump)
         self._send(req.rid, fut, keys)
         return fut
@@ -156,8 +168,9 @@ class Hold:
         t = self.table
         t.state.remote_keys += len(keys)
         try:
-            self.ctx.endpoint.request(self.dest, Kind.PULL, t.spec.table_id, rid, dim=t.dim, via=self.box,
-                                      reply_to=self.port, keys=keys)
+            self.ctx.endpoint.request(
+                self.dest, Kind.PULL, t.spec.table_id, rid, dim=t.dim, via=self.box, reply_to=self.port, keys=keys
+            )
         except Exception as exc:  # noqa: BLE001 - the calls fail with it (any thread may be sending)
             self.ctx.tracker.on_reply(rid, 0, self.dest, error=exc)
 
@@ -192,14 +205,16 @@ class _Merged:
         t, n = self.table, header.n_keys
         if p.values is None or p.values.shape != (n, t.dim) or p.values.dtype != t.dtype:
             got = None if p.values is None else f"{p.values.shape} {p.values.dtype}"
-            raise ProtocolError(f"node {sender} answered a pull on table {t.name!r} with {got}, expected "
-                                f"({n}, {t.dim}) {t.dtype}; are all nodes running the same pskv?")
+            raise ProtocolError(
+                f"node {sender} answered a pull on table {t.name!r} with {got}, expected "
+                f"({n}, {t.dim}) {t.dtype}; are all nodes running the same pskv?"
+            )
         values, bounds = p.values, self.bounds
         if p.positions is None:
             if n != bounds[-1]:
                 raise ProtocolError(f"node {sender} answered {n} of {bounds[-1]} keys without positions")
             for i, c in enumerate(self.calls):
-                _put(c, values[bounds[i]:bounds[i + 1]], None)
+                _put(c, values[bounds[i] : bounds[i + 1]], None)
             return
         pos = p.positions
         if len(pos) and (pos.min() < 0 or pos.max() >= bounds[-1]):

@@ -28,14 +28,25 @@ CALLS = {"localize": "Relocate", "prepare_sample": "Sampling", "push_pull": "pus
 
 # how an error message names each side (what the user wrote)
 LABEL = {
-    "dense": "a dense table", "sparse": "key_space='uint64'", "disk": "storage='disk'",
-    "Relocate": "placement=pskv.Relocate(location_caches=True)", "Replicate": "replicate=pskv.Replicate(...)",
-    "Sampling": "sampling=pskv.Sampling(...)", "NodeAggregate": "aggregate=pskv.NodeAggregate()",
-    "BSP/SSP": "consistency=pskv.BSP()/SSP(s)", "Cache": "cache=pskv.Cache(...)", "filters": "filters=",
-    "backups": "backups (pskv.init(backups=B))", "shared memory": "shared memory (PSKV_SHARED_MEMORY=1)",
+    "dense": "a dense table",
+    "sparse": "key_space='uint64'",
+    "disk": "storage='disk'",
+    "Relocate": "placement=pskv.Relocate(location_caches=True)",
+    "Replicate": "replicate=pskv.Replicate(...)",
+    "Sampling": "sampling=pskv.Sampling(...)",
+    "NodeAggregate": "aggregate=pskv.NodeAggregate()",
+    "BSP/SSP": "consistency=pskv.BSP()/SSP(s)",
+    "Cache": "cache=pskv.Cache(...)",
+    "filters": "filters=",
+    "backups": "backups (pskv.init(backups=B))",
+    "shared memory": "shared memory (PSKV_SHARED_MEMORY=1)",
     "join": "a node that joined the running cluster",
-    "leave": "node.leave()", "localize": "localize", "prepare_sample": "prepare_sample",
-    "push_pull": "push_pull", "pull_if_local": "pull_if_local", "intent": "table.intent",
+    "leave": "node.leave()",
+    "localize": "localize",
+    "prepare_sample": "prepare_sample",
+    "push_pull": "push_pull",
+    "pull_if_local": "pull_if_local",
+    "intent": "table.intent",
 }
 
 
@@ -74,66 +85,150 @@ REFUSED: tuple[Refusal, ...] = (
     Refusal("sparse", "Sampling", "declaration", f"{_SPARSE}; sampling draws row ids 0..rows-1", "node.table", _DECL),
     Refusal("sparse", "prepare_sample", "call", "sampling needs a dense table (rows 0..n-1)", "client.path", _CALL),
     Refusal("sparse", "NodeAggregate", "declaration", f"{_SPARSE}: no per-row round arrays", "node.table", _DECL),
-    Refusal("sparse", "join", "declaration", "with backups a joiner would end the chains of sparse ranges, "
-            "which no test shows yet (server.sparse_copies); join without backups, or use dense tables",
-            "node.table", _CHECK, only="with backups"),
+    Refusal(
+        "sparse",
+        "join",
+        "declaration",
+        "with backups a joiner would end the chains of sparse ranges, "
+        "which no test shows yet (server.sparse_copies); join without backups, or use dense tables",
+        "node.table",
+        _CHECK,
+        only="with backups",
+    ),
     Refusal("sparse", "pull_if_local", "call", "use pull (local keys are read from memory)", "client.path", _CALL),
     Refusal("disk", "sparse", "declaration", "disk tables are dense tables for now", "node.table", _DECL),
-    Refusal("disk", "backups", "declaration", "disk tables are dense tables without backups for now: chain "
-            "snapshots copy rows in memory", "node.table", _CHECK),
+    Refusal(
+        "disk",
+        "backups",
+        "declaration",
+        "disk tables are dense tables without backups for now: chain snapshots copy rows in memory",
+        "node.table",
+        _CHECK,
+    ),
     Refusal("NodeAggregate", "Replicate", "declaration", _AGG, "node.table", _DECL),
     Refusal("NodeAggregate", "Relocate", "declaration", _AGG, "node.table", _DECL),
     Refusal("NodeAggregate", "localize", "call", _AGG, "client.path", _CALL),
-    Refusal("NodeAggregate", "join", "join", "its level-2 arrays are sized by the nodes the cluster started with "
-            "(the coordinator refuses a joiner while such a table is declared or being declared, and the "
-            "declaration of one once a joiner is a member, on every node)", "membership.joining",
-            "tests/unit/membership/test_declare_during_change.py::"
-            "test_an_aggregated_table_declared_after_a_join_is_refused_on_every_node"),
-    Refusal("NodeAggregate", "leave", "leave()", "without backups nothing moves the aggregation state; start "
-            "the cluster with backups=1", "node.elastic.check_leave", _LEAVE, only="without backups"),
-    Refusal("filters", "BSP/SSP", "declaration", f"filters= shape the messages of asynchronous tables; {_ROUNDS}",
-            "node.table", _DECL),
-    Refusal("filters", "NodeAggregate", "declaration", f"filters= shape the messages of asynchronous tables; "
-            f"{_ROUNDS}", "node.table", _DECL),
-    Refusal("filters", "backups", "declaration", "with backups every write travels its range's chain as it is "
-            "(client.backed sends no filters)", "node.table", _CHECK),
-    Refusal("Replicate", "push_pull", "call", "a replicated key's push is applied to this node's copy, not at "
-            "an owner that could answer its row", "client.path", _CALL),
-    Refusal("BSP/SSP", "push_pull", "call", "a BSP/SSP push waits in the push buffer until the clock",
-            "client.path", _CALL),
-    Refusal("NodeAggregate", "push_pull", "call", "an aggregated push is answered by the round's pull",
-            "client.path", _CALL),
-    Refusal("backups", "push_pull", "call", "with backups a write is answered by its chain's tail (ACK), "
-            "not with rows", "client.path", _CHECK),
+    Refusal(
+        "NodeAggregate",
+        "join",
+        "join",
+        "its level-2 arrays are sized by the nodes the cluster started with "
+        "(the coordinator refuses a joiner while such a table is declared or being declared, and the "
+        "declaration of one once a joiner is a member, on every node)",
+        "membership.joining",
+        "tests/unit/membership/test_declare_during_change.py::"
+        "test_an_aggregated_table_declared_after_a_join_is_refused_on_every_node",
+    ),
+    Refusal(
+        "NodeAggregate",
+        "leave",
+        "leave()",
+        "without backups nothing moves the aggregation state; start the cluster with backups=1",
+        "node.elastic.check_leave",
+        _LEAVE,
+        only="without backups",
+    ),
+    Refusal(
+        "filters",
+        "BSP/SSP",
+        "declaration",
+        f"filters= shape the messages of asynchronous tables; {_ROUNDS}",
+        "node.table",
+        _DECL,
+    ),
+    Refusal(
+        "filters",
+        "NodeAggregate",
+        "declaration",
+        f"filters= shape the messages of asynchronous tables; {_ROUNDS}",
+        "node.table",
+        _DECL,
+    ),
+    Refusal(
+        "filters",
+        "backups",
+        "declaration",
+        "with backups every write travels its range's chain as it is (client.backed sends no filters)",
+        "node.table",
+        _CHECK,
+    ),
+    Refusal(
+        "Replicate",
+        "push_pull",
+        "call",
+        "a replicated key's push is applied to this node's copy, not at an owner that could answer its row",
+        "client.path",
+        _CALL,
+    ),
+    Refusal(
+        "BSP/SSP", "push_pull", "call", "a BSP/SSP push waits in the push buffer until the clock", "client.path", _CALL
+    ),
+    Refusal(
+        "NodeAggregate", "push_pull", "call", "an aggregated push is answered by the round's pull", "client.path", _CALL
+    ),
+    Refusal(
+        "backups",
+        "push_pull",
+        "call",
+        "with backups a write is answered by its chain's tail (ACK), not with rows",
+        "client.path",
+        _CHECK,
+    ),
 )
 
 
-def declared(*, key_space: str, storage: str, placement, replicate, sampling, aggregate, consistency, filters,
-             old: dict, backups: int, joined: bool) -> set[str]:
+def declared(
+    *,
+    key_space: str,
+    storage: str,
+    placement,
+    replicate,
+    sampling,
+    aggregate,
+    consistency,
+    filters,
+    old: dict,
+    backups: int,
+    joined: bool,
+) -> set[str]:
     """The names (module docstring) that a node.table() call's arguments switch on, read before the
     options are parsed (deprecated spellings too: `location_caches=`, `replicate=KEYS`, `aggregate="node"`)."""
     caches = bool(getattr(placement, "location_caches", False) or old.get("location_caches"))
     on = {"sparse" if key_space == "uint64" else "disk" if storage == "disk" else "dense"}
     if key_space == "uint64" and storage == "disk":
         on.add("disk")
-    on |= {name for name, used in (("Relocate", caches), ("Replicate", replicate is not None),
-                                   ("Sampling", sampling is not None), ("NodeAggregate", aggregate is not None),
-                                   ("BSP/SSP", consistency.synchronous), ("filters", filters is not None),
-                                   ("backups", bool(backups)), ("join", joined)) if used}
+    on |= {
+        name
+        for name, used in (
+            ("Relocate", caches),
+            ("Replicate", replicate is not None),
+            ("Sampling", sampling is not None),
+            ("NodeAggregate", aggregate is not None),
+            ("BSP/SSP", consistency.synchronous),
+            ("filters", filters is not None),
+            ("backups", bool(backups)),
+            ("join", joined),
+        )
+        if used
+    }
     return on
 
 
 def _message(name: str, r: Refusal, first: str, second: str) -> str:
     fix = "drop one of them" if r.where == "declaration" else ""
-    return (f"table {name!r}: {LABEL[first]} does not mix with {LABEL[second]}: {r.reason}"
-            + (f"; {fix}" if fix else ""))
+    return f"table {name!r}: {LABEL[first]} does not mix with {LABEL[second]}: {r.reason}" + (f"; {fix}" if fix else "")
 
 
 def check_declaration(name: str, on: set[str]) -> None:
     """Raise Incompatible (a ConfigError) for the first pair of `on` that node.table() refuses."""
     for r in REFUSED:
-        if r.where == "declaration" and r.by == "node.table" and r.a in on and r.b in on and (
-                r.only != "with backups" or "backups" in on):
+        if (
+            r.where == "declaration"
+            and r.by == "node.table"
+            and r.a in on
+            and r.b in on
+            and (r.only != "with backups" or "backups" in on)
+        ):
             raise Incompatible(_message(name, r, r.a, r.b))
 
 

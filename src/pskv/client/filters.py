@@ -109,8 +109,9 @@ def parse(text: str) -> Filters:
             else:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"filter {item!r}: use kkt[:MARGIN], sig:THRESHOLD, keycache, zstd, lz4, fp16 or "
-                              "bf16, comma-separated") from None
+            raise ConfigError(
+                f"filter {item!r}: use kkt[:MARGIN], sig:THRESHOLD, keycache, zstd, lz4, fp16 or bf16, comma-separated"
+            ) from None
     return Filters(out)
 
 
@@ -128,8 +129,9 @@ def codec_of(filters) -> Codec | None:
     cache = any(isinstance(f, KeyCache) for f in items)
     if not (cache or compress or quantize):
         return None
-    return Codec(key_cache=cache, compress=compress[-1] if compress else None,
-                 quantize=quantize[-1] if quantize else None)
+    return Codec(
+        key_cache=cache, compress=compress[-1] if compress else None, quantize=quantize[-1] if quantize else None
+    )
 
 
 def table_codec(filters, name: str, dtype) -> Codec | None:
@@ -138,16 +140,24 @@ def table_codec(filters, name: str, dtype) -> Codec | None:
     gradients are made: Chain.select) and for 16-bit values of a table that is not float32."""
     if isinstance(filters, str):
         filters = parse(filters)
-    items = list(filters.filters) if isinstance(filters, Chain) else \
-        list(filters) if isinstance(filters, (list, tuple)) else [filters]
+    items = (
+        list(filters.filters)
+        if isinstance(filters, Chain)
+        else list(filters)
+        if isinstance(filters, (list, tuple))
+        else [filters]
+    )
     chosen = [str(f) for f in items if isinstance(f, (Kkt, SignificantlyModified))]
     if chosen:
-        raise ConfigError(f"table {name!r}: filters={chosen} choose which gradients a worker sends; they cannot "
-                          "be a table's: apply them with pskv.filters.Chain(...).select before each push")
+        raise ConfigError(
+            f"table {name!r}: filters={chosen} choose which gradients a worker sends; they cannot "
+            "be a table's: apply them with pskv.filters.Chain(...).select before each push"
+        )
     codec = codec_of(filters)
     if codec is not None and codec.quantize and np.dtype(dtype) != np.float32:
-        raise ConfigError(f"table {name!r}: filters quantize to {codec.quantize}, which needs a float32 table, "
-                          f"not {np.dtype(dtype)}")
+        raise ConfigError(
+            f"table {name!r}: filters quantize to {codec.quantize}, which needs a float32 table, not {np.dtype(dtype)}"
+        )
     return codec
 
 
@@ -164,8 +174,16 @@ class Chain:
         self._residual: np.ndarray | None = None
         self.offered = self.sent = 0  # entries given to select() and kept by it
 
-    def select(self, keys: np.ndarray, cols: np.ndarray, grads: np.ndarray, weights: np.ndarray,
-               server_gradient: np.ndarray | None = None, *, kkt: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def select(
+        self,
+        keys: np.ndarray,
+        cols: np.ndarray,
+        grads: np.ndarray,
+        weights: np.ndarray,
+        server_gradient: np.ndarray | None = None,
+        *,
+        kkt: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(cols, grads) to send of local columns `cols` with gradients `grads`; `weights` (m,) is the
         worker's copy of every local weight, `server_gradient` (m,) the server's last gradient
         per column if known (KKT filter: used instead of this push's); `kkt=False` skips the KKT

@@ -115,8 +115,10 @@ class Initial(Front):
 
     def write(self, h, kind, keys, values, out, copy, rows, codec) -> Future:
         if self.aggregator.started():
-            raise TableError(f"set on table {h.name!r}: an aggregated table takes set only for initial values, "
-                             "before any push of a round (then a barrier); later only push and pull")
+            raise TableError(
+                f"set on table {h.name!r}: an aggregated table takes set only for initial values, "
+                "before any push of a round (then a barrier); later only push and pull"
+            )
         return self.next.write(h, kind, keys, values, out, copy, rows, codec)
 
 
@@ -163,8 +165,11 @@ class Bounded(Front):
         try:
             ctx.clocks.wait_for(needed, ctx.collective_timeout)
         except WaitTimeout as exc:  # a worker somewhere stopped calling clock(): fail loudly, not forever
-            raise RequestStalled(f"{h.desc(Kind.PULL)}: {exc} (PSKV_COLLECTIVE_TIMEOUT); the node logs of the "
-                                 "slowest workers show where they are", request=h.desc(Kind.PULL)) from None
+            raise RequestStalled(
+                f"{h.desc(Kind.PULL)}: {exc} (PSKV_COLLECTIVE_TIMEOUT); the node logs of the "
+                "slowest workers show where they are",
+                request=h.desc(Kind.PULL),
+            ) from None
         # before the flush: a push written to the cache before `since` is in the buffer by then (see RowCache)
         cache = st.cache
         since = cache.sequence() if cache is not None else 0
@@ -236,8 +241,15 @@ class Move(Front):
             # asked of the managers (server.relocate); (int: numpy 1.x's round() of a float64 is a float64)
             lease_ms = int(round(st.options.placement.lease * 1000))  # noqa: RUF046
             for m in np.unique(managers):
-                ctx.endpoint.request(int(m), Kind.LOCALIZE, h.spec.table_id, rid, part=lease_ms,
-                                     flags=FORCE if force else 0, keys=fresh[managers == m])
+                ctx.endpoint.request(
+                    int(m),
+                    Kind.LOCALIZE,
+                    h.spec.table_id,
+                    rid,
+                    part=lease_ms,
+                    flags=FORCE if force else 0,
+                    keys=fresh[managers == m],
+                )
         h.track(fut)
         return fut
 

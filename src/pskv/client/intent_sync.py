@@ -170,9 +170,15 @@ class Copies:
         reps = self.replicas
         if reps is None:
             return {}
-        return {"intent_copies": reps.live, "intent_copies_made": reps.installed, "intent_copies_dropped": reps.dropped,
-                "intent_copy_keys_served": reps.served, "intent_copy_rounds": reps.rounds,
-                "intent_copy_keys_synced": reps.keys_synced, "intent_copy_keys_refreshed": reps.keys_refreshed}
+        return {
+            "intent_copies": reps.live,
+            "intent_copies_made": reps.installed,
+            "intent_copies_dropped": reps.dropped,
+            "intent_copy_keys_served": reps.served,
+            "intent_copy_rounds": reps.rounds,
+            "intent_copy_keys_synced": reps.keys_synced,
+            "intent_copy_keys_refreshed": reps.keys_refreshed,
+        }
 
 
 def _refreshed(reps: IntentReplicas, number: int, keys: np.ndarray, rows: np.ndarray, fut: Future) -> None:

@@ -113,12 +113,14 @@ class NodeIntents:
                 done.add(d)
                 ctx.tracker.on_reply(rid, 1, d)
 
-        rid, _ = ctx.tracker.new_request(len(dests), on_part=answered, retry=retry,
-                                         desc=f"intents of table {st.spec.name!r}")  # (a hint: nobody waits)
+        rid, _ = ctx.tracker.new_request(
+            len(dests), on_part=answered, retry=retry, desc=f"intents of table {st.spec.name!r}"
+        )  # (a hint: nobody waits)
         for d, starting in asked.items():
             keys = np.concatenate([starting, ends[me == d]])
-            ctx.endpoint.request(d, Kind.INTENT, st.spec.table_id, rid, part=len(starting), dim=seq & 0xFFFFFFFF,
-                                 keys=keys)
+            ctx.endpoint.request(
+                d, Kind.INTENT, st.spec.table_id, rid, part=len(starting), dim=seq & 0xFFFFFFFF, keys=keys
+            )
 
     def take_moves(self) -> tuple[float, np.ndarray]:
         """(when the oldest was told, keys) the managers said move here that are still intended and
@@ -169,13 +171,21 @@ class NodeIntents:
 
     def counters(self) -> dict:
         copies = self.state.copies
-        return {"intent_windows": self.signaled, "intent_starts": self.starts, "intent_ends": self.ends,
-                "intent_moves": self.verdicts, "intent_localized": self.moved, "intent_grants": self.grants,
-                **(copies.counters() if copies is not None else {})}
+        return {
+            "intent_windows": self.signaled,
+            "intent_starts": self.starts,
+            "intent_ends": self.ends,
+            "intent_moves": self.verdicts,
+            "intent_localized": self.moved,
+            "intent_grants": self.grants,
+            **(copies.counters() if copies is not None else {}),
+        }
 
     def __repr__(self) -> str:
-        return (f"<NodeIntents {self.state.spec.name!r} intended={int((self.active > 0).sum())} "
-                f"lead={self.lead * 1e3:.1f}ms moves={self.verdicts}>")
+        return (
+            f"<NodeIntents {self.state.spec.name!r} intended={int((self.active > 0).sum())} "
+            f"lead={self.lead * 1e3:.1f}ms moves={self.verdicts}>"
+        )
 
 
 def _count(active: np.ndarray, windows: list[np.ndarray], step: int) -> np.ndarray:
@@ -307,7 +317,8 @@ class WorkerIntents:
         self._active, self._waiting = [], []
         for key, node in nodes.items():
             node.update([], ended[key])
-        copied = [node for node in nodes.values()
-                  if node.state.copies is not None and node.state.copies.replicas is not None]
+        copied = [
+            node for node in nodes.values() if node.state.copies is not None and node.state.copies.replicas is not None
+        ]
         if copied and not any(node.active.any() for node in copied):  # the node's last windows: its copies go,
             self.worker.ctx.replica_sync.flush()  # their pushes reach the owners

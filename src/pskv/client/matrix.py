@@ -20,7 +20,7 @@ MEANS = {
     "sparse": "`key_space='uint64', rows=None` (store.sparse)",
     "disk": "`storage='disk', cache_rows=N, path=DIR` (store.disk)",
     "Relocate": "relocation: `table.localize` (every dense table has it) and "
-                "`placement=pskv.Relocate(location_caches=True)`",
+    "`placement=pskv.Relocate(location_caches=True)`",
     "Replicate": "`replicate=pskv.Replicate(...)`: hot-key copies on every node",
     "Sampling": "`sampling=pskv.Sampling(...)`: prepare_sample / pull_sample (preloc and pool localize)",
     "NodeAggregate": "`aggregate=pskv.NodeAggregate()`: the node sums its threads' pushes per round",
@@ -29,12 +29,12 @@ MEANS = {
     "filters": "`node.table(filters=...)`: the table's wire filters (key cache, compression, fp16/bf16)",
     "push_pull": "the call `table.push_pull`",
     "intent": "intent signaling (AdaPM): `table.intent(keys, start, end)` and `worker.advance_clock()`, or "
-              "`pskv.data.Lookahead`: keys one node intends move there ahead of use (client.intents, server.intents)",
+    "`pskv.data.Lookahead`: keys one node intends move there ahead of use (client.intents, server.intents)",
     "backups": "`pskv.init(backups=B)`: chain replication and failover",
     "shared memory": "the nodes of one host serve each other's keys from their shards in shared memory "
-                     "(store.shm, store.peer; on unless `PSKV_SHARED_MEMORY=0` / `pskv launch --no-shared-memory`); "
-                     "its tests assert that keys were served through it (TableState.shared_keys), and with it off "
-                     "that none were",
+    "(store.shm, store.peer; on unless `PSKV_SHARED_MEMORY=0` / `pskv launch --no-shared-memory`); "
+    "its tests assert that keys were served through it (TableState.shared_keys), and with it off "
+    "that none were",
     "checkpoint": "`node.checkpoint()` of the table",
     "restore": "a restore of its checkpoint onto another node count, with other options",
     "join": "a node joins the running cluster (`pskv.init(join=...)`)",
@@ -84,9 +84,11 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     ("sparse", "checkpoint"): _SPARSE_CKPT,
     ("sparse", "restore"): _SPARSE_CKPT,
     ("sparse", "join"): _T + "test_sparse_elastic.py::test_a_node_joins_a_sparse_table_then_another_leaves",
-    ("sparse", "leave"): (_T + "test_sparse_elastic.py::test_a_node_joins_a_sparse_table_then_another_leaves",
-                          _T + "test_sparse_elastic.py::"
-                               "test_a_node_leaves_a_sparse_table_during_a_push_storm_and_a_checkpoint_restores_onto_two"),
+    ("sparse", "leave"): (
+        _T + "test_sparse_elastic.py::test_a_node_joins_a_sparse_table_then_another_leaves",
+        _T + "test_sparse_elastic.py::"
+        "test_a_node_leaves_a_sparse_table_during_a_push_storm_and_a_checkpoint_restores_onto_two",
+    ),
     **{("disk", b): _PAIRS for b in (*OPTIONS, "push_pull", "restore")},
     ("disk", "checkpoint"): ("tests/unit/store/test_disk.py::test_a_checkpoint_of_a_disk_table_streams_it", _COMPOSE),
     ("disk", "join"): (_ELASTIC, _COMPOSE),
@@ -94,7 +96,7 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     **{("Relocate", b): _PAIRS for b in ("Replicate", "Sampling", "BSP/SSP", "Cache", "filters", "push_pull")},
     ("Relocate", "backups"): _BACKUPS + "test_kill_during_localize",
     ("Relocate", "checkpoint"): _T + "test_checkpoint_compose.py::"
-                                     "test_checkpoints_while_every_node_localizes_hold_every_row_once",
+    "test_checkpoints_while_every_node_localizes_hold_every_row_once",
     ("Relocate", "restore"): (_PAIRS, _COMPOSE),
     ("Relocate", "join"): (_ELASTIC, _COMPOSE),
     ("Relocate", "leave"): _LEAVES,
@@ -105,15 +107,17 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     ("Replicate", "restore"): _REPLICAS + "test_restore_with_other_replicated_keys_is_exact",
     ("Replicate", "join"): _REPLICAS + "test_a_joining_node_starts_from_the_current_replicas",
     ("Replicate", "leave"): _REPLICAS + "test_a_node_leaves_with_unsynced_changes_and_a_node_joins_after",
-    **{("Sampling", b): _PAIRS for b in ("NodeAggregate", "BSP/SSP", "Cache", "filters", "push_pull",
-                                         "checkpoint", "restore")},
+    **{
+        ("Sampling", b): _PAIRS
+        for b in ("NodeAggregate", "BSP/SSP", "Cache", "filters", "push_pull", "checkpoint", "restore")
+    },
     ("Sampling", "backups"): _BACKED,
     ("Sampling", "join"): _ELASTIC,
     ("Sampling", "leave"): _ELASTIC,
     ("NodeAggregate", "BSP/SSP"): _ROUNDS,
     ("NodeAggregate", "backups"): (_ROUNDS, _BACKED),
-    ("NodeAggregate", "checkpoint"):
-        _T + "test_checkpoint_compose.py::test_aggregated_table_checkpoint_holds_whole_rounds",
+    ("NodeAggregate", "checkpoint"): _T
+    + "test_checkpoint_compose.py::test_aggregated_table_checkpoint_holds_whole_rounds",
     ("NodeAggregate", "restore"): _PAIRS,
     ("NodeAggregate", "leave"): _BACKED,  # with backups (refused without)
     ("BSP/SSP", "Cache"): _CACHE,
@@ -130,31 +134,36 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
     **{("filters", b): _PAIRS for b in ("push_pull", "checkpoint", "restore")},
     ("filters", "join"): _ELASTIC,
     ("filters", "leave"): _ELASTIC,
-    ("backups", "checkpoint"):
-        _T + "test_checkpoint_compose.py::test_checkpoint_with_backups_and_readers_holds_every_row",
+    ("backups", "checkpoint"): _T
+    + "test_checkpoint_compose.py::test_checkpoint_with_backups_and_readers_holds_every_row",
     ("backups", "restore"): _PAIRS,
     ("backups", "join"): _T + "test_elastic_backups.py::test_a_node_joins_a_cluster_with_backups_during_a_push_storm",
     ("backups", "leave"): _BACKUPS + "test_node_leaves_in_the_middle_of_a_push_storm",
     # shared memory: the nodes of these tests share one host; each asserts what went through it
     ("dense", "shared memory"): (_SHM + "test_pushes_through_shared_memory_sum_exactly", _SHM_FAULT),
     ("Relocate", "shared memory"): (_SHM + "test_keys_moving_while_pushed_in_shared_memory_stay_exact", _PAIRS),
-    **{(b, "shared memory"): _PAIRS for b in ("Replicate", "Sampling", "NodeAggregate", "BSP/SSP", "Cache",
-                                              "filters")},
+    **{(b, "shared memory"): _PAIRS for b in ("Replicate", "Sampling", "NodeAggregate", "BSP/SSP", "Cache", "filters")},
     ("shared memory", "push_pull"): (_SHM + "test_pushes_through_shared_memory_sum_exactly", _PAIRS),
     ("shared memory", "checkpoint"): _PAIRS,
     ("shared memory", "restore"): _PAIRS,
     ("shared memory", "join"): _ELASTIC,
     ("shared memory", "leave"): _ELASTIC,
     # intents: each test asserts exact sums while intents move keys
-    ("dense", "intent"): (_INTENTS + "test_keys_move_to_their_only_intending_node_and_shared_keys_stay",
-                          _INTENTS + "test_intents_keep_sums_exact"),
+    ("dense", "intent"): (
+        _INTENTS + "test_keys_move_to_their_only_intending_node_and_shared_keys_stay",
+        _INTENTS + "test_intents_keep_sums_exact",
+    ),
     ("disk", "intent"): _INTENT_ALL,
-    ("intent", "Relocate"): (_INTENTS + "test_keys_move_to_their_only_intending_node_and_shared_keys_stay",
-                             _INTENT_ALL),
+    ("intent", "Relocate"): (
+        _INTENTS + "test_keys_move_to_their_only_intending_node_and_shared_keys_stay",
+        _INTENT_ALL,
+    ),
     ("intent", "Replicate"): (_INTENTS + "test_intents_keep_sums_exact", _INTENT_ALL),
     ("intent", "BSP/SSP"): (_INTENTS + "test_intents_keep_sums_exact", _INTENT_ALL),
-    **{("intent", b): _INTENT_ALL for b in ("Sampling", "Cache", "filters", "push_pull", "shared memory",
-                                            "checkpoint", "restore")},
+    **{
+        ("intent", b): _INTENT_ALL
+        for b in ("Sampling", "Cache", "filters", "push_pull", "shared memory", "checkpoint", "restore")
+    },
     ("intent", "backups"): _INTENTS + "test_intents_with_backups_keep_sums_exact",
     ("intent", "join"): _INTENTS + "test_intents_while_a_node_joins_and_another_leaves",
     ("intent", "leave"): _INTENTS + "test_intents_while_a_node_joins_and_another_leaves",
@@ -163,24 +172,24 @@ _NONE = "no row cache or push buffer for Cache to size"
 # accepted, but one side does nothing there
 NO_EFFECT: dict[tuple[str, str], str] = {
     ("sparse", "Cache"): "a sparse table keeps no row cache (a RowCache is sized by rows): Cache(rows=) is inert; "
-                         "buffer_rows= sizes a sparse BSP/SSP table's push buffer",
+    "buffer_rows= sizes a sparse BSP/SSP table's push buffer",
     ("Cache", "NodeAggregate"): f"an aggregated table sends its pushes in rounds: {_NONE}",
     ("Cache", "filters"): f"filters need an asynchronous table, which has {_NONE}",
     ("Cache", "push_pull"): f"push_pull needs an asynchronous table, which has {_NONE}",
     ("sparse", "shared memory"): "a sparse table sends each key to its range's node: its shards are not in "
-                                 "shared memory (only dense in-memory shards are)",
+    "shared memory (only dense in-memory shards are)",
     ("disk", "shared memory"): "a disk table's rows are in its files on disk, not in shared memory: keys of a "
-                               "co-located node's disk table travel as messages",
+    "co-located node's disk table travel as messages",
     ("NodeAggregate", "shared memory"): "an aggregated table's rounds travel to the keys' managers as messages "
-                                        "(level 2 sums there); shared memory serves its other reads and its sets",
+    "(level 2 sums there); shared memory serves its other reads and its sets",
     ("filters", "shared memory"): "keys served through shared memory travel in no message, so a table's filters "
-                                  "(key cache, compression, fp16/bf16) apply only to the keys that do",
+    "(key cache, compression, fp16/bf16) apply only to the keys that do",
     ("sparse", "intent"): "a sparse table keeps each key at its range's node: its intents are taken and ignored",
     ("NodeAggregate", "intent"): "an aggregated table keeps its static placement: its intents are taken and ignored",
     ("backups", "shared memory"): "with backups every write goes to its range's head as a message and a pull reads "
-                                  "only rows held here or asks their head: nothing is served through shared memory "
-                                  "(the shards' files are made, nobody maps them); a node failure is handled as "
-                                  f"without it ({_SHM_FAULT})",
+    "only rows held here or asks their head: nothing is served through shared memory "
+    "(the shards' files are made, nobody maps them); a node failure is handled as "
+    f"without it ({_SHM_FAULT})",
 }
 
 
@@ -208,13 +217,18 @@ def render() -> str:
     refusals = list(REFUSED)
     tests = sorted({*(t for w in WORKS.values() for t in _tests(w)), *(r.test for r in REFUSED)})
     effects = sorted(set(NO_EFFECT.values()))
-    head = ["# Compatibility: table kinds, options and cluster events", "",
-            "Generated by `python -m pskv.client.matrix` from `src/pskv/client/compat.py` (the one list of",
-            "refused pairs, which `node.table()` and the request paths use) and `src/pskv/client/matrix.py`",
-            "(the tests); do not edit by hand: `tests/unit/client/test_compat.py` fails when it is not current.", "",
-            "Rows: table kinds and options; columns: options, the `push_pull` call and cluster events.",
-            "`yes Tn`: supported, test Tn shows it; `no Rn`: refused (where: at declaration, at a call,",
-            "at join, at leave()); `inert Nn`: accepted, but one side has no effect there.", ""]
+    head = [
+        "# Compatibility: table kinds, options and cluster events",
+        "",
+        "Generated by `python -m pskv.client.matrix` from `src/pskv/client/compat.py` (the one list of",
+        "refused pairs, which `node.table()` and the request paths use) and `src/pskv/client/matrix.py`",
+        "(the tests); do not edit by hand: `tests/unit/client/test_compat.py` fails when it is not current.",
+        "",
+        "Rows: table kinds and options; columns: options, the `push_pull` call and cluster events.",
+        "`yes Tn`: supported, test Tn shows it; `no Rn`: refused (where: at declaration, at a call,",
+        "at join, at leave()); `inert Nn`: accepted, but one side has no effect there.",
+        "",
+    ]
     grid = ["| | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for a in ROWS:
         cells = []
@@ -222,9 +236,15 @@ def render() -> str:
             refused, works, inert = cell(a, b)
             parts = [f"no R{refusals.index(r) + 1} ({_short(r)})" for r in refused]
             if works:
-                parts.append("yes " + " ".join(f"T{tests.index(t) + 1}" for t in _tests(works))
-                             + ((" (without backups)" if refused[0].only == "with backups" else " (with backups)")
-                                if refused else ""))
+                parts.append(
+                    "yes "
+                    + " ".join(f"T{tests.index(t) + 1}" for t in _tests(works))
+                    + (
+                        (" (without backups)" if refused[0].only == "with backups" else " (with backups)")
+                        if refused
+                        else ""
+                    )
+                )
             if inert:
                 parts.append(f"inert N{effects.index(inert) + 1}")
             cells.append("·" if a == b else "; ".join(parts) or "?")
@@ -232,7 +252,9 @@ def render() -> str:
     means = ["", "## What the rows and columns mean", ""] + [f"- **{k}**: {v}" for k, v in MEANS.items()]
     listed = ["", "## Refused pairs", ""] + [
         f"{i}. **{r.a}** x **{r.b}**: refused {_where(r)}{', ' + r.only if r.only else ''} ({r.by}): {r.reason}. "
-        f"Shown by {r.test}." for i, r in enumerate(refusals, 1)]
+        f"Shown by {r.test}."
+        for i, r in enumerate(refusals, 1)
+    ]
     shown = ["", "## Tests", ""] + [f"{i}. T{i}: `{t}`" for i, t in enumerate(tests, 1)]
     no_effect = ["", "## No effect", ""] + [f"{i}. N{i}: {e}" for i, e in enumerate(effects, 1)]
     return "\n".join(head + grid + means + listed + shown + no_effect) + "\n"
@@ -252,8 +274,12 @@ def _short(r: Refusal) -> str:
 
 
 def _where(r: Refusal) -> str:
-    return {"call": f"at the call ({r.b if r.b in CALLS else r.a})", "declaration": "at declaration",
-            "join": "at join", "leave()": "at leave()"}[r.where]
+    return {
+        "call": f"at the call ({r.b if r.b in CALLS else r.a})",
+        "declaration": "at declaration",
+        "join": "at join",
+        "leave()": "at leave()",
+    }[r.where]
 
 
 def main(argv: list[str] | None = None) -> int:

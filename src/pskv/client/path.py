@@ -120,12 +120,18 @@ def features(state: TableState, *, backups: bool) -> set[str]:
     spec, options = state.spec, state.options
     kind = "sparse" if spec.sparse else "disk" if getattr(state.shard, "disk", None) is not None else "dense"
     on = {kind}
-    on |= {name for name, used in (("Relocate", options.placement.location_caches),
-                                   ("Replicate", options.replicate is not None),
-                                   ("Sampling", options.sampling is not None),
-                                   ("NodeAggregate", options.aggregate is not None),
-                                   ("BSP/SSP", state.consistency.synchronous),
-                                   ("backups", backups)) if used}
+    on |= {
+        name
+        for name, used in (
+            ("Relocate", options.placement.location_caches),
+            ("Replicate", options.replicate is not None),
+            ("Sampling", options.sampling is not None),
+            ("NodeAggregate", options.aggregate is not None),
+            ("BSP/SSP", state.consistency.synchronous),
+            ("backups", backups),
+        )
+        if used
+    }
     return on
 
 
@@ -163,8 +169,7 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
         pull = front.Bounded(state, ctx, request)
         buffered = stages.Buffer(state)
         if not backups:  # (with backups every write goes through its range's head)
-            buffered = (stages.MyRange(state, ctx, buffered) if sparse
-                        else stages.Owned(state, buffered, probe=False))
+            buffered = stages.MyRange(state, ctx, buffered) if sparse else stages.Owned(state, buffered, probe=False)
         if copies is not None:
             buffered = intent_sync.Stage(copies, buffered)
         if state.shard.replicas is not None:
@@ -181,14 +186,22 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     if state.consistency.synchronous or sparse:
         put = front.Clock(put)
     heads = {"request": request, "pull": pull, "push": push, "set": front.Gate(ctx, put)}
-    heads["push_pull"] = (front.Gate(ctx, front.Clock(request) if sparse else request)
-                          if "push_pull" not in refused else front.Refuse(refused["push_pull"]))
-    heads["localize"] = (front.Skip(state, front.Gate(ctx, front.Move(state, ctx, backups=backups)))
-                         if "localize" not in refused else front.Refuse(refused["localize"]))
-    heads["pull_if_local"] = front.Peek(state) if "pull_if_local" not in refused else front.Refuse(
-        refused["pull_if_local"])
-    heads["prepare_sample"] = front.Sample() if "prepare_sample" not in refused else front.Refuse(
-        refused["prepare_sample"])
+    heads["push_pull"] = (
+        front.Gate(ctx, front.Clock(request) if sparse else request)
+        if "push_pull" not in refused
+        else front.Refuse(refused["push_pull"])
+    )
+    heads["localize"] = (
+        front.Skip(state, front.Gate(ctx, front.Move(state, ctx, backups=backups)))
+        if "localize" not in refused
+        else front.Refuse(refused["localize"])
+    )
+    heads["pull_if_local"] = (
+        front.Peek(state) if "pull_if_local" not in refused else front.Refuse(refused["pull_if_local"])
+    )
+    heads["prepare_sample"] = (
+        front.Sample() if "prepare_sample" not in refused else front.Refuse(refused["prepare_sample"])
+    )
     path = state.path = Path(heads, state)
     path.backed = backups
     if buffer is None and agg is None and not backups:

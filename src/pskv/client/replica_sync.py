@@ -38,8 +38,15 @@ class ReplicaSync:
     locks; `flush()` may run in any thread at the same time (each delta is taken exactly once), and
     `catch_up()` in the thread that declares a table."""
 
-    def __init__(self, endpoint: Endpoint, num_nodes: int, catalog: Catalog, stop: threading.Event,
-                 failed: Callable[[], bool], members: Callable[[], list[int]] | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        num_nodes: int,
+        catalog: Catalog,
+        stop: threading.Event,
+        failed: Callable[[], bool],
+        members: Callable[[], list[int]] | None = None,
+    ) -> None:
         self._endpoint = endpoint
         self.rank = endpoint.rank
         self._catalog = catalog
@@ -87,12 +94,12 @@ class ReplicaSync:
         def on_part(sender: int, reply) -> None:
             replicas.caught_up(sender, keys, reply[1].values)  # (m, dim) its changes so far
 
-        rid, fut = self._endpoint.tracker.new_request(len(keys) * len(others), on_part=on_part,
-                                                      desc=f"replica catch-up of table {state.spec.name!r}")
+        rid, fut = self._endpoint.tracker.new_request(
+            len(keys) * len(others), on_part=on_part, desc=f"replica catch-up of table {state.spec.name!r}"
+        )
         zeros = np.zeros((len(keys), state.spec.dim), state.spec.dtype)  # (m, dim): REPLICA_SYNC carries values
         for r in others:
-            self._endpoint.request(r, Kind.REPLICA_SYNC, state.spec.table_id, rid, flags=ROWS, keys=keys,
-                                   values=zeros)
+            self._endpoint.request(r, Kind.REPLICA_SYNC, state.spec.table_id, rid, flags=ROWS, keys=keys, values=zeros)
         fut.wait(timeout)
 
     def _tables(self) -> list[TableState]:
@@ -117,8 +124,9 @@ class ReplicaSync:
                 if copies.next_sync <= now:
                     copies.next_sync = now + (1.0 / copies.rate if copies.rate > 0 else float("inf"))
                     self._copies_round(copies, flush=False)
-            upcoming = min([s.next_sync for s in self._tables()] + [c.next_sync for c in self._copied()],
-                           default=now + 0.1)
+            upcoming = min(
+                [s.next_sync for s in self._tables()] + [c.next_sync for c in self._copied()], default=now + 0.1
+            )
             self._stop.wait(min(0.1, max(0.001, upcoming - time.monotonic())))
 
     def _round(self, s: TableState, threshold: float) -> None:
@@ -164,8 +172,9 @@ class ReplicaSync:
             for r in dead:
                 tracker.on_reply(rid, len(keys), r)
 
-        rid, fut = tracker.new_request(len(keys) * len(others), on_part=on_part, retry=retry,
-                                       desc=f"replica sync of table {s.spec.name!r}")
+        rid, fut = tracker.new_request(
+            len(keys) * len(others), on_part=on_part, retry=retry, desc=f"replica sync of table {s.spec.name!r}"
+        )
         for r in others:
             self._endpoint.request(r, Kind.REPLICA_SYNC, s.spec.table_id, rid, copy=True, keys=keys, values=deltas)
         if self._members() != members:  # a membership change came while we sent: its retry may have run first

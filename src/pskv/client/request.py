@@ -81,8 +81,10 @@ class Request:
         n = header.n_keys
         if p.values is None or p.values.shape != (n, t.dim) or p.values.dtype != t.dtype:
             got = None if p.values is None else f"{p.values.shape} {p.values.dtype}"
-            raise ProtocolError(f"node {sender} answered a pull on table {t.name!r} with {got}, expected "
-                                f"({n}, {t.dim}) {t.dtype}; are all nodes running the same pskv?")
+            raise ProtocolError(
+                f"node {sender} answered a pull on table {t.name!r} with {got}, expected "
+                f"({n}, {t.dim}) {t.dtype}; are all nodes running the same pskv?"
+            )
         if gpos is None:
             if n != len(out):
                 raise ProtocolError(f"node {sender} answered {n} of {len(out)} keys without positions")

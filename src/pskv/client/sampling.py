@@ -45,8 +45,9 @@ class SampleHandle:
         self.scheme = scheme
         self.left = n
         w = table.worker
-        self.rng = np.random.default_rng([self.sampling.seed, table.spec.table_id, w.rank, w.thread + 1,
-                                         next(self._ids)])
+        self.rng = np.random.default_rng(
+            [self.sampling.seed, table.spec.table_id, w.rank, w.thread + 1, next(self._ids)]
+        )
         self.drawn: list[np.ndarray] = []
         self.queue = np.empty(0, np.int64)  # keys prepared, in the order they will be handed out
         self.groups: list[np.ndarray] = []  # pool: groups still to be handed out
@@ -123,8 +124,10 @@ def _replicated(state, keys: np.ndarray) -> np.ndarray:
 def prepare(table, n: int, scheme: str | None) -> SampleHandle:
     sampling = table.state.sampling
     if sampling is None:
-        raise TableError(f"table {table.name!r} has no sampling distribution; declare it with "
-                         "node.table(..., sampling=pskv.Sampling(weights))")
+        raise TableError(
+            f"table {table.name!r} has no sampling distribution; declare it with "
+            "node.table(..., sampling=pskv.Sampling(weights))"
+        )
     scheme = scheme or sampling.scheme
     if scheme not in SCHEMES:
         raise ConfigError(f"sampling scheme {scheme!r} is not one of {SCHEMES}")
@@ -136,7 +139,7 @@ def prepare(table, n: int, scheme: str | None) -> SampleHandle:
         reuse, size = sampling.reuse, sampling.group_size
         distinct = h._draw(-(-h.left // reuse))  # ceil(n / reuse) keys
         for lo in range(0, len(distinct), size):
-            group = np.repeat(distinct[lo:lo + size], reuse)
+            group = np.repeat(distinct[lo : lo + size], reuse)
             h.rng.shuffle(group)
             h.groups.append(group)
         if len(distinct):
@@ -150,4 +153,3 @@ def checked(table, handle: SampleHandle) -> SampleHandle:
     if handle.closed:
         raise TableError(f"sample handle of table {table.name!r} was finished; prepare a new one")
     return handle
-

@@ -62,18 +62,26 @@ class SparseTable(Table):
                 r, a, b = pieces[part]
                 dest = int(st.ranges.managers[r] if chains is None else chains.heads[r])
                 bounds = np.array([a, b - 1], np.uint64).view(np.int64)
-                self._ctx.endpoint.request(dest, Kind.RANGE, self.spec.table_id, rid, part=part, dim=self.dim,
-                                           keys=bounds)
+                self._ctx.endpoint.request(
+                    dest, Kind.RANGE, self.spec.table_id, rid, part=part, dim=self.dim, keys=bounds
+                )
 
         def retry() -> None:  # pskv-server, after a membership change: the parts not answered yet
             send([part for part, got in enumerate(found) if got is None])
 
-        rid, fut = self._ctx.tracker.new_request(len(pieces), on_part=on_part, desc=self.desc(Kind.RANGE),
-                                                 retry=None if self._ctx.chains() is None else retry)
+        rid, fut = self._ctx.tracker.new_request(
+            len(pieces),
+            on_part=on_part,
+            desc=self.desc(Kind.RANGE),
+            retry=None if self._ctx.chains() is None else retry,
+        )
         chains, remote = self._ctx.chains(), []
         for part, (r, a, b) in enumerate(pieces):
-            if (int(st.ranges.managers[r]) == self._ctx.rank if chains is None
-                    else any(s <= a and b <= e for s, e in shard.intervals)):  # served from memory
+            if (
+                int(st.ranges.managers[r]) == self._ctx.rank
+                if chains is None
+                else any(s <= a and b <= e for s, e in shard.intervals)
+            ):  # served from memory
                 found[part] = shard.scan(a, b)
                 self._ctx.tracker.on_reply(rid, 1)
             else:
@@ -82,5 +90,4 @@ class SparseTable(Table):
         if self._ctx.chains() is not chains:  # a membership change came while we sent (client.backed.request)
             retry()
         fut.wait()
-        return (np.concatenate([k for k, _ in found]),
-                np.concatenate([v for _, v in found]).reshape(-1, self.dim))
+        return (np.concatenate([k for k, _ in found]), np.concatenate([v for _, v in found]).reshape(-1, self.dim))

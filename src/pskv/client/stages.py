@@ -190,7 +190,6 @@ class Shared(Stage):
             miss = np.flatnonzero(~served)
         return self.rest(st, miss, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
 
-
     def _summed(self, h, keys, values, out, fresh, direct, codec) -> Future:
         """A push of a table whose updater sums a key's updates first (Adagrad), every node on this
         host: summed once, in key order, so each range's keys are one slice, pushed to its manager's
@@ -216,8 +215,9 @@ class Shared(Stage):
         if not missed:
             return Future.completed(out, h.desc(Kind.PUSH))
         rest = np.concatenate(missed)
-        return self.next.request(h, Kind.PUSH, distinct[rest], summed[rest], out, None, False, fresh, direct, False,
-                                 codec)
+        return self.next.request(
+            h, Kind.PUSH, distinct[rest], summed[rest], out, None, False, fresh, direct, False, codec
+        )
 
     def _passes(self, h, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec) -> Future:
         """All nodes share this host: each pass serves what the shard of the first key's next hop
@@ -349,9 +349,20 @@ class Ranges(Stage):
                 continue
             req.parts.append((pos, None))
             st.remote_keys += len(pk)
-            ctx.endpoint.request(dest, kind, h.spec.table_id, req.rid, part=len(req.parts) - 1, dim=h.dim,
-                                 copy=copy and idx is None, reply_to=req.reply_to, flags=ROWS if rows else 0,
-                                 codec=codec, keys=pk, values=pv)
+            ctx.endpoint.request(
+                dest,
+                kind,
+                h.spec.table_id,
+                req.rid,
+                part=len(req.parts) - 1,
+                dim=h.dim,
+                copy=copy and idx is None,
+                reply_to=req.reply_to,
+                flags=ROWS if rows else 0,
+                codec=codec,
+                keys=pk,
+                values=pv,
+            )
         if req.reply_to and req.parts:
             fut.pumped_by(ctx.endpoint.pump)
         h.track(fut)

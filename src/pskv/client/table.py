@@ -49,16 +49,16 @@ class Table:
         self._descs: dict[Kind, str] = {}
 
     # ---- public ---------------------------------------------------------------------------------
-    def pull(self, keys, *, out: np.ndarray | None = None, timeout: float | None = None,
-             filters=None) -> np.ndarray:
+    def pull(self, keys, *, out: np.ndarray | None = None, timeout: float | None = None, filters=None) -> np.ndarray:
         """Rows `keys` as a (len(keys), dim) array. Blocks. See pull_async.
 
         The calling thread receives the replies itself (its own reply box), without waking the
         node's pskv-server thread in between. `filters`: pskv.filters.KeyCache / Compress for the keys."""
         return self._pull(keys, out, None, direct=True, codec=self._codec(filters)).wait(timeout)
 
-    def pull_async(self, keys, *, out: np.ndarray | None = None,
-                   callback: Callable[[np.ndarray], None] | None = None) -> Future:
+    def pull_async(
+        self, keys, *, out: np.ndarray | None = None, callback: Callable[[np.ndarray], None] | None = None
+    ) -> Future:
         """Fetch rows `keys`. Returns at once; `.wait()` gives the (len(keys), dim) array (`out` if given).
 
         Thread-safe. `keys`: integer row ids, any order, duplicates allowed. Local rows are copied
@@ -203,8 +203,9 @@ class Table:
         KeyOutOfRange, or TableError from the node's main-thread handle (it has no intent clock)."""
         self._ctx.check()
         if self._worker is None or self._worker.thread < 0:
-            raise TableError(f"intent on table {self.name!r}: only a worker of node.run() or node.worker() has an "
-                             "intent clock")
+            raise TableError(
+                f"intent on table {self.name!r}: only a worker of node.run() or node.worker() has an intent clock"
+            )
         self._worker.intents().signal(self, keys, start, end)
 
     def prepare_sample(self, n: int, *, scheme: str | None = None) -> sampling.SampleHandle:
@@ -255,8 +256,20 @@ class Table:
         """The client.worker.Worker that made this handle; None: the node's push-buffer flusher."""
         return self._worker
 
-    def request(self, kind: Kind, keys: np.ndarray, values, out, *, copy: bool, gpos=None,
-                 fresh: bool = False, direct: bool = False, rows: bool = False, codec=None) -> Future:
+    def request(
+        self,
+        kind: Kind,
+        keys: np.ndarray,
+        values,
+        out,
+        *,
+        copy: bool,
+        gpos=None,
+        fresh: bool = False,
+        direct: bool = False,
+        rows: bool = False,
+        codec=None,
+    ) -> Future:
         """The table's request stages alone, no gate or technique before them (an aggregated
         table's plain reads, client.aggregate): see client.stages for the arguments."""
         return self._path.request(self, kind, keys, values, out, gpos, copy, fresh, direct, rows, codec)
@@ -275,8 +288,10 @@ class Table:
         if out.dtype != self.dtype:
             raise DTypeError(f"pull on table {self.name!r}: out has dtype {out.dtype}, the table {self.dtype}")
         if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ShapeError(f"pull on table {self.name!r}: out must be writeable and C-contiguous; "
-                             "pass np.ascontiguousarray(out) or let pull allocate it")
+            raise ShapeError(
+                f"pull on table {self.name!r}: out must be writeable and C-contiguous; "
+                "pass np.ascontiguousarray(out) or let pull allocate it"
+            )
         return out
 
     def track(self, fut: Future) -> None:
@@ -299,8 +314,9 @@ class Table:
         return f"<Table {self.name!r} {self.spec.describe()} on node {self._ctx.rank}>"
 
 
-def serve_local(h, shard, kind: Kind, keys: np.ndarray, values, out, pos, rows: bool,
-                distinct: bool = False) -> np.ndarray:
+def serve_local(
+    h, shard, kind: Kind, keys: np.ndarray, values, out, pos, rows: bool, distinct: bool = False
+) -> np.ndarray:
     """Serve the keys `shard` holds; returns the indices of those it does not. `distinct`: the keys of
     a push are (client.slices), so nothing is summed first."""
     if kind == Kind.PULL:
@@ -343,8 +359,15 @@ class Route:
         # nothing moved here and one manager holds every key: skip per-key routing (correct even if
         # other nodes moved some of the keys: their manager forwards them)
         dest = ranges.one_manager(keys) if st.shard.static and not st.loc_cache.size else -1
-        if direct is False and kind == Kind.PULL and codec is None and 0 <= dest < ranges.nodes and \
-                dest != ctx.rank and len(keys) <= coalesce.CAP_KEYS and ctx.neighbors.view(st.spec, dest) is None:
+        if (
+            direct is False
+            and kind == Kind.PULL
+            and codec is None
+            and 0 <= dest < ranges.nodes
+            and dest != ctx.rank
+            and len(keys) <= coalesce.CAP_KEYS
+            and ctx.neighbors.view(st.spec, dest) is None
+        ):
             fut = coalesce.pull(h, ctx, dest, keys, out, gpos, fresh)  # a small pull_async: maybe held, merged
             h.track(fut)
             return fut
@@ -394,8 +417,9 @@ class Route:
         if not sends:
             return Future.completed(out, h.desc(kind))
         req = Request(h, kind, out, fresh)
-        req.rid, fut = ctx.tracker.new_request(sum(len(s[1]) for s in sends), on_part=req.on_part, result=out,
-                                               desc=h.desc(kind))
+        req.rid, fut = ctx.tracker.new_request(
+            sum(len(s[1]) for s in sends), on_part=req.on_part, result=out, desc=h.desc(kind)
+        )
         if direct:
             req.reply_to = ctx.endpoint.reply_box()
         for dest, keys, values, pos, cp in sends:
@@ -427,6 +451,17 @@ class Route:
             dest = me  # on their way here: our server queues them until they land
         req.parts.append((gpos, keys if st.loc_cache.size else None))
         st.remote_keys += len(keys)
-        ctx.endpoint.request(dest, req.kind, h.spec.table_id, req.rid, part=len(req.parts) - 1, dim=h.dim,
-                             copy=copy, reply_to=req.reply_to, flags=ROWS if rows else 0, codec=codec, keys=keys,
-                             values=values)
+        ctx.endpoint.request(
+            dest,
+            req.kind,
+            h.spec.table_id,
+            req.rid,
+            part=len(req.parts) - 1,
+            dim=h.dim,
+            copy=copy,
+            reply_to=req.reply_to,
+            flags=ROWS if rows else 0,
+            codec=codec,
+            keys=keys,
+            values=values,
+        )

@@ -79,7 +79,7 @@ class RowCache:
             keys, first = np.unique(keys, return_index=True)
             rows = rows[first]
             if len(keys) > self.capacity:
-                keys, rows = keys[:self.capacity], rows[:self.capacity]
+                keys, rows = keys[: self.capacity], rows[: self.capacity]
             slots = self._slot[keys]
             new = slots < 0
             n_new = int(new.sum())
@@ -101,8 +101,12 @@ class RowCache:
             if not len(at):
                 return
             if self._additive and updates is not None:
-                _scatter_add(self._values, slots[at], np.ascontiguousarray(updates[at], self._values.dtype),
-                             self._values.dtype.type(1))
+                _scatter_add(
+                    self._values,
+                    slots[at],
+                    np.ascontiguousarray(updates[at], self._values.dtype),
+                    self._values.dtype.type(1),
+                )
             else:
                 self._drop(slots[at])
 
@@ -119,7 +123,7 @@ class RowCache:
         if len(free) < n:  # evict the stalest copies
             used = np.flatnonzero(self._key >= 0)
             used = used[~np.isin(used, protect)]
-            victims = used[np.argsort(self._fresh[used], kind="stable")[:n - len(free)]]
+            victims = used[np.argsort(self._fresh[used], kind="stable")[: n - len(free)]]
             self._drop(victims)
             self.evictions += len(victims)
             free = np.flatnonzero(self._key < 0)

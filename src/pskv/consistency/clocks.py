@@ -20,8 +20,9 @@ _WAIT_POLL = 0.2  # seconds between health checks while a pull waits for the glo
 class Clocks:
     """A node's worker clocks, its applied clock, and the cluster's global clock."""
 
-    def __init__(self, report: Callable[[int, int], None], flush: Callable[[], list[Future]],
-                 health: Callable[[], None]) -> None:
+    def __init__(
+        self, report: Callable[[int, int], None], flush: Callable[[], list[Future]], health: Callable[[], None]
+    ) -> None:
         self._report = report  # (clock, seq): sends this node's applied clock to the coordinator
         self._flush = flush  # flushes every push buffer; returns the flushes' Futures
         self._health = health  # raises if the node failed or closed
@@ -79,8 +80,10 @@ class Clocks:
         with self._cond:
             key = id(worker)
             if key not in self._ended:
-                raise ConsistencyError(f"{worker!r} does not take part in clocks; call clock() from threads "
-                                       "started by node.run() or made with node.worker()")
+                raise ConsistencyError(
+                    f"{worker!r} does not take part in clocks; call clock() from threads "
+                    "started by node.run() or made with node.worker()"
+                )
             stamp = self._ended[key]
             self._ended[key] = stamp + 1
             self._outstanding[stamp] = self._outstanding.get(stamp, 0) + len(updates)
@@ -111,8 +114,10 @@ class Clocks:
             while self.global_clock < needed:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise WaitTimeout(f"pull waited {timeout} s for the global clock to reach {needed} "
-                                       f"(it is {self.global_clock}): a worker is more than the staleness behind")
+                    raise WaitTimeout(
+                        f"pull waited {timeout} s for the global clock to reach {needed} "
+                        f"(it is {self.global_clock}): a worker is more than the staleness behind"
+                    )
                 self._cond.release()
                 try:
                     self._health()

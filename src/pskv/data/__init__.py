@@ -1,8 +1,8 @@
 """Data for pskv's apps: fetched data sets (fetch.py), rating loaders and generators (ratings.py).
 
-    from pskv.data import fetch
-    path = fetch("ml-100k")          # a directory holding ml-100k.inter, .item, .user
-    for b in Lookahead(batches, lambda b: {table: keys_of(b)}, ahead=4): ...   # intents (lookahead.py)
+from pskv.data import fetch
+path = fetch("ml-100k")          # a directory holding ml-100k.inter, .item, .user
+for b in Lookahead(batches, lambda b: {table: keys_of(b)}, ahead=4): ...   # intents (lookahead.py)
 """
 
 from .fetch import (

@@ -34,19 +34,66 @@ from .sparse import SparseData
 NAME = "census-income"
 _TRAIN, _TEST = "census_income_1994_1995_train.csv", "census_income_1994_1995_test.csv"
 _COLUMNS = [
-    "age", "class_of_worker", "industry_code", "occupation_code", "education", "wage_per_hour",
-    "enrolled_in_edu", "marital_status", "major_industry", "major_occupation", "race", "hispanic_origin",
-    "sex", "labor_union", "unemployment_reason", "employment_status", "capital_gains", "capital_losses",
-    "dividends", "tax_filer_status", "previous_region", "previous_state", "household_status",
-    "household_summary", "instance_weight", "migration_msa", "migration_region", "migration_within_region",
-    "same_house_1y", "migration_sunbelt", "employer_size", "under_18_family", "father_birth_country",
-    "mother_birth_country", "birth_country", "citizenship", "self_employed", "veterans_questionnaire",
-    "veterans_benefits", "weeks_worked", "year", "label"]
+    "age",
+    "class_of_worker",
+    "industry_code",
+    "occupation_code",
+    "education",
+    "wage_per_hour",
+    "enrolled_in_edu",
+    "marital_status",
+    "major_industry",
+    "major_occupation",
+    "race",
+    "hispanic_origin",
+    "sex",
+    "labor_union",
+    "unemployment_reason",
+    "employment_status",
+    "capital_gains",
+    "capital_losses",
+    "dividends",
+    "tax_filer_status",
+    "previous_region",
+    "previous_state",
+    "household_status",
+    "household_summary",
+    "instance_weight",
+    "migration_msa",
+    "migration_region",
+    "migration_within_region",
+    "same_house_1y",
+    "migration_sunbelt",
+    "employer_size",
+    "under_18_family",
+    "father_birth_country",
+    "mother_birth_country",
+    "birth_country",
+    "citizenship",
+    "self_employed",
+    "veterans_questionnaire",
+    "veterans_benefits",
+    "weeks_worked",
+    "year",
+    "label",
+]
 _DROP = {"instance_weight", "label"}
 _BUCKET = {"age": 5, "weeks_worked": 4}  # width of a bucket
 _LOG2 = {"wage_per_hour", "capital_gains", "capital_losses", "dividends"}  # 0, then powers of 2
-CROSSED = ["age", "class_of_worker", "industry_code", "occupation_code", "education", "marital_status", "sex",
-           "tax_filer_status", "weeks_worked", "household_summary", "capital_gains", "dividends"]
+CROSSED = [
+    "age",
+    "class_of_worker",
+    "industry_code",
+    "occupation_code",
+    "education",
+    "marital_status",
+    "sex",
+    "tax_filer_status",
+    "weeks_worked",
+    "household_summary",
+    "capital_gains",
+    "dividends",
+]
 FILES = ("train.pskvsp", "test.pskvsp", "features.tsv", "stats.json")
 
 
@@ -76,10 +123,17 @@ def _featurize_files(target: Path) -> None:
         for key, name in sorted(names.items()):
             f.write(f"{key}\t{name}\n")
     os.replace(tmp, target / "features.tsv")
-    stats = {"features": len(names), "strings": len(names) + collisions, "collisions": collisions,
-             "collision_rate": collisions / max(1, len(names) + collisions), "train_rows": parts[0].rows,
-             "test_rows": parts[1].rows, "fields": len(_fields()), "crosses": len(_crosses()),
-             "positive_rate_train": float(np.mean(parts[0].labels))}
+    stats = {
+        "features": len(names),
+        "strings": len(names) + collisions,
+        "collisions": collisions,
+        "collision_rate": collisions / max(1, len(names) + collisions),
+        "train_rows": parts[0].rows,
+        "test_rows": parts[1].rows,
+        "fields": len(_fields()),
+        "crosses": len(_crosses()),
+        "positive_rate_train": float(np.mean(parts[0].labels)),
+    }
     tmp = target / f".stats.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(stats, indent=1))
     os.replace(tmp, target / "stats.json")
@@ -141,8 +195,11 @@ def _featurize(columns: dict[str, np.ndarray], names: dict[int, str]) -> SparseD
     groups = [(f,) for f in _fields()] + _crosses()
     keys = np.empty((n, len(groups)), np.uint64)
     for g, fields in enumerate(groups):
-        joined = columns[fields[0]] if len(fields) == 1 else np.char.add(
-            np.char.add(columns[fields[0]], "\x1f"), columns[fields[1]])
+        joined = (
+            columns[fields[0]]
+            if len(fields) == 1
+            else np.char.add(np.char.add(columns[fields[0]], "\x1f"), columns[fields[1]])
+        )
         values, inverse = np.unique(joined, return_inverse=True)
         prefix = "&".join(fields)
         hashed = np.empty(len(values), np.uint64)

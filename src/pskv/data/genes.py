@@ -65,8 +65,10 @@ def _arrays(root):
         elif isinstance(o, dict):
             stack.extend(o.values())
         elif hasattr(o, "__dict__") or hasattr(o, "__slots__"):
-            stack.extend(getattr(o, name, None) for name in ("value", "attributes", "tag", "referenced_object",
-                                                               "frame", "enclosure", "hash_table"))
+            stack.extend(
+                getattr(o, name, None)
+                for name in ("value", "attributes", "tag", "referenced_object", "frame", "enclosure", "hash_table")
+            )
             if hasattr(o, "__dict__"):
                 stack.extend(v for v in vars(o).values() if not isinstance(v, (str, bytes, int, float)))
 
@@ -91,5 +93,3 @@ def correlated(n: int, p: int, rho: float, block: int, seed: int) -> np.ndarray:
     factors = rng.standard_normal((n, -(-p // block)))
     own = rng.standard_normal((n, p))
     return np.sqrt(rho) * np.repeat(factors, block, axis=1)[:, :p] + np.sqrt(1 - rho) * own
-
-

@@ -50,14 +50,13 @@ def build(target: Path) -> None:
                 head, _, gloss = line.partition(b"|")
                 fields = head.split()
                 try:
-                    words = fields[4:4 + 2 * int(fields[3], 16):2]
+                    words = fields[4 : 4 + 2 * int(fields[3], 16) : 2]
                 except (IndexError, ValueError):
                     raise DataError(f"{target / part}: {line[:60]!r} is not a WordNet data line; fetch again") from None
                 docs.append(_TOKEN.findall(b" ".join(words).replace(b"_", b" ").lower() + b" " + gloss.lower()))
     data, vocab = tfidf(docs)
     data.labels = planted(data, seed=0)
-    data.meta.update(source=f"{NAME}: WordNet 3.0 glosses (Debian wordnet-base), tf-idf, y planted on "
-                            f"{PLANTED} tokens")
+    data.meta.update(source=f"{NAME}: WordNet 3.0 glosses (Debian wordnet-base), tf-idf, y planted on {PLANTED} tokens")
     write_libsvm(data, target / "glosses.libsvm", real_labels=True)
     data.write(target / "glosses.pskvsp")
     tmp = target / f".glosses.vocab.{os.getpid()}.tmp"
@@ -88,8 +87,13 @@ def tfidf(docs: list[list[bytes]]) -> tuple[SparseData, list[bytes]]:
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
     order_in_row = np.lexsort((key[cols], rows))  # keys ascending within each row, as libsvm writes them
-    data = SparseData(np.zeros(n), indptr, key[cols][order_in_row].astype(np.uint64),
-                      values[order_in_row].astype(np.float32), {"dataset": NAME})
+    data = SparseData(
+        np.zeros(n),
+        indptr,
+        key[cols][order_in_row].astype(np.uint64),
+        values[order_in_row].astype(np.float32),
+        {"dataset": NAME},
+    )
     return data, [names[j] for j in order]
 
 
@@ -102,6 +106,7 @@ def planted(data: SparseData, *, seed: int, noise: float = 0.1) -> np.ndarray:
     beta = np.zeros(len(df))
     beta[support] = rng.choice([-1.0, 1.0], PLANTED)
     rows = np.repeat(np.arange(data.rows), np.diff(data.indptr))
-    y = np.bincount(rows, weights=beta[keys.astype(np.int64)] * np.asarray(data.values, np.float64),
-                    minlength=data.rows)
+    y = np.bincount(
+        rows, weights=beta[keys.astype(np.int64)] * np.asarray(data.values, np.float64), minlength=data.rows
+    )
     return y + noise * y.std() * rng.standard_normal(data.rows)

@@ -34,8 +34,10 @@ def read_idx(path: Path) -> np.ndarray:
     shape = tuple(int(d) for d in np.frombuffer(raw, ">u4", ndim, 4))
     size, start = int(np.prod(shape)), 4 + 4 * ndim
     if len(raw) - start != size:
-        raise DataError(f"{path}: shape {shape} needs {size} bytes of data, the file has {len(raw) - start}; "
-                        "it is truncated or not what its name says")
+        raise DataError(
+            f"{path}: shape {shape} needs {size} bytes of data, the file has {len(raw) - start}; "
+            "it is truncated or not what its name says"
+        )
     return np.frombuffer(raw, np.uint8, size, start).reshape(shape)
 
 
@@ -47,8 +49,10 @@ def load_idx_set(directory: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     for name in _SPLITS:
         path = next((p for p in (directory / f"{name}.gz", directory / name) if p.exists()), None)
         if path is None:
-            raise DataError(f"{directory} has no {name}[.gz]; an MNIST-layout directory holds "
-                            f"{', '.join(_SPLITS)} (e.g. `pskv data fetch fashion-mnist`)")
+            raise DataError(
+                f"{directory} has no {name}[.gz]; an MNIST-layout directory holds "
+                f"{', '.join(_SPLITS)} (e.g. `pskv data fetch fashion-mnist`)"
+            )
         arrays.append(read_idx(path))
     for images, labels, split in ((arrays[0], arrays[1], "train"), (arrays[2], arrays[3], "t10k")):
         if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):

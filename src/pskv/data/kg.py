@@ -70,8 +70,10 @@ class KG:
         return np.concatenate([self.train, self.valid, self.test])
 
     def __repr__(self) -> str:
-        return (f"<KG {self.name!r} entities={self.num_entities} relations={self.num_relations} "
-                f"train={len(self.train)} valid={len(self.valid)} test={len(self.test)}>")
+        return (
+            f"<KG {self.name!r} entities={self.num_entities} relations={self.num_relations} "
+            f"train={len(self.train)} valid={len(self.valid)} test={len(self.test)}>"
+        )
 
 
 # ---- reading files -------------------------------------------------------------------------------------------
@@ -87,8 +89,10 @@ def _lines(path: Path):
     except FileNotFoundError:
         raise DataError(f"{path}: no such file (a built-in data set: `pskv data fetch NAME` first)") from None
     except (OSError, EOFError, UnicodeDecodeError, lzma.LZMAError) as exc:
-        raise DataError(f"{path}: cannot read it as {'compressed ' if path.suffix in _OPENERS else ''}"
-                        f"UTF-8 text ({exc}); the file may be truncated, fetch it again") from exc
+        raise DataError(
+            f"{path}: cannot read it as {'compressed ' if path.suffix in _OPENERS else ''}"
+            f"UTF-8 text ({exc}); the file may be truncated, fetch it again"
+        ) from exc
 
 
 def _empty(path: Path) -> DataError:
@@ -102,8 +106,9 @@ def _fields(path: Path, number: int, line: str, width: int = 3) -> list[str]:
     return [f.strip() for f in fields]
 
 
-def read_label_triples(path: Path, *, columns: tuple[int, int, int] = (0, 1, 2), header: bool = False,
-                       width: int = 3) -> list[tuple[str, str, str]]:
+def read_label_triples(
+    path: Path, *, columns: tuple[int, int, int] = (0, 1, 2), header: bool = False, width: int = 3
+) -> list[tuple[str, str, str]]:
     """(head, relation, tail) labels of a TSV file; `columns` picks them out of `width` fields.
 
     Blank lines are skipped; `header` skips line 1. Raises DataError naming file and line, also for a
@@ -143,8 +148,10 @@ def index_triples(name: str, splits: dict[str, list[tuple[str, str, str]]]) -> K
     relations = sorted({r for triples in splits.values() for _, r, _ in triples})
     e_id = {label: i for i, label in enumerate(entities)}
     r_id = {label: i for i, label in enumerate(relations)}
-    arrays = {s: np.array([(e_id[h], r_id[r], e_id[t]) for h, r, t in splits.get(s, [])], dtype=np.int64)
-              .reshape(-1, 3) for s in SPLITS}
+    arrays = {
+        s: np.array([(e_id[h], r_id[r], e_id[t]) for h, r, t in splits.get(s, [])], dtype=np.int64).reshape(-1, 3)
+        for s in SPLITS
+    }
     return KG(name, tuple(entities), tuple(relations), **arrays)
 
 
@@ -172,8 +179,10 @@ def _recbole_columns(path: Path) -> tuple[tuple[int, int, int], int]:
         try:
             return (names.index("head_id"), names.index("relation_id"), names.index("tail_id")), len(names)
         except ValueError:
-            raise DataError(f"{path}:{number}: expected a recbole header with head_id, relation_id and tail_id "
-                            f"columns, got {line[:80]!r}") from None
+            raise DataError(
+                f"{path}:{number}: expected a recbole header with head_id, relation_id and tail_id "
+                f"columns, got {line[:80]!r}"
+            ) from None
     raise DataError(f"{path}: the file is empty; expected a recbole .kg header and triples")
 
 
@@ -201,8 +210,13 @@ def load_tsv(path: Path, *, seed: int = 0, held_out: float = 0.05, name: str | N
     return _seeded_split(index_triples(name or path.stem, {"train": labels}), seed, held_out)
 
 
-_HEADERS = {("head", "relation", "tail"), ("subject", "predicate", "object"), ("subject", "relation", "object"),
-            ("h", "r", "t"), ("s", "p", "o")}
+_HEADERS = {
+    ("head", "relation", "tail"),
+    ("subject", "predicate", "object"),
+    ("subject", "relation", "object"),
+    ("h", "r", "t"),
+    ("s", "p", "o"),
+}
 
 
 def _seeded_split(kg: KG, seed: int, held_out: float) -> KG:
@@ -211,7 +225,7 @@ def _seeded_split(kg: KG, seed: int, held_out: float) -> KG:
     order = np.random.default_rng(seed).permutation(len(kg.train))
     n = int(round(held_out * len(order)))  # noqa: RUF046 - under numpy 1.x round() of a float64 is a float64
     n = max(n, 1) if len(order) >= 10 else n
-    train, valid, test = kg.train[order[2 * n:]], kg.train[order[:n]], kg.train[order[n:2 * n]]
+    train, valid, test = kg.train[order[2 * n :]], kg.train[order[:n]], kg.train[order[n : 2 * n]]
     seen_e = np.zeros(kg.num_entities, bool)
     seen_e[train[:, 0]] = seen_e[train[:, 2]] = True
     seen_r = np.zeros(kg.num_relations, bool)
@@ -233,8 +247,10 @@ def load_libkge(directory: Path, name: str | None = None) -> KG:
         for column, labels, what in ((0, entities, "entity"), (1, relations, "relation"), (2, entities, "entity")):
             over = np.flatnonzero(splits[s][:, column] >= len(labels))
             if len(over):
-                raise DataError(f"{path}:{_line_of(path, over[0])}: {what} id {splits[s][over[0], column]} is not in "
-                                f"{'entity' if column != 1 else 'relation'}_ids.del ({len(labels)} ids, 0-based)")
+                raise DataError(
+                    f"{path}:{_line_of(path, over[0])}: {what} id {splits[s][over[0], column]} is not in "
+                    f"{'entity' if column != 1 else 'relation'}_ids.del ({len(labels)} ids, 0-based)"
+                )
     return KG(name or directory.name, tuple(entities), tuple(relations), **splits)
 
 
@@ -246,14 +262,17 @@ def _id_labels(path: Path) -> list[str]:
             continue
         f = _fields(path, number, line, width=2)
         if not (f[0].isascii() and f[0].isdigit()) or int(f[0]) in labels:
-            raise DataError(f"{path}:{number}: expected a new non-negative integer index, then a tab and a label, "
-                            f"got {line[:80]!r}")
+            raise DataError(
+                f"{path}:{number}: expected a new non-negative integer index, then a tab and a label, got {line[:80]!r}"
+            )
         labels[int(f[0])] = f[1]
     if not labels:
         raise DataError(f"{path}:1: the file has no ids; expected index<TAB>label lines")
     if sorted(labels) != list(range(len(labels))):
-        raise DataError(f"{path}: the indices are not 0..{len(labels) - 1} (missing: "
-                        f"{min(set(range(len(labels))) - set(labels))}); LibKGE's ids are dense")
+        raise DataError(
+            f"{path}: the indices are not 0..{len(labels) - 1} (missing: "
+            f"{min(set(range(len(labels))) - set(labels))}); LibKGE's ids are dense"
+        )
     return [labels[i] for i in range(len(labels))]
 
 
@@ -274,16 +293,20 @@ def load_path(path: Path, *, seed: int = 0) -> KG:
     if path.is_file():
         return load_tsv(path, seed=seed)
     if not path.is_dir():
-        raise DataError(f"{path}: no such file or directory; --data takes nations, umls, ml-100k-kg, lapse-toy, "
-                        "random:E,R,T, a directory of train/valid/test triples or one file of triples")
+        raise DataError(
+            f"{path}: no such file or directory; --data takes nations, umls, ml-100k-kg, lapse-toy, "
+            "random:E,R,T, a directory of train/valid/test triples or one file of triples"
+        )
     if (path / "entity_ids.del").exists():
         return load_libkge(path)
     if (path / "train.del").exists():
         return load_lapse(path)
     if any((path / f"train{s}").exists() for s in (".txt", ".tsv", ".txt.gz", ".tsv.gz")):
         return load_pykeen(path)
-    raise DataError(f"{path}: no train split; expected train.txt, valid.txt and test.txt (pykeen; or .tsv), or "
-                    "train.del, valid.del and test.del (LibKGE, with entity_ids.del and relation_ids.del)")
+    raise DataError(
+        f"{path}: no train split; expected train.txt, valid.txt and test.txt (pykeen; or .tsv), or "
+        "train.del, valid.del and test.del (LibKGE, with entity_ids.del and relation_ids.del)"
+    )
 
 
 def load_lapse(directory: Path, *, train_file: str = "train.del", name: str | None = None) -> KG:
@@ -299,8 +322,16 @@ def load_lapse(directory: Path, *, train_file: str = "train.del", name: str | No
     return KG(name or directory.name, tuple(map(str, range(n_e))), tuple(map(str, range(n_r))), **splits)
 
 
-def random_kg(entities: int, relations: int, triples: int, *, seed: int = 0, clusters: int = 16,
-              skew: float = 0.5, held_out: float = 0.05) -> KG:
+def random_kg(
+    entities: int,
+    relations: int,
+    triples: int,
+    *,
+    seed: int = 0,
+    clusters: int = 16,
+    skew: float = 0.5,
+    held_out: float = 0.05,
+) -> KG:
     """A seeded random KG with structure a model can learn, of any size.
 
     Entities fall into `clusters` groups; relation r maps group g to a fixed group f_r(g), and a
@@ -308,8 +339,10 @@ def random_kg(entities: int, relations: int, triples: int, *, seed: int = 0, clu
     keys, as in real KGs), r uniformly and t uniformly from group f_r(group(h)). The triples are
     distinct, so a tiny graph may have fewer than `triples`; `held_out` of them each for valid and test."""
     if entities < 2 or relations < 1 or triples < 1 or not 0 <= skew < 1:
-        raise ConfigError(f"random:{entities},{relations},{triples} (skew {skew}): need >= 2 entities, "
-                         ">= 1 relation and triple, and 0 <= skew < 1")
+        raise ConfigError(
+            f"random:{entities},{relations},{triples} (skew {skew}): need >= 2 entities, "
+            ">= 1 relation and triple, and 0 <= skew < 1"
+        )
     rng = np.random.default_rng(seed)
     clusters = max(1, min(clusters, entities // 2))
     group = rng.permutation(np.arange(entities) % clusters)  # (E,) int64: entity -> group
@@ -330,8 +363,14 @@ def random_kg(entities: int, relations: int, triples: int, *, seed: int = 0, clu
     code = found[rng.permutation(len(found))[:triples]]
     tri = np.stack([code // entities // relations, code // entities % relations, code % entities], 1)
     n = int(held_out * len(tri))
-    return KG(f"random:{entities},{relations},{triples}", tuple(map(str, range(entities))),
-              tuple(map(str, range(relations))), tri[2 * n:], tri[:n], tri[n:2 * n])
+    return KG(
+        f"random:{entities},{relations},{triples}",
+        tuple(map(str, range(entities))),
+        tuple(map(str, range(relations))),
+        tri[2 * n :],
+        tri[:n],
+        tri[n : 2 * n],
+    )
 
 
 def _distinct(a: np.ndarray) -> np.ndarray:

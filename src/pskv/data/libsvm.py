@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_POW10 = np.array([10.0 ** k for k in range(23)])
+_POW10 = np.array([10.0**k for k in range(23)])
 
 
 def scan(text: bytes):
@@ -162,4 +162,4 @@ def _scan(buf, colons, lines, pow10):  # pragma: no cover - compiled
             e += 1
         row += 1
         indptr[row] = e
-    return labels[:row], indptr[:row + 1], keys[:e], values[:e], slow[:nslow]
+    return labels[:row], indptr[: row + 1], keys[:e], values[:e], slow[:nslow]

@@ -54,8 +54,7 @@ class Ratings:
 
     def take(self, index: np.ndarray) -> Ratings:
         """The ratings at `index` (a mask or positions), with the same shape and tokens."""
-        return dataclasses.replace(self, users=self.users[index], items=self.items[index],
-                                   values=self.values[index])
+        return dataclasses.replace(self, users=self.users[index], items=self.items[index], values=self.values[index])
 
     def __repr__(self) -> str:
         return f"<Ratings {self.n_users} x {self.n_items}, {len(self):,} ratings>"
@@ -71,16 +70,20 @@ def load_inter(path: Path, *, user: str = "user_id", item: str = "item_id", rati
         try:
             cols = [names.index(c) for c in (user, item, rating)]
         except ValueError:
-            raise DataError(f"{path} line 1: header {header!r} lacks one of the columns {user!r}, {item!r}, "
-                            f"{rating!r}; is it a RecBole .inter file?") from None
+            raise DataError(
+                f"{path} line 1: header {header!r} lacks one of the columns {user!r}, {item!r}, "
+                f"{rating!r}; is it a RecBole .inter file?"
+            ) from None
         us, its, vs = [], [], []
         for lineno, line in enumerate(f, 2):
             fields = line.rstrip("\n").split("\t")
             if len(fields) != len(header) or not all(fields[c] for c in cols):
                 if line.strip() == "":
                     continue
-                raise DataError(f"{path} line {lineno}: {line.rstrip()!r} has {len(fields)} tab-separated fields, "
-                                f"the header {len(header)}")
+                raise DataError(
+                    f"{path} line {lineno}: {line.rstrip()!r} has {len(fields)} tab-separated fields, "
+                    f"the header {len(header)}"
+                )
             us.append(fields[cols[0]])
             its.append(fields[cols[1]])
             vs.append(_float(fields[cols[2]], path, lineno))
@@ -99,9 +102,11 @@ def load_file(path: Path) -> Ratings:
     return load_table(path)
 
 
-_COLUMNS = ({"user", "user_id", "userid", "uid", "users"}, {"item", "item_id", "itemid", "movieid", "movie_id",
-                                                             "iid", "movie", "items"},
-            {"rating", "ratings", "score", "value", "stars", "r"})
+_COLUMNS = (
+    {"user", "user_id", "userid", "uid", "users"},
+    {"item", "item_id", "itemid", "movieid", "movie_id", "iid", "movie", "items"},
+    {"rating", "ratings", "score", "value", "stars", "r"},
+)
 
 
 def load_table(path: Path) -> Ratings:
@@ -122,16 +127,20 @@ def load_table(path: Path) -> Ratings:
             fields = split(line)
             width = len(fields)
             if width < 3:
-                raise DataError(f"{path} line {lineno}: {line[:80]!r} has {width} field(s); expected user, "
-                                "item and rating (separated by tabs, commas, '::' or spaces)")
+                raise DataError(
+                    f"{path} line {lineno}: {line[:80]!r} has {width} field(s); expected user, "
+                    "item and rating (separated by tabs, commas, '::' or spaces)"
+                )
             header = _header_columns(fields)
             if header is not None:
                 cols = header
                 continue
         fields = split(line)
         if len(fields) != width or not all(fields[c].strip() for c in cols):
-            raise DataError(f"{path} line {lineno}: {line[:80]!r} has {len(fields)} field(s), the first line "
-                            f"{width}; expected user, item and rating, none empty, on every line")
+            raise DataError(
+                f"{path} line {lineno}: {line[:80]!r} has {len(fields)} field(s), the first line "
+                f"{width}; expected user, item and rating, none empty, on every line"
+            )
         us.append(fields[cols[0]].strip())
         its.append(fields[cols[1]].strip())
         vs.append(_float(fields[cols[2]].strip(), path, lineno))
@@ -144,8 +153,9 @@ def _from_tokens(us: list[str], its: list[str], vs: list[float]) -> Ratings:
     """Ratings of users and items given by their ids as read (dense indices; the ids kept)."""
     user_tokens, users = _dense_ids(us)
     item_tokens, items = _dense_ids(its)
-    return Ratings(users, items, np.asarray(vs, np.float32), len(user_tokens), len(item_tokens),
-                   user_tokens, item_tokens)
+    return Ratings(
+        users, items, np.asarray(vs, np.float32), len(user_tokens), len(item_tokens), user_tokens, item_tokens
+    )
 
 
 def _splitter(line: str):
@@ -206,8 +216,10 @@ def load_mmc(path: Path) -> Ratings:
             raise DataError(f"{path} line {lineno}: {' '.join(fields)!r} is not 'ROW COL VALUE'")
         i, j = _ints(fields[:2], 2, path, lineno)
         if not (1 <= i <= n_rows and 1 <= j <= n_cols):
-            raise DataError(f"{path} line {lineno}: entry ({i}, {j}) is outside the {n_rows} x {n_cols} "
-                            "matrix (indices are 1-based)")
+            raise DataError(
+                f"{path} line {lineno}: entry ({i}, {j}) is outside the {n_rows} x {n_cols} "
+                "matrix (indices are 1-based)"
+            )
         rows[k], cols[k], values[k] = i - 1, j - 1, _float(fields[2], path, lineno)
     return Ratings(rows, cols, values, n_rows, n_cols)
 
@@ -219,8 +231,10 @@ def load_mma(path: Path) -> np.ndarray:
     (lineno, size), body = lines[0], lines[1:]
     n_rows, n_cols = _ints(size, 2, path, lineno)
     if len(body) != n_rows * n_cols:
-        raise DataError(f"{path}: the size line promises {n_rows} x {n_cols} = {n_rows * n_cols} values "
-                        f"but {len(body)} lines follow")
+        raise DataError(
+            f"{path}: the size line promises {n_rows} x {n_cols} = {n_rows * n_cols} values "
+            f"but {len(body)} lines follow"
+        )
     values = []
     for lineno, fields in body:
         if len(fields) != 1:
@@ -229,8 +243,9 @@ def load_mma(path: Path) -> np.ndarray:
     return np.asarray(values, np.float64).reshape(n_cols, n_rows).T.copy()
 
 
-def zipf_ratings(n_users: int, n_items: int, nnz: int, *, seed: int = 0, exponent: float = 1.1,
-                 rank: int = 10, noise: float = 0.1) -> Ratings:
+def zipf_ratings(
+    n_users: int, n_items: int, nnz: int, *, seed: int = 0, exponent: float = 1.1, rank: int = 10, noise: float = 0.1
+) -> Ratings:
     """NuPS's MF workload: `nnz` ratings with uniform users and zipf(`exponent`)-skewed items.
 
     Item popularity p(k) ~ 1/k**exponent over a seeded random order of the items (so the hot items
@@ -245,7 +260,7 @@ def zipf_ratings(n_users: int, n_items: int, nnz: int, *, seed: int = 0, exponen
     order = rng.permutation(n_items)
     users = rng.integers(0, n_users, nnz, dtype=np.int64)
     items = order[np.minimum(np.searchsorted(cdf, rng.random(nnz)), n_items - 1)].astype(np.int64)
-    scale = rank ** -0.25  # each factor entry ~ N(0, rank**-0.5): a dot product has variance 1
+    scale = rank**-0.25  # each factor entry ~ N(0, rank**-0.5): a dot product has variance 1
     u = rng.normal(0, scale, (n_users, rank)).astype(np.float32)
     v = rng.normal(0, scale, (n_items, rank)).astype(np.float32)
     values = np.empty(nnz, np.float32)
@@ -269,8 +284,9 @@ def _mm_body(path: Path, kind: str) -> list[tuple[int, list[str]]]:
         text = f.read().splitlines()
     banner = text[0].lower().split() if text else []
     if banner[:3] != ["%%matrixmarket", "matrix", kind] or banner[3:4] not in (["real"], ["integer"]):
-        raise DataError(f"{path} line 1: {text[0] if text else ''!r} is not a "
-                        f"'%%MatrixMarket matrix {kind} real general' banner")
+        raise DataError(
+            f"{path} line 1: {text[0] if text else ''!r} is not a '%%MatrixMarket matrix {kind} real general' banner"
+        )
     lines = [(n, line.split()) for n, line in enumerate(text[1:], 2) if line.strip() and not line.startswith("%")]
     if not lines:
         raise DataError(f"{path}: no size line after the comments")

@@ -61,8 +61,10 @@ class SparseData:
             with open(path, "rb") as f:
                 head = f.read(16)
                 if len(head) < 16 or head[:8] != MAGIC:
-                    raise DataError(f"{path} is not a pskv sparse file (no {MAGIC!r} at its start); write one "
-                                    "with `pskv data convert FILE.libsvm OUT`")
+                    raise DataError(
+                        f"{path} is not a pskv sparse file (no {MAGIC!r} at its start); write one "
+                        "with `pskv data convert FILE.libsvm OUT`"
+                    )
                 size = int.from_bytes(head[8:16], "little")
                 if size > 1 << 24:
                     raise DataError(f"{path} is not a pskv sparse file (a header of {size} bytes); convert it again")
@@ -79,8 +81,9 @@ class SparseData:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DataError(f"{path} cannot be read as a pskv sparse file ({exc}); convert it again") from None
         if len(indptr) and (indptr[0] != 0 or indptr[-1] != nnz):
-            raise DataError(f"{path}: row offsets do not cover its {nnz} entries; the file is damaged, convert it "
-                            "again")
+            raise DataError(
+                f"{path}: row offsets do not cover its {nnz} entries; the file is damaged, convert it again"
+            )
         return cls(labels, indptr, keys, values, meta, path)
 
     def shard(self, rank: int, n: int) -> SparseData:
@@ -90,8 +93,14 @@ class SparseData:
 
     def slice(self, lo: int, hi: int) -> SparseData:
         a, b = int(self.indptr[lo]), int(self.indptr[hi])
-        return SparseData(self.labels[lo:hi], np.asarray(self.indptr[lo:hi + 1]) - a, self.keys[a:b],
-                          None if self.values is None else self.values[a:b], self.meta, self.path)
+        return SparseData(
+            self.labels[lo:hi],
+            np.asarray(self.indptr[lo : hi + 1]) - a,
+            self.keys[a:b],
+            None if self.values is None else self.values[a:b],
+            self.meta,
+            self.path,
+        )
 
     def distinct_keys(self) -> np.ndarray:
         return np.unique(np.asarray(self.keys))
@@ -101,13 +110,21 @@ class SparseData:
         path = Path(path)
         binary = self.values is None or bool((np.asarray(self.values) == 1).all())
         wide = np.asarray(self.labels).dtype == np.float64  # real-valued targets (read_libsvm's real_labels)
-        arrays = [("labels", np.ascontiguousarray(self.labels, np.float64 if wide else np.float32)),
-                  ("indptr", np.ascontiguousarray(np.asarray(self.indptr) - self.indptr[0], np.int64)),
-                  ("keys", np.ascontiguousarray(self.keys, np.uint64))]
+        arrays = [
+            ("labels", np.ascontiguousarray(self.labels, np.float64 if wide else np.float32)),
+            ("indptr", np.ascontiguousarray(np.asarray(self.indptr) - self.indptr[0], np.int64)),
+            ("keys", np.ascontiguousarray(self.keys, np.uint64)),
+        ]
         if not binary:
             arrays.append(("values", np.ascontiguousarray(self.values, np.float32)))
-        meta = {**self.meta, "rows": self.rows, "nnz": self.nnz, "binary": binary, "offsets": {},
-                "labels": "float64" if wide else "float32"}
+        meta = {
+            **self.meta,
+            "rows": self.rows,
+            "nnz": self.nnz,
+            "binary": binary,
+            "offsets": {},
+            "labels": "float64" if wide else "float32",
+        }
         for _ in range(2):  # offsets depend on the header's length: settle them (twice is enough)
             header = json.dumps(meta, sort_keys=True).encode()
             at = _aligned(16 + len(header) + 32)  # (room for the offsets' digits to grow)
@@ -189,13 +206,19 @@ def _parse_lines(text: bytes, path: Path, real_labels: bool):
             except ValueError:
                 k, v = -1, float("nan")  # (refused below)
             if not sep or k < 0 or k >= 1 << 64 or not np.isfinite(v):
-                raise DataError(f"{path}:{number}: {pair.decode(errors='replace')!r} is not idx:value with a "
-                                "non-negative integer idx and a finite value; is this a libsvm/svmlight file?")
+                raise DataError(
+                    f"{path}:{number}: {pair.decode(errors='replace')!r} is not idx:value with a "
+                    "non-negative integer idx and a finite value; is this a libsvm/svmlight file?"
+                )
             keys.append(k)
             values.append(v)
         indptr.append(len(keys))
-    return (np.array(labels, np.float64 if real_labels else np.float32), np.array(indptr, np.int64),
-            np.array(keys, np.uint64), np.array(values, np.float32))
+    return (
+        np.array(labels, np.float64 if real_labels else np.float32),
+        np.array(indptr, np.int64),
+        np.array(keys, np.uint64),
+        np.array(values, np.float32),
+    )
 
 
 def _label(token: bytes, path: Path, number: int) -> float:
@@ -204,8 +227,9 @@ def _label(token: bytes, path: Path, number: int) -> float:
     except ValueError:
         y = None
     if y not in (-1.0, 0.0, 1.0):
-        raise DataError(f"{path}:{number}: label {token.decode(errors='replace')!r} is not -1, +1, 0 or 1 "
-                        "(binary classification)")
+        raise DataError(
+            f"{path}:{number}: label {token.decode(errors='replace')!r} is not -1, +1, 0 or 1 (binary classification)"
+        )
     return 1.0 if y == 1.0 else 0.0
 
 
@@ -232,8 +256,7 @@ def write_libsvm(data: SparseData, path, *, real_labels: bool = False) -> Path:
                 a, b = indptr[i], indptr[i + 1]
                 vals = ["1"] * (b - a) if values is None else [f"{v:.9g}" for v in values[a:b].tolist()]
                 label = repr(float(data.labels[i])) if real_labels else "+1" if data.labels[i] > 0.5 else "-1"
-                f.write(label + "".join(
-                    f" {k}:{v}" for k, v in zip(keys[a:b].tolist(), vals, strict=True)) + "\n")
+                f.write(label + "".join(f" {k}:{v}" for k, v in zip(keys[a:b].tolist(), vals, strict=True)) + "\n")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -270,8 +293,7 @@ def convert(source, out, *, quiet: bool = False, real_labels: bool = False) -> S
 
     source = Path(source)
     size = source.stat().st_size if source.is_file() else None
-    with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {source.name}", disable=quiet,
-              leave=False) as bar:
+    with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {source.name}", disable=quiet, leave=False) as bar:
         data = read_libsvm(source, progress=bar.update, real_labels=real_labels)
     data.write(out)
     return SparseData.open(out)

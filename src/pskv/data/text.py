@@ -40,9 +40,24 @@ import numpy as np
 from ..errors import ConfigError
 from .fetch import DataError
 
-__all__ = ["Analogy", "Corpus", "Score", "Unigram", "Vocab", "analogy_accuracy", "keep_probabilities",
-           "rankdata", "read_analogies", "read_corpus", "read_corpus_path", "read_vectors", "read_wordsim", "spearman",
-           "wordsim_spearman", "write_vectors"]
+__all__ = [
+    "Analogy",
+    "Corpus",
+    "Score",
+    "Unigram",
+    "Vocab",
+    "analogy_accuracy",
+    "keep_probabilities",
+    "rankdata",
+    "read_analogies",
+    "read_corpus",
+    "read_corpus_path",
+    "read_vectors",
+    "read_wordsim",
+    "spearman",
+    "wordsim_spearman",
+    "write_vectors",
+]
 
 _WORD = re.compile(r"[^\W_]+(?:['\u2019-][^\W_]+)*")  # letters/digits, inner apostrophes and hyphens
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # control characters other than \t \n \r
@@ -61,12 +76,16 @@ def _lines(path: Path, what: str) -> Iterable[tuple[int, str]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise DataError(f"{path}:{number}: not UTF-8 text (byte {raw[exc.start]:#04x} at column "
-                                f"{exc.start + 1}); a {what} must be UTF-8") from None
+                raise DataError(
+                    f"{path}:{number}: not UTF-8 text (byte {raw[exc.start]:#04x} at column "
+                    f"{exc.start + 1}); a {what} must be UTF-8"
+                ) from None
             bad = _CONTROL.search(line)
             if bad:
-                raise DataError(f"{path}:{number}: control character {bad.group()!r} at column {bad.start() + 1}; "
-                                f"is this a binary file rather than a {what}?")
+                raise DataError(
+                    f"{path}:{number}: control character {bad.group()!r} at column {bad.start() + 1}; "
+                    f"is this a binary file rather than a {what}?"
+                )
             yield number, line.rstrip("\r\n")
 
 
@@ -89,21 +108,26 @@ def read_corpus_path(path: Path, *, clean: bool = False) -> list[list[str]]:
     file without a sentence (naming it), or as read_corpus does."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(f for f in path.rglob("*") if f.is_file()
-                       and not any(part.startswith(".") for part in f.relative_to(path).parts))
+        files = sorted(
+            f
+            for f in path.rglob("*")
+            if f.is_file() and not any(part.startswith(".") for part in f.relative_to(path).parts)
+        )
         if not files:
             raise DataError(f"{path}: the directory holds no text file; expected files of sentences, one per line")
     elif path.is_file():
         files = [path]
     else:
-        raise DataError(f"{path}: no such file or directory; expected a text file (one sentence per line) or a "
-                        "directory of them")
+        raise DataError(
+            f"{path}: no such file or directory; expected a text file (one sentence per line) or a directory of them"
+        )
     sentences = []
     for f in files:
         mine = read_corpus(f, clean=clean)
         if not mine:
-            raise DataError(f"{f}:1: no words in the file; expected UTF-8 text, one sentence of space-separated "
-                            "words per line")
+            raise DataError(
+                f"{f}:1: no words in the file; expected UTF-8 text, one sentence of space-separated words per line"
+            )
         sentences += mine
     return sentences
 
@@ -116,8 +140,10 @@ def read_wordsim(path: Path, *, lowercase: bool = True) -> list[tuple[str, str, 
             continue
         fields = line.split("\t") if "\t" in line else line.split()
         if len(fields) != 3:
-            raise DataError(f"{path}:{number}: expected 3 tab-separated fields (word1, word2, score), "
-                            f"found {len(fields)}: {line[:80]!r}")
+            raise DataError(
+                f"{path}:{number}: expected 3 tab-separated fields (word1, word2, score), "
+                f"found {len(fields)}: {line[:80]!r}"
+            )
         try:
             score = float(fields[2])
         except ValueError:
@@ -229,11 +255,11 @@ class Corpus:
         cut = np.searchsorted(self.offsets, np.linspace(0, self.num_words, parts + 1)[1:-1])
         bounds = np.concatenate([[0], cut, [self.num_sentences]]).astype(np.int64)
         s0, s1 = int(bounds[part]), int(max(bounds[part], bounds[part + 1]))
-        offsets = self.offsets[s0:s1 + 1] - self.offsets[s0]  # (m + 1,) int64
+        offsets = self.offsets[s0 : s1 + 1] - self.offsets[s0]  # (m + 1,) int64
         if max_words is not None and offsets[-1] > max_words:
             offsets = np.append(offsets[offsets < max_words], max_words)
         start = self.offsets[s0]
-        return Corpus(self.tokens[start:start + offsets[-1]], offsets)
+        return Corpus(self.tokens[start : start + offsets[-1]], offsets)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,8 +279,10 @@ class Vocab:
             counter.update(sentence)
         kept = sorted(((w, c) for w, c in counter.items() if c >= min_count), key=lambda wc: (-wc[1], wc[0]))
         if not kept:
-            raise DataError(f"no word occurs {min_count} times or more in the corpus ({sum(counter.values())} "
-                            "tokens); lower --min-count or give a larger corpus")
+            raise DataError(
+                f"no word occurs {min_count} times or more in the corpus ({sum(counter.values())} "
+                "tokens); lower --min-count or give a larger corpus"
+            )
         return cls([w for w, _ in kept], np.array([c for _, c in kept], dtype=np.int64))
 
     @functools.cached_property
@@ -279,7 +307,7 @@ class Vocab:
         for sentence in sentences:
             kept = [index[t] for t in sentence if t in index]
             for lo in range(0, len(kept), max_sentence):
-                ids.extend(kept[lo:lo + max_sentence])
+                ids.extend(kept[lo : lo + max_sentence])
                 offsets.append(len(ids))
         return Corpus(np.array(ids, dtype=np.int32), np.array(offsets, dtype=np.int64))
 
@@ -401,14 +429,15 @@ def analogy_accuracy(vectors: np.ndarray, vocab: Vocab, questions: list[Analogy]
     3CosAdd (Mikolov et al., gensim's most_similar): the word w, other than a, b and c, with the
     largest cos(w, b - a + c) over unit-length vectors."""
     index = vocab.index
-    ids = np.array([[index[w] for w in q[1:]] for q in questions if all(w in index for w in q[1:])],
-                   dtype=np.int64).reshape(-1, 4)  # (n, 4) a b c d
+    ids = np.array(
+        [[index[w] for w in q[1:]] for q in questions if all(w in index for w in q[1:])], dtype=np.int64
+    ).reshape(-1, 4)  # (n, 4) a b c d
     if len(ids) == 0:
         return Score(float("nan"), 0, len(questions))
     unit = _unit(vectors)
     correct = 0
     for lo in range(0, len(ids), batch):
-        a, b, c, d = ids[lo:lo + batch].T
+        a, b, c, d = ids[lo : lo + batch].T
         sims = (unit[b] - unit[a] + unit[c]) @ unit.T  # (batch, V) float32; the target's norm does not change argmax
         rows = np.arange(len(a))
         sims[rows, a] = sims[rows, b] = sims[rows, c] = -np.inf

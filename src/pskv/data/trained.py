@@ -31,8 +31,17 @@ import numpy as np
 from ..errors import ConfigError
 from .fetch import DataError
 
-__all__ = ["Embeddings", "Factors", "UnknownId", "load_embeddings", "load_factors", "read_json", "read_labelled",
-           "write_json", "write_labelled"]
+__all__ = [
+    "Embeddings",
+    "Factors",
+    "UnknownId",
+    "load_embeddings",
+    "load_factors",
+    "read_json",
+    "read_labelled",
+    "write_json",
+    "write_labelled",
+]
 
 
 class UnknownId(DataError, KeyError):
@@ -83,8 +92,10 @@ def read_labelled(directory: Path, name: str) -> tuple[list[str], np.ndarray]:
     except FileNotFoundError:
         raise DataError(f"{label_path}: no such file; is {directory} an --out directory of this app?") from None
     if len(labels) != len(rows):
-        raise DataError(f"{label_path}:{len(labels) + 1}: {len(labels)} labels for the {len(rows)} rows of "
-                        f"{array_path.name}; expected one label per row")
+        raise DataError(
+            f"{label_path}:{len(labels) + 1}: {len(labels)} labels for the {len(rows)} rows of "
+            f"{array_path.name}; expected one label per row"
+        )
     return labels, rows
 
 
@@ -123,12 +134,15 @@ class Embeddings:
         """(n, 3) int64 rows of (head, relation, tail) labels. Raises UnknownId (a KeyError) naming the
         first label the model has no row of."""
         e, r = {x: i for i, x in enumerate(self.entities)}, {x: i for i, x in enumerate(self.relations)}
-        return np.array([(_row(e, h, "entity"), _row(r, p, "relation"), _row(e, t, "entity"))
-                         for h, p, t in triples], np.int64).reshape(-1, 3)
+        return np.array(
+            [(_row(e, h, "entity"), _row(r, p, "relation"), _row(e, t, "entity")) for h, p, t in triples], np.int64
+        ).reshape(-1, 3)
 
     def __repr__(self) -> str:
-        return (f"<Embeddings {self.model} entities={len(self.entities)} relations={len(self.relations)} "
-                f"dim={self.E.shape[1]}>")
+        return (
+            f"<Embeddings {self.model} entities={len(self.entities)} relations={len(self.relations)} "
+            f"dim={self.E.shape[1]}>"
+        )
 
 
 def load_embeddings(directory: Path) -> Embeddings:
@@ -139,8 +153,10 @@ def load_embeddings(directory: Path) -> Embeddings:
     entities, E = read_labelled(directory, "entities")
     relations, R = read_labelled(directory, "relations")
     if E.ndim != 2 or R.ndim != 2 or E.shape[1] != R.shape[1] or meta.get("model") not in ("complex", "distmult"):
-        raise DataError(f"{directory}: entities {E.shape}, relations {R.shape}, model {meta.get('model')!r} do not "
-                        "make one kge model; write it again with --out")
+        raise DataError(
+            f"{directory}: entities {E.shape}, relations {R.shape}, model {meta.get('model')!r} do not "
+            "make one kge model; write it again with --out"
+        )
     return Embeddings(entities, relations, E, R, meta["model"], meta)
 
 
@@ -173,8 +189,10 @@ class Factors:
         one = _scalar(users) and _scalar(items)
         u_ids, i_ids = _ids(users), _ids(items)
         if len(u_ids) != len(i_ids) and 1 not in (len(u_ids), len(i_ids)):
-            raise ConfigError(f"Factors.predict: {len(u_ids)} users but {len(i_ids)} items; give one of each per "
-                              "prediction, or one id to pair with every id of the other side")
+            raise ConfigError(
+                f"Factors.predict: {len(u_ids)} users but {len(i_ids)} items; give one of each per "
+                "prediction, or one id to pair with every id of the other side"
+            )
         u_pairs, i_pairs = np.broadcast_arrays(np.array(u_ids, object), np.array(i_ids, object))
         u_of, i_of = {x: k for k, x in enumerate(self.users)}, {x: k for k, x in enumerate(self.items)}
         u = np.array([u_of.get(x, -1) for x in u_pairs], np.int64)
@@ -183,9 +201,12 @@ class Factors:
             for side, rows, ids in (("user", u, u_pairs), ("item", i, i_pairs)):
                 if (rows < 0).any():
                     missing = ids[int(np.argmax(rows < 0))]
-                    raise UnknownId(f"{side} {missing!r} is not in the model (it was not in the training data of "
-                                    f"{self.meta.get('data', 'this model')!r}); predict(..., unknown='fallback') "
-                                    "gives the global mean plus the known side's bias instead", missing)
+                    raise UnknownId(
+                        f"{side} {missing!r} is not in the model (it was not in the training data of "
+                        f"{self.meta.get('data', 'this model')!r}); predict(..., unknown='fallback') "
+                        "gives the global mean plus the known side's bias instead",
+                        missing,
+                    )
         pred = self.predict_rows(u, i)
         return float(pred[0]) if one else pred
 
@@ -217,8 +238,10 @@ def load_factors(directory: Path) -> Factors:
     bu = _vector(directory / "user_bias.npy", len(users)) if biases else np.zeros(len(users), np.float32)
     bi = _vector(directory / "item_bias.npy", len(items)) if biases else np.zeros(len(items), np.float32)
     if U.ndim != 2 or V.ndim != 2 or U.shape[1] != V.shape[1] or "global_mean" not in meta:
-        raise DataError(f"{directory}: user factors {U.shape}, item factors {V.shape} and meta.json keys "
-                        f"{sorted(meta)} do not make one mf model; write it again with --out")
+        raise DataError(
+            f"{directory}: user factors {U.shape}, item factors {V.shape} and meta.json keys "
+            f"{sorted(meta)} do not make one mf model; write it again with --out"
+        )
     return Factors(users, items, U, V, bu, bi, meta)
 
 

@@ -77,8 +77,9 @@ def read_hostfile(path: Path) -> list[str]:
     try:
         text = Path(path).read_text()
     except OSError as exc:
-        raise ConfigError(f"cannot read hostfile {str(path)!r}: {exc.strerror}; "
-                          "pass a file with one host per line") from None
+        raise ConfigError(
+            f"cannot read hostfile {str(path)!r}: {exc.strerror}; pass a file with one host per line"
+        ) from None
     hosts = []
     for lineno, line in enumerate(text.splitlines(), 1):
         host, *rest = line.split("#", 1)[0].split() or [""]
@@ -86,8 +87,10 @@ def read_hostfile(path: Path) -> list[str]:
             continue
         bad = [word for word in rest if not _is_slots(word)]
         if host.startswith("-") or bad:
-            raise ConfigError(f"hostfile {str(path)!r} line {lineno}: {line.strip()!r} is not "
-                              "'HOST' or 'HOST slots=K'; write one host per line")
+            raise ConfigError(
+                f"hostfile {str(path)!r} line {lineno}: {line.strip()!r} is not "
+                "'HOST' or 'HOST slots=K'; write one host per line"
+            )
         hosts.append(host)
     if not hosts:
         raise ConfigError(f"hostfile {str(path)!r} names no host; write one host per line")
@@ -99,13 +102,25 @@ def _is_slots(word: str) -> bool:
     return key == "slots" and value.isdigit() and int(value) > 0
 
 
-def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict | None = None,
-                log_dir: Path | None = None, hostfile: Path | None = None,
-                failure_timeout: float | None = None, echo: bool = False,
-                coordinator: bool | str | CoordinatorFactory = True,
-                coordinator_host: str | None = None, backups: int | None = None,
-                restore: str | None = None, join: str | None = None, metrics: int | None = None,
-                emulated_hosts: int | None = None, link: str | None = None) -> Cluster:
+def start_local(
+    nodes: int,
+    command: list[str],
+    *,
+    threads: int = 1,
+    env: dict | None = None,
+    log_dir: Path | None = None,
+    hostfile: Path | None = None,
+    failure_timeout: float | None = None,
+    echo: bool = False,
+    coordinator: bool | str | CoordinatorFactory = True,
+    coordinator_host: str | None = None,
+    backups: int | None = None,
+    restore: str | None = None,
+    join: str | None = None,
+    metrics: int | None = None,
+    emulated_hosts: int | None = None,
+    link: str | None = None,
+) -> Cluster:
     """Start a coordinator and `nodes` processes running `command`; return at once.
 
     `env`: extra variables for the processes, on top of os.environ (with a hostfile they apply to
@@ -123,29 +138,52 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     if not command:
         raise ConfigError("the command to launch is empty; give it after `--`")
     if isinstance(coordinator, str) and coordinator != "node0":
-        raise ConfigError(f"coordinator={coordinator!r}: use True, False, \"node0\" (node 0's process runs it) or a "
-                          "factory called like pskv.membership.coordinator.Coordinator")
+        raise ConfigError(
+            f'coordinator={coordinator!r}: use True, False, "node0" (node 0\'s process runs it) or a '
+            "factory called like pskv.membership.coordinator.Coordinator"
+        )
     hosts = read_hostfile(hostfile) if hostfile is not None else None
     if emulated_hosts is not None or link is not None:  # before anything starts: root, ip, tc
-        emulation.check(emulated_hosts, nodes, link, conflicts={
-            "--hostfile": hostfile, "--join": join, "--coordinator-host": coordinator_host,
-            "a coordinator in node 0": coordinator == "node0" or None})
+        emulation.check(
+            emulated_hosts,
+            nodes,
+            link,
+            conflicts={
+                "--hostfile": hostfile,
+                "--join": join,
+                "--coordinator-host": coordinator_host,
+                "a coordinator in node 0": coordinator == "node0" or None,
+            },
+        )
     parent_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     if echo and terminal():  # the apps' "auto" progress draws a bar, which we relay (Cluster._bar)
         parent_env.update(PSKV_TERMINAL="1", COLUMNS=str(shutil.get_terminal_size().columns))
     for name in _PER_NODE_VARS:
         parent_env.pop(name, None)
-    base = NodeConfig.from_env({k: v for k, v in parent_env.items() if k.startswith("PSKV_")},
-                               threads=threads, failure_timeout=failure_timeout, backups=backups,
-                               restore=None if restore is None else str(restore), join=join,
-                               metrics_port=metrics)
+    base = NodeConfig.from_env(
+        {k: v for k, v in parent_env.items() if k.startswith("PSKV_")},
+        threads=threads,
+        failure_timeout=failure_timeout,
+        backups=backups,
+        restore=None if restore is None else str(restore),
+        join=join,
+        metrics_port=metrics,
+    )
     if join is not None:
         coordinator = False
     if base.backups and base.backups >= nodes > 1:
-        raise ConfigError(f"backups={base.backups} on {nodes} nodes: a key range can have at most {nodes - 1} "
-                          "backup(s) (one on each other node)")
-    cluster = Cluster(echo=echo, log_dir=log_dir, grace=min(_MAX_GRACE, base.failure_timeout), backups=base.backups,
-                      remote=hosts is not None, prefixed=nodes > 1 or join is not None)  # (one node's lines need no
+        raise ConfigError(
+            f"backups={base.backups} on {nodes} nodes: a key range can have at most {nodes - 1} "
+            "backup(s) (one on each other node)"
+        )
+    cluster = Cluster(
+        echo=echo,
+        log_dir=log_dir,
+        grace=min(_MAX_GRACE, base.failure_timeout),
+        backups=base.backups,
+        remote=hosts is not None,
+        prefixed=nodes > 1 or join is not None,
+    )  # (one node's lines need no
     # `[node 0] `, nor a joiner's: its rank is not 0)
     cluster.metrics_port = base.metrics_port
     insecure = os.environ.get("PSKV_INSECURE") == "1"  # the user's choice: no secret, no CURVE (trusted networks)
@@ -176,8 +214,14 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
             if join is not None:  # rank and size come from the running cluster
                 config = dataclasses.replace(base, host=host)
             else:
-                config = dataclasses.replace(base, coordinator=address, num_nodes=nodes, rank=rank,
-                                             host=host, external_coordinator=address is not None and not in_node)
+                config = dataclasses.replace(
+                    base,
+                    coordinator=address,
+                    num_nodes=nodes,
+                    rank=rank,
+                    host=host,
+                    external_coordinator=address is not None and not in_node,
+                )
             child_env = {**parent_env, **node_env(config)}
             argv = _ssh_argv(host, command, child_env) if hosts else list(command)
             if cluster.hosts is not None:
@@ -190,10 +234,21 @@ def start_local(nodes: int, command: list[str], *, threads: int = 1, env: dict |
     return cluster
 
 
-def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path | None = None,
-           coordinator_host: str | None = None, backups: int | None = None, restore: str | None = None,
-           join: str | None = None, metrics: int | None = None, emulated_hosts: int | None = None,
-           link: str | None = None, verbose: bool = False) -> int:
+def launch(
+    nodes: int,
+    command: list[str],
+    *,
+    threads: int = 1,
+    hostfile: Path | None = None,
+    coordinator_host: str | None = None,
+    backups: int | None = None,
+    restore: str | None = None,
+    join: str | None = None,
+    metrics: int | None = None,
+    emulated_hosts: int | None = None,
+    link: str | None = None,
+    verbose: bool = False,
+) -> int:
     """Run `command` on `nodes` nodes to completion, echoing their output; return the exit
     status (0 if every node exited 0). Ctrl-C or SIGTERM stops every node; then 128 + signal.
     `emulated_hosts`, `link`: see start_local; unset, they come from PSKV_HOSTS and PSKV_LINK
@@ -209,10 +264,23 @@ def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path |
         emulated_hosts, link = emulation.from_environ(os.environ)
     with _interrupt_on_sigterm():
         try:
-            with start_local(nodes, command, threads=threads, hostfile=hostfile, echo=True,
-                             coordinator_host=coordinator_host, backups=backups, restore=restore,
-                             join=join, metrics=metrics, emulated_hosts=emulated_hosts, link=link) as cluster, \
-                    _dump_on_sigusr1(cluster):
+            with (
+                start_local(
+                    nodes,
+                    command,
+                    threads=threads,
+                    hostfile=hostfile,
+                    echo=True,
+                    coordinator_host=coordinator_host,
+                    backups=backups,
+                    restore=restore,
+                    join=join,
+                    metrics=metrics,
+                    emulated_hosts=emulated_hosts,
+                    link=link,
+                ) as cluster,
+                _dump_on_sigusr1(cluster),
+            ):
                 for line in _start_lines(cluster, nodes, threads, verbose=verbose, joining=join is not None):
                     print(f"[launcher] {line}", file=sys.stderr, flush=True)
                 run_file = _register(cluster, command)
@@ -227,16 +295,21 @@ def launch(nodes: int, command: list[str], *, threads: int = 1, hostfile: Path |
                         run_file.unlink(missing_ok=True)
         except KeyboardInterrupt as exc:
             signum = exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT
-            print(f"[launcher] interrupted by {signal.Signals(signum).name}; stopped all nodes",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[launcher] interrupted by {signal.Signals(signum).name}; stopped all nodes",
+                file=sys.stderr,
+                flush=True,
+            )
             return 128 + signum
 
 
 def _start_lines(cluster: Cluster, nodes: int, threads: int, *, verbose: bool, joining: bool) -> list[str]:
     """What launch() says at the start: nodes and coordinator; the emulated hosts; metrics; how to join."""
     where = ("joining the cluster at " if joining else "coordinator at ") + (cluster.coordinator_address or "?")
-    lines = [f"{nodes} node{'s' if nodes != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}, {where}"
-             + (f", backups {cluster.backups}" if cluster.backups else "")]
+    lines = [
+        f"{nodes} node{'s' if nodes != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}, {where}"
+        + (f", backups {cluster.backups}" if cluster.backups else "")
+    ]
     if cluster.hosts is not None:
         lines.append(cluster.hosts.describe())
     if cluster.metrics_port:
@@ -246,8 +319,9 @@ def _start_lines(cluster: Cluster, nodes: int, threads: int, *, verbose: bool, j
         lines.append(f"metrics at {urls[0]}{spread}; watch them with `pskv top` (or `{watch} --nodes {len(urls)}`)")
     if verbose and nodes > 1 and cluster.coordinator is not None and not cluster.backups and cluster.hosts is None:
         secret = f"PSKV_SECRET_FILE={shlex.quote(cluster.secret_file)} " if cluster.secret_file else ""
-        lines.append(f"add nodes while it runs with `{secret}pskv launch -n K --join {cluster.coordinator_address} "
-                     "-- CMD`")
+        lines.append(
+            f"add nodes while it runs with `{secret}pskv launch -n K --join {cluster.coordinator_address} -- CMD`"
+        )
     return lines
 
 
@@ -323,9 +397,11 @@ def _start_coordinator(coordinator: Literal[True] | CoordinatorFactory, config: 
 def _new_secret(hosts: list[str] | None) -> str:
     """A new cluster secret in a private directory (mode 0700, file 0600) of this machine."""
     if hosts and not all(host in LOOPBACK for host in hosts):
-        raise ConfigError("the hostfile names other machines, which cannot read a secret this launcher keeps in "
-                          "its own /tmp; make one with `pskv secret new FILE`, copy it to the same path on every "
-                          "host, and set PSKV_SECRET_FILE=FILE")
+        raise ConfigError(
+            "the hostfile names other machines, which cannot read a secret this launcher keeps in "
+            "its own /tmp; make one with `pskv secret new FILE`, copy it to the same path on every "
+            "host, and set PSKV_SECRET_FILE=FILE"
+        )
     return str(new_secret(Path(tempfile.mkdtemp(prefix="pskv-")) / "secret"))
 
 
@@ -336,15 +412,18 @@ def _coordinator_host(hosts: list[str] | None) -> str:
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError as exc:
-        raise ConfigError(f"cannot resolve this machine's hostname {socket.gethostname()!r} "
-                          f"({exc}); pass --coordinator-host with an address the hosts can reach") from None
+        raise ConfigError(
+            f"cannot resolve this machine's hostname {socket.gethostname()!r} "
+            f"({exc}); pass --coordinator-host with an address the hosts can reach"
+        ) from None
 
 
 def _ssh_argv(host: str, command: list[str], env: dict[str, str]) -> list[str]:
     ssh = shutil.which("ssh", path=env.get("PATH"))
     if ssh is None:
-        raise ConfigError("a hostfile was given but `ssh` is not on PATH; install an ssh client "
-                          "or launch without --hostfile")
+        raise ConfigError(
+            "a hostfile was given but `ssh` is not on PATH; install an ssh client or launch without --hostfile"
+        )
     remote_env = {k: v for k, v in env.items() if k.startswith("PSKV_")}
     remote_env["PYTHONUNBUFFERED"] = "1"
     assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(remote_env.items()))

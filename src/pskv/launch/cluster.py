@@ -79,8 +79,16 @@ class Cluster:
     Thread-safe. `pids` lists the node PIDs by rank; `coordinator_address` is "host:port"
     ("" when started with coordinator=False)."""
 
-    def __init__(self, *, echo: bool, log_dir: Path | None, grace: float, backups: int = 0, remote: bool = False,
-                 prefixed: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        echo: bool,
+        log_dir: Path | None,
+        grace: float,
+        backups: int = 0,
+        remote: bool = False,
+        prefixed: bool = True,
+    ) -> None:
         """`backups` > 0: the others go on when a node dies; `remote`: the nodes run through ssh (a
         hostfile); `prefixed`: echo each line as `[node i] line` (not for a lone node, nor a joiner)."""
         self.coordinator_address = ""
@@ -105,8 +113,10 @@ class Cluster:
         self._watcher = threading.Thread(target=self._watch, name="pskv-launch-watch", daemon=True)
 
     def __repr__(self) -> str:
-        return (f"<Cluster nodes={len(self._nodes)} alive={len(self.alive_pids())} "
-                f"coordinator={self.coordinator_address!r} failure={self._failure}>")
+        return (
+            f"<Cluster nodes={len(self._nodes)} alive={len(self.alive_pids())} "
+            f"coordinator={self.coordinator_address!r} failure={self._failure}>"
+        )
 
     def __enter__(self) -> Cluster:
         return self
@@ -119,8 +129,10 @@ class Cluster:
         node's status (1 if a signal ended it). Raises TimeoutError after `timeout` seconds,
         leaving the processes running."""
         if not self._done.wait(timeout):
-            raise WaitTimeout(f"{len(self.alive_pids())} of {len(self._nodes)} nodes still run "
-                               f"after {timeout}s; call shutdown() to stop them")
+            raise WaitTimeout(
+                f"{len(self.alive_pids())} of {len(self._nodes)} nodes still run "
+                f"after {timeout}s; call shutdown() to stop them"
+            )
         return self._status()
 
     def shutdown(self, timeout: float = 10) -> None:
@@ -157,8 +169,7 @@ class Cluster:
         for node in self._nodes:
             with node.lock:
                 tail = list(node.lines)[-lines:]
-            parts.append(f"--- node {node.rank} (pid {node.proc.pid}, host {node.host}, "
-                         f"exit {node.exit_code()}) ---")
+            parts.append(f"--- node {node.rank} (pid {node.proc.pid}, host {node.host}, exit {node.exit_code()}) ---")
             parts.extend(f"[node {node.rank}] {line}" for line in tail)
         return "\n".join(parts)
 
@@ -211,19 +222,27 @@ class Cluster:
             # open while the node runs (shutdown() closes it)
             log = open(Path(self._log_dir) / f"node-{rank}.log", "w", encoding="utf-8")  # noqa: SIM115
         try:
-            proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
         except OSError as exc:
             if log is not None:
                 log.close()
-            raise ConfigError(f"cannot start node {rank}: {shlex.join(argv)!r} failed with "
-                              f"{exc.strerror}; check the command and PATH") from exc
+            raise ConfigError(
+                f"cannot start node {rank}: {shlex.join(argv)!r} failed with {exc.strerror}; check the command and PATH"
+            ) from exc
         node = _Node(rank, host, proc, log)
         self._nodes.append(node)
         self.pids.append(proc.pid)
         for name, pipe in (("out", proc.stdout), ("err", proc.stderr)):
-            reader = threading.Thread(target=self._read, args=(node, pipe), daemon=True,
-                                      name=f"pskv-launch-{rank}-{name}")
+            reader = threading.Thread(
+                target=self._read, args=(node, pipe), daemon=True, name=f"pskv-launch-{rank}-{name}"
+            )
             reader.start()
             node.readers.append(reader)  # only started threads: shutdown() joins these
 
@@ -239,7 +258,7 @@ class Cluster:
                 if not self._echo:
                     continue
                 if line.startswith(BAR_TAG):
-                    self._relay_bar(line[len(BAR_TAG):])
+                    self._relay_bar(line[len(BAR_TAG) :])
                 else:
                     self._say(f"[node {node.rank}] {line}" if self._prefixed else line)
 
@@ -279,8 +298,9 @@ class Cluster:
                 self._on_failure(node, code)
                 if first and not self.backups:
                     now = time.monotonic()
-                    escalation.extend([(now + self._grace, signal.SIGTERM),
-                                       (now + self._grace + _KILL_AFTER, signal.SIGKILL)])
+                    escalation.extend(
+                        [(now + self._grace, signal.SIGTERM), (now + self._grace + _KILL_AFTER, signal.SIGKILL)]
+                    )
             if all(code is not None for code in codes):
                 self._reap()
                 self._done.set()
@@ -294,15 +314,16 @@ class Cluster:
         if self._failure is None:
             self._failure = (node.rank, code)
         self._died.add(node.rank)
-        reason = (f"process exited with status {code}" if code > 0
-                  else f"process was killed by {signal.Signals(-code).name}")
+        reason = (
+            f"process exited with status {code}" if code > 0 else f"process was killed by {signal.Signals(-code).name}"
+        )
         alive = len(self.alive_pids())
         if self.backups:
             message = f"node {node.rank} failed: {reason}" + (
-                f"; the other {alive} nodes go on (backups={self.backups})" if alive else "")
+                f"; the other {alive} nodes go on (backups={self.backups})" if alive else ""
+            )
         else:
-            message = f"node {node.rank} failed: {reason}" + (
-                f"; stopping the other {alive} nodes" if alive else "")
+            message = f"node {node.rank} failed: {reason}" + (f"; stopping the other {alive} nodes" if alive else "")
         if self._echo:  # the user reads the echo; a log record too would print it twice
             self._say(f"[launcher] {message}")
         else:

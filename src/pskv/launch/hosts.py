@@ -59,8 +59,10 @@ def parse_rate(text: str) -> float:
     """A tc rate (`100mbit`, `1gbit`, `125mbps`: bit or bytes per second) in bytes per second."""
     match = _RATE.match(text.strip())
     if not match or float(match.group(1)) <= 0:
-        raise ConfigError(f"--link {text!r} is not a rate; write a number and a unit tc knows, e.g. 100mbit, "
-                          "1gbit or 10gbit (bits per second), or 125mbps (bytes per second)")
+        raise ConfigError(
+            f"--link {text!r} is not a rate; write a number and a unit tc knows, e.g. 100mbit, "
+            "1gbit or 10gbit (bits per second), or 125mbps (bytes per second)"
+        )
     value = float(match.group(1)) * _SCALE[match.group(2).lower()]
     return value / 8 if match.group(3).lower() == "bit" else value
 
@@ -84,24 +86,31 @@ def check(hosts: int | None, nodes: int, link: str | None, *, conflicts: dict | 
     if hosts is None:
         raise ConfigError(f"--link {link} limits the links between emulated hosts; give --hosts H too")
     if not isinstance(hosts, int) or not 1 <= hosts <= nodes:
-        raise ConfigError(f"--hosts {hosts} with {nodes} node(s): give 1 to {nodes} hosts (each host runs at least "
-                          "one node)")
+        raise ConfigError(
+            f"--hosts {hosts} with {nodes} node(s): give 1 to {nodes} hosts (each host runs at least one node)"
+        )
     if hosts > 250:
         raise ConfigError(f"--hosts {hosts}: at most 250 emulated hosts (one /24 of addresses)")
     for flag, value in (conflicts or {}).items():
         if value is not None:
-            raise ConfigError(f"{flag} does not apply with --hosts: the emulated hosts are network namespaces of "
-                              "this machine, and the launcher runs their coordinator on their bridge")
+            raise ConfigError(
+                f"{flag} does not apply with --hosts: the emulated hosts are network namespaces of "
+                "this machine, and the launcher runs their coordinator on their bridge"
+            )
     if link is not None:
         parse_rate(link)
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None and (tool == "ip" or link)]
     if not _is_root():
-        raise ConfigError("--hosts runs each host in a network namespace with veth pairs, a bridge and tc, which "
-                          "needs root (CAP_NET_ADMIN) and this process is not root; run the launcher as root "
-                          "(e.g. `sudo -E pskv launch ...`) or leave out --hosts and --link")
+        raise ConfigError(
+            "--hosts runs each host in a network namespace with veth pairs, a bridge and tc, which "
+            "needs root (CAP_NET_ADMIN) and this process is not root; run the launcher as root "
+            "(e.g. `sudo -E pskv launch ...`) or leave out --hosts and --link"
+        )
     if missing:
-        raise ConfigError(f"--hosts needs {' and '.join(missing)} (iproute2) on PATH, and it is not there; install "
-                          "iproute2 (apt-get install iproute2) or leave out --hosts and --link")
+        raise ConfigError(
+            f"--hosts needs {' and '.join(missing)} (iproute2) on PATH, and it is not there; install "
+            "iproute2 (apt-get install iproute2) or leave out --hosts and --link"
+        )
 
 
 class Hosts:
@@ -149,16 +158,21 @@ class Hosts:
         """`command` run in node `rank`'s host. `ip netns exec` execs it: the PID stays the node's.
         Raises ConfigError if `command` is no program on `path` (the node would only exit 255)."""
         if shutil.which(command[0], path=path) is None:
-            raise ConfigError(f"cannot start node {rank}: {command[0]!r} is not a program on PATH; check the command "
-                              "and PATH")
+            raise ConfigError(
+                f"cannot start node {rank}: {command[0]!r} is not a program on PATH; check the command and PATH"
+            )
         return [shutil.which("ip") or "ip", "netns", "exec", self.namespace(self.host_of(rank)), *command]
 
     def describe(self) -> str:
-        spread = ", ".join(f"{self.namespace(h)} {self.address(h)} (nodes "
-                           f"{_ranks([r for r in range(self.nodes) if self.host_of(r) == h])})"
-                           for h in range(self.count))
-        return (f"{self.count} emulated host(s), links {self.link or 'unlimited'}, coordinator "
-                f"{self.coordinator_host} on bridge {self.bridge}: {spread}")
+        spread = ", ".join(
+            f"{self.namespace(h)} {self.address(h)} (nodes "
+            f"{_ranks([r for r in range(self.nodes) if self.host_of(r) == h])})"
+            for h in range(self.count)
+        )
+        return (
+            f"{self.count} emulated host(s), links {self.link or 'unlimited'}, coordinator "
+            f"{self.coordinator_host} on bridge {self.bridge}: {spread}"
+        )
 
     def start(self) -> None:
         """Make the bridge, namespaces, veth pairs and rate limits. Blocks (tens of ms per host).
@@ -166,8 +180,10 @@ class Hosts:
         with _exclusive():
             sweep()
             if _ours(self.pid):
-                raise ConfigError(f"this process ({self.pid}) already runs emulated hosts ({self.bridge}); shut that "
-                                  "cluster down first, or start the other from another process")
+                raise ConfigError(
+                    f"this process ({self.pid}) already runs emulated hosts ({self.bridge}); shut that "
+                    "cluster down first, or start the other from another process"
+                )
             self.block = _free_block()
             net = self.block.prefixlen
             _run("ip", "link", "add", self.bridge, "type", "bridge")
@@ -264,8 +280,10 @@ def _remove(pid: int) -> None:
 def _free_block() -> ipaddress.IPv4Network:
     """The first /24 of _POOL that no address or route of the root namespace overlaps (another
     launcher's bridge holds its block's .1, so it is taken)."""
-    lines = (_run("ip", "-4", "-o", "addr", "show", check=False).splitlines()
-             + _run("ip", "-4", "route", "show", "table", "all", check=False).splitlines())
+    lines = (
+        _run("ip", "-4", "-o", "addr", "show", check=False).splitlines()
+        + _run("ip", "-4", "route", "show", "table", "all", check=False).splitlines()
+    )
     taken = []
     for word in (word for line in lines for word in _ADDRESS.findall(line)):
         with contextlib.suppress(ValueError):  # e.g. 300.1.2.3: no address
@@ -273,8 +291,10 @@ def _free_block() -> ipaddress.IPv4Network:
     for block in _POOL.subnets(new_prefix=24):
         if not any(block.overlaps(net) for net in taken if net.prefixlen > 0):
             return block
-    raise ConfigError(f"every /24 of {_POOL} is in use on this machine (other launchers' bridges or routes); "
-                      "end the other launchers with --hosts, or remove stale pskvbr* bridges with `ip link del`")
+    raise ConfigError(
+        f"every /24 of {_POOL} is in use on this machine (other launchers' bridges or routes); "
+        "end the other launchers with --hosts, or remove stale pskvbr* bridges with `ip link del`"
+    )
 
 
 @contextlib.contextmanager
@@ -290,23 +310,27 @@ def _exclusive():
 def _run(*argv: str, check: bool = True) -> str:
     """Run `ip`/`tc` and return its stdout; with check, a failure is a ConfigError quoting it."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT, stdin=subprocess.DEVNULL,
-                              check=False)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT, stdin=subprocess.DEVNULL, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         if not check:
             return ""
         raise ConfigError(f"emulated hosts: `{' '.join(argv)}` could not run ({exc}); check iproute2") from None
     if check and done.returncode != 0:
-        raise ConfigError(f"emulated hosts: `{' '.join(argv)}` failed: {done.stderr.strip() or done.returncode}; "
-                          "the launcher removed what it had made (see --hosts in `pskv launch --help`)")
+        raise ConfigError(
+            f"emulated hosts: `{' '.join(argv)}` failed: {done.stderr.strip() or done.returncode}; "
+            "the launcher removed what it had made (see --hosts in `pskv launch --help`)"
+        )
     return done.stdout
 
 
 def _try(*argv: str) -> None:
     """Run a removal; log (not raise) a failure other than the thing being gone already."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT, stdin=subprocess.DEVNULL,
-                              check=False)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=_CMD_TIMEOUT, stdin=subprocess.DEVNULL, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         logger.warning("emulated hosts: `%s` could not run (%s); remove it by hand", " ".join(argv), exc)
         return

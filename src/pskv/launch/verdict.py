@@ -26,7 +26,7 @@ def exception_line(output: str) -> str | None:
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].strip() == _TRACEBACK:
             # the exception line is the first unindented line after the frames (chained ones come earlier)
-            return next((line for line in lines[i + 1:] if line and not line[0].isspace()), None)
+            return next((line for line in lines[i + 1 :] if line and not line[0].isspace()), None)
         if _PSKV_LINE.match(lines[i]):
             return lines[i]
     return None
@@ -45,13 +45,19 @@ def root_cause(failed: list[tuple[int, int]], output: Callable[[int], str]) -> s
     """One line naming the root cause among `failed` (rank, exit code) in the order they failed:
     `node 1 (exit status 1): ValueError: bad batch 7`. `output(rank)`: what that node printed."""
     errors = {rank: exception_line(output(rank)) for rank, _ in failed}
-    causes = [(rank, code) for rank, code in failed
-              if (error := errors[rank]) is None or not error.startswith(tuple(c + ":" for c in _CONSEQUENCES))]
+    causes = [
+        (rank, code)
+        for rank, code in failed
+        if (error := errors[rank]) is None or not error.startswith(tuple(c + ":" for c in _CONSEQUENCES))
+    ]
     rank, code = (causes or failed)[0]
     error = errors[rank]
     if error is None:
-        error = ("no Python exception; it was killed (out of memory? see `dmesg`), or stopped by the launcher"
-                 if code < 0 else "no Python exception; see its last lines above")
+        error = (
+            "no Python exception; it was killed (out of memory? see `dmesg`), or stopped by the launcher"
+            if code < 0
+            else "no Python exception; see its last lines above"
+        )
     return f"node {rank} ({_status(code)}): {error}"
 
 

@@ -33,9 +33,16 @@ from .waiting import Patience
 class LocalBarrier:
     """Barrier over this node's open workers, whose last arrival runs the cluster-wide barrier."""
 
-    def __init__(self, cluster_barrier: Callable[[float | None], None], on_release: Callable[[], None],
-                 settle: Callable[[float | None], None] = lambda timeout: None, *, rank: int = 0,
-                 log_every: float = 30.0, patience: float | None = None) -> None:
+    def __init__(
+        self,
+        cluster_barrier: Callable[[float | None], None],
+        on_release: Callable[[], None],
+        settle: Callable[[float | None], None] = lambda timeout: None,
+        *,
+        rank: int = 0,
+        log_every: float = 30.0,
+        patience: float | None = None,
+    ) -> None:
         self._settle = settle  # waits until every request this node issued so far is answered
         self._cluster_barrier = cluster_barrier  # the barrier over every node (the coordinator's)
         self._on_release = on_release  # runs while every worker of this node waits (drops row caches)
@@ -91,9 +98,12 @@ class LocalBarrier:
                 if left is not None and left <= 0:
                     self._arrived -= mine  # it leaves this generation: the others still wait for it
                     late = [text for w, text in self._members.items() if w not in self._arrived and w not in mine]
-                    raise BarrierTimeout(f"barrier on node {self._rank}: {len(late)} of this node's open worker(s) "
-                                         f"did not arrive within {timeout:g} s: {', '.join(late)}; every open worker "
-                                         "must call barrier(), or close()", [])
+                    raise BarrierTimeout(
+                        f"barrier on node {self._rank}: {len(late)} of this node's open worker(s) "
+                        f"did not arrive within {timeout:g} s: {', '.join(late)}; every open worker "
+                        "must call barrier(), or close()",
+                        [],
+                    )
                 self._cond.wait(0.2 if left is None else min(0.2, left))
                 if self._generation == gen and self._error is None:
                     self._cond.release()
@@ -108,9 +118,11 @@ class LocalBarrier:
         with self._cond:
             late = [text for w, text in self._members.items() if w not in self._arrived]
             who = self._members.get(me, "a thread")
-        return (f"node {self._rank}: {who} still waiting in the node's barrier for {len(late)} of its "
-                f"{len(self._members)} open worker(s): {', '.join(late)}", "; every open worker (node.run()'s, each "
-                "node.worker() not closed yet) must call barrier(), or close()")
+        return (
+            f"node {self._rank}: {who} still waiting in the node's barrier for {len(late)} of its "
+            f"{len(self._members)} open worker(s): {', '.join(late)}",
+            "; every open worker (node.run()'s, each node.worker() not closed yet) must call barrier(), or close()",
+        )
 
     def _lead(self, timeout: float | None) -> None:
         error = None
@@ -144,5 +156,7 @@ class LocalBarrier:
 
     def __repr__(self) -> str:
         with self._cond:
-            return (f"<worker barrier members={len(self._members)} arrived={len(self._arrived)} "
-                    f"generation={self._generation}{' broken' if self._error else ''}>")
+            return (
+                f"<worker barrier members={len(self._members)} arrived={len(self._arrived)} "
+                f"generation={self._generation}{' broken' if self._error else ''}>"
+            )

@@ -96,10 +96,21 @@ class Changes:
             return False
         m.epoch += 1
         self.chains = chains
-        payload = {"epoch": m.epoch, "alive": sorted(live), "dead": rank, "reason": reason, "left": left,
-                   **self.outside_field()}
-        log.warning("coordinator: node %d %s; membership epoch %d goes on with nodes %s", rank,
-                    "left" if left else f"failed ({reason})", m.epoch, sorted(live))
+        payload = {
+            "epoch": m.epoch,
+            "alive": sorted(live),
+            "dead": rank,
+            "reason": reason,
+            "left": left,
+            **self.outside_field(),
+        }
+        log.warning(
+            "coordinator: node %d %s; membership epoch %d goes on with nodes %s",
+            rank,
+            "left" if left else f"failed ({reason})",
+            m.epoch,
+            sorted(live),
+        )
         m.broadcast(Kind.MEMBERSHIP, payload, states=LIVE)
         m.send(rank, Kind.MEMBERSHIP, payload)  # if it only stalled, it learns it is out
         self._after()  # its workers leave barriers and clocks
@@ -112,9 +123,11 @@ class Changes:
         kept = sorted(set().union(*(self.whole[r] for r in lost)))  # (only joiners' copies can be left)
         filling = sorted({n for r in lost for n in chains.chain(r) if n in live} - set(kept))
         notes = ([f"node(s) {filling} had not finished copying them"] if filling else []) + (
-            [f"node(s) {kept} hold one, but a node that joined never heads a range"] if kept else [])
-        return (f"key range(s) {lost} had no whole copy left on a node that can head them"
-                + (f" ({'; '.join(notes)})" if notes else ""))
+            [f"node(s) {kept} hold one, but a node that joined never heads a range"] if kept else []
+        )
+        return f"key range(s) {lost} had no whole copy left on a node that can head them" + (
+            f" ({'; '.join(notes)})" if notes else ""
+        )
 
     def outside_field(self) -> dict:
         """What a MEMBERSHIP says of the members outside the chains (nothing when there are none)."""
@@ -142,10 +155,13 @@ class Changes:
         else:
             live = m.live() - {rank}
             lost = Chains(m.num_nodes, self.backups, self.chain_members(live)).unheaded(
-                [whole - {rank} for whole in self.whole])
+                [whole - {rank} for whole in self.whole]
+            )
             if lost:
-                error = (f"key range(s) {lost} would have no whole copy at their head without node {rank} (copies "
-                         "are still being filled after an earlier change); try again in a moment")
+                error = (
+                    f"key range(s) {lost} would have no whole copy at their head without node {rank} (copies "
+                    "are still being filled after an earlier change); try again in a moment"
+                )
         if error is not None:
             m.send(rank, Kind.LEFT, {"error": error})
             return
@@ -166,8 +182,9 @@ class Changes:
             error = _HOST.format(rank)
         elif m.stalled:
             error = "the cluster is stopping"
-        elif self.leaving and any(v.get("epoch") is None or len(v["drained"]) < len(alive) for v in
-                                  self.leaving.values()):
+        elif self.leaving and any(
+            v.get("epoch") is None or len(v["drained"]) < len(alive) for v in self.leaving.values()
+        ):
             error = f"node(s) {sorted(self.leaving)} are leaving right now; try again in a moment"
         elif alive == [rank]:
             error = "it is the last member; call shutdown() instead"
@@ -192,9 +209,16 @@ class Changes:
         m.epoch += 1
         self.leaving[rank] = {"epoch": m.epoch, "drained": set()}
         live = sorted(m.live())
-        payload = {"epoch": m.epoch, "alive": live, "dead": rank, "reason": "it left the cluster",
-                   "left": True, "managers": self.managers, "leaving": [rank],
-                   "addresses": {str(r): m.addresses[r] for r in live}}
+        payload = {
+            "epoch": m.epoch,
+            "alive": live,
+            "dead": rank,
+            "reason": "it left the cluster",
+            "left": True,
+            "managers": self.managers,
+            "leaving": [rank],
+            "addresses": {str(r): m.addresses[r] for r in live},
+        }
         log.warning("coordinator: node %d left; membership epoch %d goes on with nodes %s", rank, m.epoch, live)
         m.broadcast(Kind.MEMBERSHIP, payload, states=LIVE)
         m.send(rank, Kind.MEMBERSHIP, payload)

@@ -38,19 +38,33 @@ HANDLES = FROM_COORDINATOR | {Kind.MOVED}  # the kinds `on_message` takes (MOVED
 class CoordinatorClient:
     """A node's side of the coordinator. `on_message()` and `check()` are fed by pskv-server."""
 
-    def __init__(self, send: Callable[[list], None], view: View, config: NodeConfig, events: Events | None = None,
-                 succession=None) -> None:
+    def __init__(
+        self,
+        send: Callable[[list], None],
+        view: View,
+        config: NodeConfig,
+        events: Events | None = None,
+        succession=None,
+    ) -> None:
         self._send_frames = send
         self.view = view  # written here on WELCOME
         self.rank = view.rank
         self.config = config
         self.events = events or Events()  # what the node does with the news (set before pskv-server starts)
         self.succession = succession  # membership.takeover.Succession: backups and the coordinator in a node
-        self._handlers = {Kind.WELCOME: self._welcome, Kind.TABLE_OK: self._table_ok,
-                          Kind.BARRIER_RELEASE: self._barrier_release, Kind.SHUTDOWN_OK: self._shutdown_ok_in,
-                          Kind.TICK: self._tick, Kind.ABORT: self._aborted, Kind.LEFT: self._left,
-                          Kind.MEMBERSHIP: self._membership, Kind.GLOBAL_CLOCK: self._global_clock,
-                          Kind.STALLED: self._stalled, Kind.NODE_FAILED: self._node_failed}
+        self._handlers = {
+            Kind.WELCOME: self._welcome,
+            Kind.TABLE_OK: self._table_ok,
+            Kind.BARRIER_RELEASE: self._barrier_release,
+            Kind.SHUTDOWN_OK: self._shutdown_ok_in,
+            Kind.TICK: self._tick,
+            Kind.ABORT: self._aborted,
+            Kind.LEFT: self._left,
+            Kind.MEMBERSHIP: self._membership,
+            Kind.GLOBAL_CLOCK: self._global_clock,
+            Kind.STALLED: self._stalled,
+            Kind.NODE_FAILED: self._node_failed,
+        }
         self._cond = threading.Condition()  # guards everything below; never held while sending
         self.failure: NodeFailure | None = None  # (only _fail sets it)
         self._abort: str | None = None
@@ -86,9 +100,14 @@ class CoordinatorClient:
         """Announce this node and wait for all others; returns rank -> address of every node."""
         self._send(Kind.HELLO, {"address": address, "num_nodes": num_nodes})
         timeout = self.config.rendezvous_timeout + 5  # the coordinator's own verdict comes first
-        self._wait(lambda: self.view.welcomed, timeout, lambda: CoordinatorUnreachable(
-            f"node {self.rank}: no answer from the coordinator at {self.config.coordinator} within {timeout:g} s; "
-            "is it running and reachable (PSKV_COORDINATOR)?"))
+        self._wait(
+            lambda: self.view.welcomed,
+            timeout,
+            lambda: CoordinatorUnreachable(
+                f"node {self.rank}: no answer from the coordinator at {self.config.coordinator} within {timeout:g} s; "
+                "is it running and reachable (PSKV_COORDINATOR)?"
+            ),
+        )
         assert self.view.addresses is not None  # (welcomed)
         return self.view.addresses
 
@@ -96,8 +115,11 @@ class CoordinatorClient:
         """This node joined a running cluster (membership.join): its barriers start where the others' next is."""
         with self._cond:
             self._barrier_gen = int(payload["barrier"])
-            self._joined = {"barrier": int(payload["barrier"]), "members": len(payload["alive"]),
-                            "tables": int(payload.get("tables", 0))}
+            self._joined = {
+                "barrier": int(payload["barrier"]),
+                "members": len(payload["alive"]),
+                "tables": int(payload.get("tables", 0)),
+            }
             self._last_heard = time.monotonic()
 
     def await_entry(self, timeout: float) -> None:
@@ -109,10 +131,15 @@ class CoordinatorClient:
             due = self.view.backups and joined is not None and self._decl_seq >= joined["tables"]
         if due:
             assert joined is not None  # (due says so)
-            self._wait(lambda: 0 < self._entered <= self._synced, timeout, lambda: ClusterError(
-                f"node {self.rank} joined the cluster and declared its {joined['tables']} table(s), but its "
-                f"copies were not filled within {timeout:g} s (entered the chains in epoch {self._entered or '-'}, "
-                f"copies filled in epoch {self._synced or '-'}); node.debug_state() on every node tells what waits"))
+            self._wait(
+                lambda: 0 < self._entered <= self._synced,
+                timeout,
+                lambda: ClusterError(
+                    f"node {self.rank} joined the cluster and declared its {joined['tables']} table(s), but its "
+                    f"copies were not filled within {timeout:g} s (entered the chains in epoch {self._entered or '-'}, "
+                    f"copies filled in epoch {self._synced or '-'}); node.debug_state() on every node tells what waits"
+                ),
+            )
 
     def declare(self, spec: dict) -> None:
         """Collective: wait until every node declared its table #seq; TableMismatch if they differ,
@@ -124,10 +151,17 @@ class CoordinatorClient:
             self._decl_seq += 1
             self._specs[seq] = spec
         self._send(Kind.TABLE_DECL, {"seq": seq, "spec": spec})
-        self._wait(lambda: seq in self._decl_results, None, None, lambda: (
-            f"node {self.rank}: still waiting for {missing(self.view.alive, self._declaring.get(str(seq), ()))} in "
-            f"table declaration #{seq} ({spec.get('name', '?')!r})", "; every node must declare the same tables in "
-            "the same order"), self.config.collective_timeout)
+        self._wait(
+            lambda: seq in self._decl_results,
+            None,
+            None,
+            lambda: (
+                f"node {self.rank}: still waiting for {missing(self.view.alive, self._declaring.get(str(seq), ()))} in "
+                f"table declaration #{seq} ({spec.get('name', '?')!r})",
+                "; every node must declare the same tables in the same order",
+            ),
+            self.config.collective_timeout,
+        )
         with self._cond:
             error, config = self._decl_results.pop(seq)
             self._answered.add(seq)
@@ -141,15 +175,24 @@ class CoordinatorClient:
             gen = self._barrier_gen
             self._barrier_gen += 1
         self._send(Kind.BARRIER, {"gen": gen})
-        self._wait(lambda: gen in self._released, timeout, lambda: self._barrier_timeout(gen, timeout), lambda: (
-            f"node {self.rank}: still waiting for {missing(self.view.alive, self._arrivals.get(str(gen), ()))} in "
-            f"barrier #{gen}"), timeout or self.config.collective_timeout)
+        self._wait(
+            lambda: gen in self._released,
+            timeout,
+            lambda: self._barrier_timeout(gen, timeout),
+            lambda: (
+                f"node {self.rank}: still waiting for {missing(self.view.alive, self._arrivals.get(str(gen), ()))} in "
+                f"barrier #{gen}"
+            ),
+            timeout or self.config.collective_timeout,
+        )
 
     def _barrier_timeout(self, gen: int, timeout: float | None) -> BarrierTimeout:
         arrived = set(self._arrivals.get(str(gen), [])) | {self.rank}
         missing = sorted(set(range(len(self.view.addresses or {}))) - arrived)
-        return BarrierTimeout(f"barrier #{gen} did not complete within {timeout} s on node {self.rank}; "
-                              f"nodes {missing} never arrived", missing)
+        return BarrierTimeout(
+            f"barrier #{gen} did not complete within {timeout} s on node {self.rank}; nodes {missing} never arrived",
+            missing,
+        )
 
     def bye(self, timeout: float | None = None) -> bool:
         """Orderly leave: wait until every node said bye. False if that did not happen."""
@@ -168,8 +211,11 @@ class CoordinatorClient:
         with self._cond:
             self._leave = "asked"
         self._send(Kind.LEAVE)
-        self._wait(lambda: self._leave != "asked", timeout,
-                   lambda: ClusterError(f"node {self.rank}: the coordinator did not let it leave within {timeout} s"))
+        self._wait(
+            lambda: self._leave != "asked",
+            timeout,
+            lambda: ClusterError(f"node {self.rank}: the coordinator did not let it leave within {timeout} s"),
+        )
         with self._cond:
             if self._leave != "left":
                 raise ClusterError(f"node {self.rank} cannot leave: {self._leave}")
@@ -180,8 +226,11 @@ class CoordinatorClient:
         with self._cond:
             self._leave, self._plan = "asked", None
         self._send(Kind.LEAVE, {"phase": "ask"})
-        self._wait(lambda: self._leave != "asked", timeout, lambda: ClusterError(
-            f"node {self.rank}: the coordinator did not answer its leave within {timeout} s"))
+        self._wait(
+            lambda: self._leave != "asked",
+            timeout,
+            lambda: ClusterError(f"node {self.rank}: the coordinator did not answer its leave within {timeout} s"),
+        )
         with self._cond:
             if self._leave != "go":
                 error, self._leave = self._leave, None
@@ -195,8 +244,11 @@ class CoordinatorClient:
         with self._cond:
             self._leave = "handed"
         self._send(Kind.LEAVE, {"phase": "ready", "managers": managers})
-        self._wait(lambda: self._leave == "done", timeout,
-                   lambda: ClusterError(f"node {self.rank}: the others did not let it go within {timeout} s"))
+        self._wait(
+            lambda: self._leave == "done",
+            timeout,
+            lambda: ClusterError(f"node {self.rank}: the others did not let it go within {timeout} s"),
+        )
 
     def drained(self, epoch: int) -> None:
         """Every request this node made before membership epoch `epoch` is answered (a node left)."""
@@ -227,8 +279,14 @@ class CoordinatorClient:
         late = {int(r): c for r, c in self._clocks.items() if c < clock}
         return ", ".join(f"node {r} at {c}" for r, c in sorted(late.items())) or "no node known to be behind"
 
-    def _wait(self, ready: Callable[[], bool], timeout: float | None, on_timeout,
-              what: Callable[[], str | tuple[str, str]] | None = None, limit: float | None = None) -> None:
+    def _wait(
+        self,
+        ready: Callable[[], bool],
+        timeout: float | None,
+        on_timeout,
+        what: Callable[[], str | tuple[str, str]] | None = None,
+        limit: float | None = None,
+    ) -> None:
         """Wait until ready(); `what()` says what it waits for, logged every wait_log_interval s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         patience = Patience(self.config.wait_log_interval, limit, what) if what is not None else None
@@ -270,8 +328,9 @@ class CoordinatorClient:
     def _welcome(self, header: Header, p: dict) -> None:
         host = p.get("host")
         with self._cond:
-            self.view.welcome(header.cluster, {int(r): a for r, a in p["addresses"].items()},
-                              None if host is None else int(host))
+            self.view.welcome(
+                header.cluster, {int(r): a for r, a in p["addresses"].items()}, None if host is None else int(host)
+            )
             self._cond.notify_all()
         self.events.welcomed()
 
@@ -330,9 +389,14 @@ class CoordinatorClient:
             if self._leave in ("left", "done"):
                 return  # we left: the others went on without us, as we asked
         if self.rank not in [int(r) for r in p["alive"]] and self.rank not in p.get("leaving", ()):
-            self._fail(Fenced(f"node {self.rank} was taken out of the cluster in membership epoch {p['epoch']} "
-                              f"({p.get('reason')}); the others went on without it, so it must not serve or change "
-                              "anything any more", self.rank))
+            self._fail(
+                Fenced(
+                    f"node {self.rank} was taken out of the cluster in membership epoch {p['epoch']} "
+                    f"({p.get('reason')}); the others went on without it, so it must not serve or change "
+                    "anything any more",
+                    self.rank,
+                )
+            )
         elif self.failure is None:
             unfinished = self._unfinished()
             self.events.membership({**p, "unfinished": unfinished} if unfinished else p)
@@ -344,11 +408,22 @@ class CoordinatorClient:
     def _node_failed(self, header: Header, p: dict) -> None:
         rank = int(p["rank"])
         if rank == self.rank:
-            self._fail(Fenced(f"node {self.rank} was declared failed ({p.get('reason')}) and is out of the "
-                              "cluster; it must not serve or change anything any more", self.rank))
+            self._fail(
+                Fenced(
+                    f"node {self.rank} was declared failed ({p.get('reason')}) and is out of the "
+                    "cluster; it must not serve or change anything any more",
+                    self.rank,
+                )
+            )
         else:
-            self._fail(NodeFailure(f"node {rank} ({p.get('address', '?')}) failed: {p.get('reason')}; this cluster "
-                                   "cannot continue without it", rank, str(p.get("address", ""))))
+            self._fail(
+                NodeFailure(
+                    f"node {rank} ({p.get('address', '?')}) failed: {p.get('reason')}; this cluster "
+                    "cannot continue without it",
+                    rank,
+                    str(p.get("address", "")),
+                )
+            )
 
     def check(self, now: float) -> None:
         """Send a heartbeat when due; declare the coordinator dead after failure_timeout of silence."""
@@ -373,9 +448,14 @@ class CoordinatorClient:
             elif step is not None:
                 self._fail(step)
             return
-        self._fail(NodeFailure(
-            f"the coordinator ({self.config.coordinator or 'in-process'}) has been silent for {silent:.1f} s; "
-            "node 0 or the launcher probably died", -1, self.config.coordinator or ""))
+        self._fail(
+            NodeFailure(
+                f"the coordinator ({self.config.coordinator or 'in-process'}) has been silent for {silent:.1f} s; "
+                "node 0 or the launcher probably died",
+                -1,
+                self.config.coordinator or "",
+            )
+        )
 
     def _unfinished(self) -> list[str]:
         """The tables this node declared whose TABLE_OK has not come (pskv-server reads it in order with
@@ -395,10 +475,16 @@ class CoordinatorClient:
         with self._cond:  # after the redirect: what went to the old address before is in here
             self._last_heard = time.monotonic()
             pending_barriers = sorted(set(range(self._barrier_gen)) - self._released)
-            state = {"epoch": self.view.epoch, "alive": sorted(self.view.alive),
-                     "decls": {str(seq): spec for seq, spec in self._specs.items()},
-                     "barriers": pending_barriers, "released": max(self._released, default=-1),
-                     "clock": list(self._clock_report), "bye": self._bye_sent, "outside": sorted(self.view.outside)}
+            state = {
+                "epoch": self.view.epoch,
+                "alive": sorted(self.view.alive),
+                "decls": {str(seq): spec for seq, spec in self._specs.items()},
+                "barriers": pending_barriers,
+                "released": max(self._released, default=-1),
+                "clock": list(self._clock_report),
+                "bye": self._bye_sent,
+                "outside": sorted(self.view.outside),
+            }
             if self._joined is not None:
                 state["joined"] = dict(self._joined)
         self._send(Kind.REJOIN, {**state, **self.events.rejoin_state()})
@@ -419,14 +505,18 @@ class CoordinatorClient:
         with self._cond:
             barriers = sorted(set(range(self._barrier_gen)) - self._released)
             heard = time.monotonic() - self._last_heard
-            return [f"coordinator {self.config.coordinator or 'in-process'}: heard {heard:.1f} s "
-                    f"ago; {self._decl_seq} table declaration(s), {self._barrier_gen} barrier(s) sent; "
-                    f"barrier generations not released: {barriers[-5:]}; arrivals seen: {self._arrivals}; "
-                    f"failure: {self.failure}" + self._describe_entry()]
+            return [
+                f"coordinator {self.config.coordinator or 'in-process'}: heard {heard:.1f} s "
+                f"ago; {self._decl_seq} table declaration(s), {self._barrier_gen} barrier(s) sent; "
+                f"barrier generations not released: {barriers[-5:]}; arrivals seen: {self._arrivals}; "
+                f"failure: {self.failure}" + self._describe_entry()
+            ]
 
     def _describe_entry(self) -> str:
         """A joiner with backups: how far it is on its way into the chains (membership.joining). Under _cond."""
         if self._joined is None or not self.view.backups:
             return ""
-        return (f"; joined: declared {self._decl_seq} of the {self._joined['tables']} table(s) before it came, "
-                f"entered the chains in epoch {self._entered or '-'}, copies filled in epoch {self._synced or '-'}")
+        return (
+            f"; joined: declared {self._decl_seq} of the {self._joined['tables']} table(s) before it came, "
+            f"entered the chains in epoch {self._entered or '-'}, copies filled in epoch {self._synced or '-'}"
+        )

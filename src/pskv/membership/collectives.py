@@ -63,8 +63,11 @@ class Collectives:
         self.since.setdefault(("table", seq), time.monotonic())
         left = sorted(r for r, s in m.state.items() if s == "bye" and self.declared.get(r, 0) <= seq)
         if left:
-            self.stall(f"table declaration #{seq} ({p['spec'].get('name', '?')!r} by node {rank}): node(s) {left} "
-                       "called shutdown() without declaring it", left)
+            self.stall(
+                f"table declaration #{seq} ({p['spec'].get('name', '?')!r} by node {rank}): node(s) {left} "
+                "called shutdown() without declaring it",
+                left,
+            )
             return None
         self._complete(seq)
         return None
@@ -77,8 +80,9 @@ class Collectives:
             self.since.pop(("table", seq), None)
             first = self.decl_specs[seq] = got[min(got)]
             error, refused = mismatch.between_nodes(seq, got), self.refused(first)
-            self.members.broadcast(Kind.TABLE_OK, {"seq": seq, "error": error or refused,
-                                                   "config": bool(refused and not error)})
+            self.members.broadcast(
+                Kind.TABLE_OK, {"seq": seq, "error": error or refused, "config": bool(refused and not error)}
+            )
 
     def refused(self, spec: dict) -> str | None:
         """Why a table every node declared alike cannot be made in this cluster (None: it can): one that
@@ -86,10 +90,12 @@ class Collectives:
         joiners = sorted(r for r in self.joined if self.members.state.get(r) in ("alive", "bye"))
         if not spec.get("aggregate") or not joiners:
             return None
-        return (f"table {spec.get('name')!r} aggregates per node (NodeAggregate), which node(s) {joiners} that "
-                f"joined the running cluster cannot take part in (its per-node arrays are sized by the "
-                f"{self.members.num_nodes} nodes the cluster started with); declare it without aggregate=, or "
-                "before any node joins")
+        return (
+            f"table {spec.get('name')!r} aggregates per node (NodeAggregate), which node(s) {joiners} that "
+            f"joined the running cluster cannot take part in (its per-node arrays are sized by the "
+            f"{self.members.num_nodes} nodes the cluster started with); declare it without aggregate=, or "
+            "before any node joins"
+        )
 
     def aggregated(self) -> list[str]:
         """Tables that aggregate per node, declared or still being declared: either refuses a join (their
@@ -148,8 +154,11 @@ class Collectives:
         False if it left a declaration without declaring it: the cluster stalls."""
         for seq, got in sorted(self.decls.items()):
             if rank not in got:
-                self.stall(f"table declaration #{seq} ({next(iter(got.values())).get('name', '?')!r}, declared by "
-                           f"node(s) {sorted(got)}): node(s) {[rank]} called shutdown() without declaring it", [rank])
+                self.stall(
+                    f"table declaration #{seq} ({next(iter(got.values())).get('name', '?')!r}, declared by "
+                    f"node(s) {sorted(got)}): node(s) {[rank]} called shutdown() without declaring it",
+                    [rank],
+                )
                 return False
         self._release_barriers()
         self._release_clock()
@@ -186,8 +195,10 @@ class Collectives:
         if m.stalled:
             return
         m.stalled = True
-        reason += ("; every node stops. Declare the same tables in the same order and call barrier() the same "
-                   "number of times on every node")
+        reason += (
+            "; every node stops. Declare the same tables in the same order and call barrier() the same "
+            "number of times on every node"
+        )
         log.error("coordinator: %s", reason)
         m.failures.append((missing[0] if missing else -1, reason))
         m.broadcast(Kind.STALLED, {"reason": reason, "missing": missing}, states=("alive", "bye"))
@@ -202,8 +213,11 @@ class Collectives:
             missing = sorted(self.members.ranks() - arrived)
             doing = "; ".join(f"node {r} {self._waits_in(r)}" for r in missing)
             name = f"table declaration #{seq}" if what == "table" else f"barrier #{seq}"
-            self.stall(f"{name}: node(s) {missing} did not join within {timeout:g} s (PSKV_COLLECTIVE_TIMEOUT) "
-                       f"while node(s) {sorted(arrived)} waited ({doing})", missing)
+            self.stall(
+                f"{name}: node(s) {missing} did not join within {timeout:g} s (PSKV_COLLECTIVE_TIMEOUT) "
+                f"while node(s) {sorted(arrived)} waited ({doing})",
+                missing,
+            )
             return
 
     def _waits_in(self, rank: int) -> str:
@@ -213,6 +227,8 @@ class Collectives:
 
     def tick(self) -> dict:
         """What a TICK tells the nodes of the collectives under way (their wait logs)."""
-        return {"barriers": {str(g): sorted(r) for g, r in self.barriers.items()},
-                "tables": {str(seq): sorted(got) for seq, got in self.decls.items()},
-                "clocks": {str(r): c for r, c in self.clocks.items()}}
+        return {
+            "barriers": {str(g): sorted(r) for g, r in self.barriers.items()},
+            "tables": {str(seq): sorted(got) for seq, got in self.decls.items()},
+            "clocks": {str(r): c for r, c in self.clocks.items()},
+        }

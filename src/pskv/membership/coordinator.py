@@ -47,11 +47,20 @@ log = logging.getLogger(__name__)
 class Coordinator:
     """The cluster's coordinator service. `start()` it, give nodes `address`, `close()` it."""
 
-    def __init__(self, num_nodes: int, host: str = "127.0.0.1", port: int = 0,
-                 config: NodeConfig | None = None, *, host_rank: int | None = None, term: int = 0) -> None:
+    def __init__(
+        self,
+        num_nodes: int,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: NodeConfig | None = None,
+        *,
+        host_rank: int | None = None,
+        term: int = 0,
+    ) -> None:
         self.config = config or NodeConfig()
-        self._transport = Transport(host, port=port, linger=2.0, send_timeout=self.config.failure_timeout,
-                                    keys=auth.keys_for(self.config))
+        self._transport = Transport(
+            host, port=port, linger=2.0, send_timeout=self.config.failure_timeout, keys=auth.keys_for(self.config)
+        )
         self._transport.drops.what = "the coordinator"
         self.address = self._transport.address
         self._control: queue.SimpleQueue = queue.SimpleQueue()  # (verb, args) from other threads
@@ -169,9 +178,17 @@ class Coordinator:
     def _handlers(self) -> dict:
         """Kind -> handler(rank, payload), for messages from members (HELLO comes before: `_hello`)."""
         changes, collectives = self.changes, self.collectives
-        return {Kind.TABLE_DECL: self._declare, Kind.BARRIER: collectives.barrier, Kind.CLOCK: collectives.clock,
-                Kind.BYE: self._bye, Kind.HEARTBEAT: changes.heartbeat, Kind.SYNCED: changes.synced,
-                Kind.LEAVE: changes.leave, Kind.DRAINED: changes.drained, Kind.ABORT: self._abort}
+        return {
+            Kind.TABLE_DECL: self._declare,
+            Kind.BARRIER: collectives.barrier,
+            Kind.CLOCK: collectives.clock,
+            Kind.BYE: self._bye,
+            Kind.HEARTBEAT: changes.heartbeat,
+            Kind.SYNCED: changes.synced,
+            Kind.LEAVE: changes.leave,
+            Kind.DRAINED: changes.drained,
+            Kind.ABORT: self._abort,
+        }
 
     def _hello(self, rank: int, p: dict) -> None:
         address = str(p.get("address", ""))
@@ -232,8 +249,9 @@ def start_coordinator(cfg: NodeConfig) -> tuple[Coordinator | None, NodeConfig]:
     try:
         coord = Coordinator(cfg.num_nodes, host, port, cfg, host_rank=0)
     except TransportError as exc:
-        raise TransportError(f"node 0 cannot start the coordinator at {cfg.coordinator}: "
-                             f"{_bind_problem(exc, host, port)}") from exc
+        raise TransportError(
+            f"node 0 cannot start the coordinator at {cfg.coordinator}: {_bind_problem(exc, host, port)}"
+        ) from exc
     return coord.start(), cfg
 
 
@@ -241,9 +259,13 @@ def _bind_problem(exc: TransportError, host: str, port: int) -> str:
     """Why binding the coordinator's port failed, and what to do, in words."""
     errno = getattr(exc.__cause__, "errno", None)
     if errno == errno_codes.EADDRINUSE:
-        return (f"port {port} is already in use (another pskv cluster or another program holds it); choose a free "
-                f"port in PSKV_COORDINATOR, or stop what listens there (`ss -ltnp | grep :{port}`)")
+        return (
+            f"port {port} is already in use (another pskv cluster or another program holds it); choose a free "
+            f"port in PSKV_COORDINATOR, or stop what listens there (`ss -ltnp | grep :{port}`)"
+        )
     if errno == errno_codes.EADDRNOTAVAIL:
-        return (f"{host} is not an address of this machine; node 0 starts the coordinator when no launcher runs "
-                "one, so PSKV_COORDINATOR must name node 0's machine (or use `pskv launch`)")
+        return (
+            f"{host} is not an address of this machine; node 0 starts the coordinator when no launcher runs "
+            "one, so PSKV_COORDINATOR must name node 0's machine (or use `pskv launch`)"
+        )
     return str(exc)

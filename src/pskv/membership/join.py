@@ -51,9 +51,11 @@ def ask(transport: Transport, config: NodeConfig) -> tuple[int, dict]:
         if header.kind == Kind.ABORT:
             raise ClusterError(f"the cluster at {config.join} refused this node: {payload.get('reason')}")
         return header.cluster, payload
-    raise CoordinatorUnreachable(f"no answer from the coordinator at {config.join} within "
-                                 f"{config.rendezvous_timeout:g} s (PSKV_RENDEZVOUS_TIMEOUT); is the cluster running, "
-                                 "and is PSKV_JOIN its coordinator's address (`pskv launch` prints it)?")
+    raise CoordinatorUnreachable(
+        f"no answer from the coordinator at {config.join} within "
+        f"{config.rendezvous_timeout:g} s (PSKV_RENDEZVOUS_TIMEOUT); is the cluster running, "
+        "and is PSKV_JOIN its coordinator's address (`pskv launch` prints it)?"
+    )
 
 
 def share(lo: int, hi: int, taken: int, members: int) -> tuple[int, int]:

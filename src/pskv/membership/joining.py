@@ -61,17 +61,41 @@ class Joining:
             changes.outside[rank] = tables
         m.epoch += 1
         addresses = {str(r): m.addresses[r] for r in live}
-        payload = {"epoch": m.epoch, "alive": live, "dead": -1, "joined": rank, "reason": "it joined the cluster",
-                   "managers": changes.managers, "addresses": addresses, **changes.outside_field()}
-        log.warning("coordinator: node %d joined from %s; membership epoch %d goes on with nodes %s", rank, address,
-                    m.epoch, live)
+        payload = {
+            "epoch": m.epoch,
+            "alive": live,
+            "dead": -1,
+            "joined": rank,
+            "reason": "it joined the cluster",
+            "managers": changes.managers,
+            "addresses": addresses,
+            **changes.outside_field(),
+        }
+        log.warning(
+            "coordinator: node %d joined from %s; membership epoch %d goes on with nodes %s",
+            rank,
+            address,
+            m.epoch,
+            live,
+        )
         m.broadcast(Kind.MEMBERSHIP, payload, states=LIVE)
         m.state[rank] = "alive"
-        m.send(rank, Kind.JOINED, {**payload, "rank": rank, "num_nodes": m.num_nodes, "host": m.host_rank,
-                                   "decls": {str(q): spec for q, spec in self.collectives.decl_specs.items()},
-                                   "barrier": self.collectives.barrier_top + 1,
-                                   "clock": self.collectives.global_clock, "joiners": joiners, "tables": tables,
-                                   "backups": m.config.backups})
+        m.send(
+            rank,
+            Kind.JOINED,
+            {
+                **payload,
+                "rank": rank,
+                "num_nodes": m.num_nodes,
+                "host": m.host_rank,
+                "decls": {str(q): spec for q, spec in self.collectives.decl_specs.items()},
+                "barrier": self.collectives.barrier_top + 1,
+                "clock": self.collectives.global_clock,
+                "joiners": joiners,
+                "tables": tables,
+                "backups": m.config.backups,
+            },
+        )
         self.enter_due()
 
     def problem(self) -> str | None:
@@ -84,8 +108,10 @@ class Joining:
         if self.changes.leaving:
             return f"node(s) {sorted(self.changes.leaving)} are leaving right now; try again in a moment"
         if aggregated := self.collectives.aggregated():
-            return (f"table(s) {aggregated} aggregate per node (NodeAggregate), which cannot take a node that joins "
-                    "later; start the cluster with the nodes it needs")
+            return (
+                f"table(s) {aggregated} aggregate per node (NodeAggregate), which cannot take a node that joins "
+                "later; start the cluster with the nodes it needs"
+            )
         return None
 
     def declared(self, rank: int, error: str | None) -> None:
@@ -107,8 +133,18 @@ class Joining:
             m.epoch += 1
             changes.chains = Chains(m.num_nodes, m.config.backups, live - set(changes.outside))
             ends = [r for r in range(m.num_nodes) if rank in changes.chains.chain(r)]
-            payload = {"epoch": m.epoch, "alive": sorted(live), "dead": -1, "entered": rank,
-                       "reason": "it entered the chains", **changes.outside_field()}
-            log.warning("coordinator: node %d, which joined, enters the chains of key range(s) %s; membership epoch %d",
-                        rank, ends, m.epoch)
+            payload = {
+                "epoch": m.epoch,
+                "alive": sorted(live),
+                "dead": -1,
+                "entered": rank,
+                "reason": "it entered the chains",
+                **changes.outside_field(),
+            }
+            log.warning(
+                "coordinator: node %d, which joined, enters the chains of key range(s) %s; membership epoch %d",
+                rank,
+                ends,
+                m.epoch,
+            )
             m.broadcast(Kind.MEMBERSHIP, payload, states=LIVE)

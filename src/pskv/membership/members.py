@@ -29,8 +29,9 @@ LIVE = ("alive", "bye")  # the states of members: still serving their rows, coun
 class Members:
     """Who is in the cluster, as the coordinator knows it; `send`/`broadcast` reach them."""
 
-    def __init__(self, num_nodes: int, config: NodeConfig, transport: Transport, *, host_rank: int | None,
-                 term: int) -> None:
+    def __init__(
+        self, num_nodes: int, config: NodeConfig, transport: Transport, *, host_rank: int | None, term: int
+    ) -> None:
         self.num_nodes = num_nodes  # the nodes the cluster started with (ranks of joiners go on from here)
         self.config = config
         self.host_rank = host_rank  # the node whose process runs this coordinator (None: a launcher)
@@ -69,8 +70,11 @@ class Members:
 
     def silent(self, now: float, timeout: float) -> list[tuple[int, float]]:
         """(rank, seconds) of members (and nodes still handing over) not heard for longer than `timeout`."""
-        return [(rank, now - self.last_seen[rank]) for rank, state in list(self.state.items())
-                if state in ("alive", "bye", "leaving") and now - self.last_seen[rank] > timeout]
+        return [
+            (rank, now - self.last_seen[rank])
+            for rank, state in list(self.state.items())
+            if state in ("alive", "bye", "leaving") and now - self.last_seen[rank] > timeout
+        ]
 
     def send(self, rank: int, kind: Kind, payload: dict | None = None) -> None:
         try:
@@ -86,8 +90,7 @@ class Members:
     def refuse(self, address: str, reason: str) -> None:
         """ABORT{reason} to a node that is no member (a refused HELLO), on a one-off socket: never
         replace the address of a rank that joined."""
-        self.transport.send_once(address, control(Kind.ABORT, self.cluster, COORDINATOR, {"reason": reason},
-                                                  self.term))
+        self.transport.send_once(address, control(Kind.ABORT, self.cluster, COORDINATOR, {"reason": reason}, self.term))
 
     def failure_payload(self, rank: int) -> dict:
         """NODE_FAILED's payload for `rank`: its address and the reason it failed."""
@@ -95,5 +98,7 @@ class Members:
         return {"rank": rank, "address": self.addresses.get(rank, ""), "reason": reason}
 
     def __repr__(self) -> str:
-        return (f"<Members epoch={self.epoch} {sorted(self.state.items())}"
-                f"{' stalled' if self.stalled else ''}{' finished' if self.finished else ''}>")
+        return (
+            f"<Members epoch={self.epoch} {sorted(self.state.items())}"
+            f"{' stalled' if self.stalled else ''}{' finished' if self.finished else ''}>"
+        )

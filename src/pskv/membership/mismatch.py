@@ -23,8 +23,11 @@ def differences(first: dict, other: dict, first_at: str, other_at: str) -> str:
     "dim 4 on node 0 but 8 on node 2, updater.lr 0.1 on node 0 but 0.2 on node 2"."""
     a, b = _flat(first), _flat(other)
     missing = "(not set)"
-    parts = [f"{key} {a.get(key, missing)!r} {first_at} but {b.get(key, missing)!r} {other_at}"
-             for key in list(a) + [k for k in b if k not in a] if a.get(key, missing) != b.get(key, missing)]
+    parts = [
+        f"{key} {a.get(key, missing)!r} {first_at} but {b.get(key, missing)!r} {other_at}"
+        for key in list(a) + [k for k in b if k not in a]
+        if a.get(key, missing) != b.get(key, missing)
+    ]
     return ", ".join(parts).replace(f"{missing!r}", missing) or "the specs differ"
 
 
@@ -37,11 +40,15 @@ def between_nodes(seq: int, got: dict[int, dict]) -> str | None:
     if not bad:
         return None
     others = f" (node(s) {bad[1:]} differ from node {ranks[0]} too)" if len(bad) > 1 else ""
-    return (f"table {first.get('name', '?')!r} (declaration #{seq}) differs between nodes: "
-            f"{differences(first, got[bad[0]], f'on node {ranks[0]}', f'on node {bad[0]}')}{others}; {_ADVICE}")
+    return (
+        f"table {first.get('name', '?')!r} (declaration #{seq}) differs between nodes: "
+        f"{differences(first, got[bad[0]], f'on node {ranks[0]}', f'on node {bad[0]}')}{others}; {_ADVICE}"
+    )
 
 
 def joiner(seq: int, first: dict, rank: int, spec: dict) -> str:
     """The error of a node that joined later and declared #seq unlike the cluster did."""
-    return (f"table {first.get('name', '?')!r} (declaration #{seq}) differs: "
-            f"{differences(first, spec, 'in the cluster', f'on node {rank}')} (node {rank} joined later); {_ADVICE}")
+    return (
+        f"table {first.get('name', '?')!r} (declaration #{seq}) differs: "
+        f"{differences(first, spec, 'in the cluster', f'on node {rank}')} (node {rank} joined later); {_ADVICE}"
+    )

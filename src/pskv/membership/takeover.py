@@ -88,9 +88,12 @@ class Succession:
             return {"address": address, "term": term, "host": self.view.rank}
         if silent <= (len(order) + 1) * timeout:
             return None  # a candidate takes over; its MOVED comes
-        return NodeFailure(f"the coordinator on node {self.view.coordinator_host} has been silent for {silent:.1f} s "
-                           f"and none of nodes {order} took it over; this cluster cannot continue", -1,
-                           self.config.coordinator or "")
+        return NodeFailure(
+            f"the coordinator on node {self.view.coordinator_host} has been silent for {silent:.1f} s "
+            f"and none of nodes {order} took it over; this cluster cannot continue",
+            -1,
+            self.config.coordinator or "",
+        )
 
     def take_over(self, silent: float) -> tuple[str, int]:
         """Start a coordinator in this process and tell every node; returns its address and term."""
@@ -98,8 +101,14 @@ class Succession:
         term = next_term(view.epoch, view.coordinator_term, self.candidates().index(view.rank))
         dead = view.coordinator_host
         assert dead is not None and view.addresses is not None  # (a node hosted it; this node was welcomed)
-        log.warning("node %d: the coordinator on node %d has been silent for %.1f s; node %d takes it over (term %d)",
-                    view.rank, dead, silent, view.rank, term)
+        log.warning(
+            "node %d: the coordinator on node %d has been silent for %.1f s; node %d takes it over (term %d)",
+            view.rank,
+            dead,
+            silent,
+            view.rank,
+            term,
+        )
         self.coordinator = ResumedCoordinator(self.config, view, term, dead).start()
         payload = {"address": self.coordinator.address, "term": term, "host": view.rank}
         for rank in sorted(view.addresses):
@@ -148,13 +157,16 @@ class ResumedCoordinator(Coordinator):
     def _handlers(self) -> dict:
         """Messages from a node that has not rejoined yet wait for its REJOIN (it sent them after
         it learned the new address, but on other threads' sockets, which may overtake it)."""
+
         def after_rejoin(handler):
             def handle(rank: int, p: dict) -> None:
                 if rank in self._waiting:
                     self._early.setdefault(rank, []).append((handler, p))
                 else:
                     handler(rank, p)
+
             return handle
+
         return {**{kind: after_rejoin(h) for kind, h in super()._handlers().items()}, Kind.REJOIN: self._rejoin}
 
     def _rejoin(self, rank: int, p: dict) -> None:
@@ -194,20 +206,23 @@ class ResumedCoordinator(Coordinator):
         live = m.live() - {self._dead}
         chains = changes.chains
         assert chains is not None  # (made in __init__, replaced only by another)
-        changes.whole = [{n for n in chains.chain(r) if n in live and r not in self._filling.get(n, ())}
-                         for r in range(m.num_nodes)]
+        changes.whole = [
+            {n for n in chains.chain(r) if n in live and r not in self._filling.get(n, ())} for r in range(m.num_nodes)
+        ]
         for gen in sorted(g for g in self.collectives.barriers if g <= self._released_upto):
             self.collectives.release(gen)  # the old coordinator released it to some nodes already
-        changes.fail(self._dead, f"node {self._dead}, which ran the coordinator, went silent; node "
-                                 f"{self.host_rank} took the coordinator over")
+        changes.fail(
+            self._dead,
+            f"node {self._dead}, which ran the coordinator, went silent; node "
+            f"{self.host_rank} took the coordinator over",
+        )
         for rank in missing:
             changes.fail(rank, "it did not rejoin the coordinator that took over")
         self.joining.enter_due()  # a joiner that declared its tables meanwhile
 
     def _join(self, address: str) -> None:
         if self._waiting:  # (what it rebuilds must not change under it)
-            self.members.refuse(address, f"node {self.host_rank} is taking the coordinator over; try again in a "
-                                         "moment")
+            self.members.refuse(address, f"node {self.host_rank} is taking the coordinator over; try again in a moment")
             return
         super()._join(address)
 

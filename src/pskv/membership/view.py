@@ -156,6 +156,8 @@ class View:
         return Verdict.ACCEPT
 
     def __repr__(self) -> str:
-        return (f"<View node={self.rank}/{self.num_nodes} cluster={self.cluster} epoch={self.epoch} "
-                f"alive={sorted(self.alive)}{f' outside={sorted(self.outside)}' if self.outside else ''} "
-                f"backups={self.backups}>")
+        return (
+            f"<View node={self.rank}/{self.num_nodes} cluster={self.cluster} epoch={self.epoch} "
+            f"alive={sorted(self.alive)}{f' outside={sorted(self.outside)}' if self.outside else ''} "
+            f"backups={self.backups}>"
+        )

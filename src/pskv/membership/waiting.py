@@ -46,6 +46,6 @@ class Patience:
 
 
 def missing(expected, arrived) -> str:
-    """"node(s) [1, 2]" for the ranks of `expected` not in `arrived`, or "the other nodes" if unknown."""
+    """ "node(s) [1, 2]" for the ranks of `expected` not in `arrived`, or "the other nodes" if unknown."""
     ranks = sorted(set(expected) - set(arrived))
     return f"node(s) {ranks}" if ranks else "the other nodes"

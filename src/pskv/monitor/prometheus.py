@@ -97,14 +97,20 @@ def families(sample: dict) -> list:
 
     node = str(sample["rank"])
     out = []
-    requests = CounterMetricFamily("pskv_requests", "pulls and pushes this node's workers issued on the table",
-                                   labels=["node", "table", "kind"])
-    keys = CounterMetricFamily("pskv_keys", "keys of those calls, answered here (local) or sent to another node "
-                               "(remote)", labels=["node", "table", "location"])
-    staleness = GaugeMetricFamily("pskv_table_staleness", "the table's staleness bound in clocks (0: BSP, "
-                                  "+Inf: Async)", labels=["node", "table"])
-    extra = {key: CounterMetricFamily(name, doc, labels=["node", "table"])
-             for key, (name, doc) in _TABLE_COUNTERS.items()}
+    requests = CounterMetricFamily(
+        "pskv_requests", "pulls and pushes this node's workers issued on the table", labels=["node", "table", "kind"]
+    )
+    keys = CounterMetricFamily(
+        "pskv_keys",
+        "keys of those calls, answered here (local) or sent to another node (remote)",
+        labels=["node", "table", "location"],
+    )
+    staleness = GaugeMetricFamily(
+        "pskv_table_staleness", "the table's staleness bound in clocks (0: BSP, +Inf: Async)", labels=["node", "table"]
+    )
+    extra = {
+        key: CounterMetricFamily(name, doc, labels=["node", "table"]) for key, (name, doc) in _TABLE_COUNTERS.items()
+    }
     for table, st in sorted(sample["tables"].items()):
         requests.add_metric([node, table, "pull"], st["pulls"])
         requests.add_metric([node, table, "push"], st["pushes"])
@@ -129,9 +135,11 @@ def families(sample: dict) -> list:
             out.append(gauge)
     members = GaugeMetricFamily("pskv_members", "live nodes of the cluster as this node sees them", labels=["node"])
     members.add_metric([node], len(sample["members"]))
-    dropped = CounterMetricFamily("pskv_dropped_messages", "messages dropped: garbage or another cluster's "
-                                  "(garbage), or from a node that is no member any more (fenced)",
-                                  labels=["node", "reason"])
+    dropped = CounterMetricFamily(
+        "pskv_dropped_messages",
+        "messages dropped: garbage or another cluster's (garbage), or from a node that is no member any more (fenced)",
+        labels=["node", "reason"],
+    )
     for reason, key in (("garbage", "dropped"), ("fenced", "fenced")):
         if key in sample:
             dropped.add_metric([node, reason], sample[key])
@@ -142,12 +150,19 @@ def _latency(node: str, latency: dict[str, Latency]) -> list:
     """Histograms, keys and failures of the requests this node sent, by table and kind."""
     from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
-    hist = HistogramMetricFamily("pskv_request_duration_seconds", "requests this node sent to other nodes, "
-                                 "from issue to their last reply", labels=["node", "table", "kind"])
-    keys = CounterMetricFamily("pskv_request_keys", "keys of those requests (completed)",
-                               labels=["node", "table", "kind"])
-    failures = CounterMetricFamily("pskv_request_failures", "requests this node sent that failed (a node died, "
-                                   "an error reply, no progress, shutdown)", labels=["node", "table", "kind"])
+    hist = HistogramMetricFamily(
+        "pskv_request_duration_seconds",
+        "requests this node sent to other nodes, from issue to their last reply",
+        labels=["node", "table", "kind"],
+    )
+    keys = CounterMetricFamily(
+        "pskv_request_keys", "keys of those requests (completed)", labels=["node", "table", "kind"]
+    )
+    failures = CounterMetricFamily(
+        "pskv_request_failures",
+        "requests this node sent that failed (a node died, an error reply, no progress, shutdown)",
+        labels=["node", "table", "kind"],
+    )
     merged: dict[tuple[str, str], Latency] = {}  # descriptions that differ only after the table name
     for desc, lat in latency.items():
         into = merged.setdefault(kind_and_table(desc), Latency())
@@ -176,16 +191,20 @@ class Exporter:
         try:
             import prometheus_client
         except ImportError:
-            raise ConfigError(f"node {rank}: PSKV_METRICS_PORT asks for metrics at {host}:{port}, but "
-                              f"prometheus-client is not installed; {INSTALL}, or unset PSKV_METRICS_PORT") from None
+            raise ConfigError(
+                f"node {rank}: PSKV_METRICS_PORT asks for metrics at {host}:{port}, but "
+                f"prometheus-client is not installed; {INSTALL}, or unset PSKV_METRICS_PORT"
+            ) from None
         registry = prometheus_client.CollectorRegistry(auto_describe=False)
         registry.register(NodeCollector(sample))
         try:
             self._httpd, self._thread = prometheus_client.start_http_server(port, addr=host, registry=registry)
         except OSError as exc:
-            raise ConfigError(f"node {rank}: cannot serve metrics at {host}:{port} ({exc.strerror or exc}); "
-                              "PSKV_METRICS_PORT=P serves node r at port P + r: choose P where those ports are "
-                              "free") from None
+            raise ConfigError(
+                f"node {rank}: cannot serve metrics at {host}:{port} ({exc.strerror or exc}); "
+                "PSKV_METRICS_PORT=P serves node r at port P + r: choose P where those ports are "
+                "free"
+            ) from None
         self._thread.name = f"pskv-metrics-{rank}"
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
         self._lock = threading.Lock()  # guards _closed: close() may come from teardown and atexit at once

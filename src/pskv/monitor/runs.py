@@ -31,8 +31,13 @@ def register(urls: list[str], command: str, metrics_port: int) -> Path | None:
     (`pskv top` then needs --metrics-port; the run itself goes on)."""
     folder = directory()
     path = folder / f"run-{os.getpid()}.json"
-    record = {"pid": os.getpid(), "started": time.time(), "command": command, "metrics_port": metrics_port,
-              "urls": list(urls)}
+    record = {
+        "pid": os.getpid(),
+        "started": time.time(),
+        "command": command,
+        "metrics_port": metrics_port,
+        "urls": list(urls),
+    }
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")

@@ -41,8 +41,9 @@ def parse(text: str) -> list[Sample]:
         m = _LINE.match(line)
         if m is None or line.startswith("#"):
             continue
-        labels = tuple(sorted((k, re.sub(r'\\[\\"n]', lambda e: _UNESCAPE[e[0]], v))
-                              for k, v in _LABEL.findall(m[2] or "")))
+        labels = tuple(
+            sorted((k, re.sub(r'\\[\\"n]', lambda e: _UNESCAPE[e[0]], v)) for k, v in _LABEL.findall(m[2] or ""))
+        )
         out.append((m[1], labels, float(m[3])))
     return out
 
@@ -103,9 +104,15 @@ class View:
             lab = dict(labels)
             self.node = lab.get("node", self.node)
             table = lab.get("table")
-            column = {"pskv_requests_total": "reqs", "pskv_keys_total": "keys", "pskv_sent_bytes_total": "out",
-                      "pskv_received_bytes_total": "in", "pskv_clock": "clock", "pskv_pending_requests": "queue",
-                      "pskv_deferred_requests": "queue"}.get(name)
+            column = {
+                "pskv_requests_total": "reqs",
+                "pskv_keys_total": "keys",
+                "pskv_sent_bytes_total": "out",
+                "pskv_received_bytes_total": "in",
+                "pskv_clock": "clock",
+                "pskv_pending_requests": "queue",
+                "pskv_deferred_requests": "queue",
+            }.get(name)
             if column is not None:
                 for t in {"*", table or "*"}:
                     self.totals[t, column] = self.totals.get((t, column), 0.0) + value
@@ -140,6 +147,7 @@ def rows(now: View, before: View | None) -> list[tuple[str, ...]]:
     dt = (now.when - before.when) if before is not None else 0.0
     out: list[tuple[str, ...]] = []
     for table in ["*", *now.tables()]:
+
         def total(column: str, table: str = table) -> float | None:
             return now.totals.get((table, column))
 
@@ -153,29 +161,44 @@ def rows(now: View, before: View | None) -> list[tuple[str, ...]]:
         delta = {le: c - (before.buckets.get(table, {}).get(le, 0.0) if before else 0.0) for le, c in hist.items()}
         recent = delta if delta and max(delta.values()) > 0 else hist
         node_only = table == "*"
-        out.append((now.node, table, _count(total("reqs")), _rate(rate("reqs")), _count(total("keys")),
-                    _rate(rate("keys")), _bytes(rate("in")) if node_only else "-",
-                    _bytes(rate("out")) if node_only else "-", _ms(quantile(0.5, recent)), _ms(quantile(0.99, recent)),
-                    _count(total("clock")) if node_only else "-", _count(total("queue")) if node_only else "-"))
+        out.append(
+            (
+                now.node,
+                table,
+                _count(total("reqs")),
+                _rate(rate("reqs")),
+                _count(total("keys")),
+                _rate(rate("keys")),
+                _bytes(rate("in")) if node_only else "-",
+                _bytes(rate("out")) if node_only else "-",
+                _ms(quantile(0.5, recent)),
+                _ms(quantile(0.99, recent)),
+                _count(total("clock")) if node_only else "-",
+                _count(total("queue")) if node_only else "-",
+            )
+        )
     return out
 
 
 def frame(views: list[View | str], before: dict[int, View]) -> list[str]:
     """The text of one refresh: a header and each node's lines (or why it could not be read)."""
-    lines = [" ".join(h.rjust(w) if i > 1 else h.ljust(w)
-                      for i, (h, w) in enumerate(zip(_HEADER, _WIDTHS, strict=True)))]
+    lines = [
+        " ".join(h.rjust(w) if i > 1 else h.ljust(w) for i, (h, w) in enumerate(zip(_HEADER, _WIDTHS, strict=True)))
+    ]
     for i, view in enumerate(views):
         if isinstance(view, str):
             lines.append(f"{'?'.ljust(_WIDTHS[0])} {view}")
             continue
         for row in rows(view, before.get(i)):
-            lines.append(" ".join(c.rjust(w) if j > 1 else c.ljust(w)
-                                  for j, (c, w) in enumerate(zip(row, _WIDTHS, strict=True))))
+            lines.append(
+                " ".join(c.rjust(w) if j > 1 else c.ljust(w) for j, (c, w) in enumerate(zip(row, _WIDTHS, strict=True)))
+            )
     return lines
 
 
-def run(urls: list[str], *, once: bool = False, interval: float = 1.0, out: TextIO | None = None,
-        frames: int | None = None) -> int:
+def run(
+    urls: list[str], *, once: bool = False, interval: float = 1.0, out: TextIO | None = None, frames: int | None = None
+) -> int:
     """Show the cluster at `urls` every `interval` seconds until Ctrl-C (`frames`: that many). `once`:
     print one frame (rates over one interval) and return 1 if a node could not be read, else 0."""
     out = out or sys.stdout
@@ -194,8 +217,9 @@ def run(urls: list[str], *, once: bool = False, interval: float = 1.0, out: Text
                 out.write("\n".join(lines) + "\n")
                 return int(any(isinstance(v, str) for v in views))
             stamp = time.strftime("%H:%M:%S")
-            out.write("\x1b[H\x1b[2J" + f"pskv top  {len(urls)} node(s)  {stamp}  (Ctrl-C quits)\n"
-                      + "\n".join(lines) + "\n")
+            out.write(
+                "\x1b[H\x1b[2J" + f"pskv top  {len(urls)} node(s)  {stamp}  (Ctrl-C quits)\n" + "\n".join(lines) + "\n"
+            )
             out.flush()
             before = {i: v for i, v in enumerate(views) if isinstance(v, View)}
             shown += 1

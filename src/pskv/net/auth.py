@@ -106,8 +106,9 @@ def new_secret(path: str | os.PathLike) -> Path:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise ConfigError(f"{path} exists; a cluster's secret is never overwritten: remove it first, "
-                          "or choose another path") from None
+        raise ConfigError(
+            f"{path} exists; a cluster's secret is never overwritten: remove it first, or choose another path"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"cannot create the secret file {path}: {exc.strerror}") from None
     with os.fdopen(fd, "w") as f:
@@ -122,11 +123,15 @@ def load(path: str | os.PathLike) -> ClusterKeys:
         raw = path.read_bytes().strip()
         mode = path.stat().st_mode
     except OSError as exc:
-        raise ConfigError(f"cannot read PSKV_SECRET_FILE={str(path)!r}: {exc.strerror}; give every node the "
-                          "cluster's secret file (`pskv secret new FILE` makes one)") from None
+        raise ConfigError(
+            f"cannot read PSKV_SECRET_FILE={str(path)!r}: {exc.strerror}; give every node the "
+            "cluster's secret file (`pskv secret new FILE` makes one)"
+        ) from None
     if len(raw) < _MIN_SECRET:
-        raise ConfigError(f"PSKV_SECRET_FILE={str(path)!r} holds {len(raw)} byte(s); a secret needs at least "
-                          f"{_MIN_SECRET} (`pskv secret new FILE` makes one)")
+        raise ConfigError(
+            f"PSKV_SECRET_FILE={str(path)!r} holds {len(raw)} byte(s); a secret needs at least "
+            f"{_MIN_SECRET} (`pskv secret new FILE` makes one)"
+        )
     if mode & (stat.S_IRWXG | stat.S_IRWXO) and "mode" + str(path) not in _warned:
         _warned.add("mode" + str(path))
         log.warning("the secret file %s can be read by other users (mode %o); chmod 600 it", path, mode & 0o777)
@@ -140,20 +145,26 @@ def keys_for(config: NodeConfig) -> ClusterKeys | None:
         return load(config.secret_file)
     if (config.num_nodes > 1 or config.join) and "none" not in _warned:
         _warned.add("none")
-        log.warning("PSKV_SECRET_FILE is not set: this node runs unauthenticated, and anyone who reaches its "
-                    "ports can join and write; `pskv launch` sets it (see the README, Security)")
+        log.warning(
+            "PSKV_SECRET_FILE is not set: this node runs unauthenticated, and anyone who reaches its "
+            "ports can join and write; `pskv launch` sets it (see the README, Security)"
+        )
     return None
 
 
 def refusal(address: str, keys: ClusterKeys | None) -> str:
     """What to tell the user when the coordinator at `address` refused this node's handshakes."""
     if keys is None:
-        return (f"the coordinator at {address} refused this node's connection: the cluster requires a secret and "
-                "this node has none (PSKV_SECRET_FILE is unset); start it with PSKV_SECRET_FILE set to the "
-                "cluster's secret file (`pskv launch` prints its path)")
-    return (f"the coordinator at {address} refused this node's connection: the secret in PSKV_SECRET_FILE="
-            f"{keys.source!r} is not the cluster's (or the cluster runs without one); give every node the same "
-            "secret file")
+        return (
+            f"the coordinator at {address} refused this node's connection: the cluster requires a secret and "
+            "this node has none (PSKV_SECRET_FILE is unset); start it with PSKV_SECRET_FILE set to the "
+            "cluster's secret file (`pskv launch` prints its path)"
+        )
+    return (
+        f"the coordinator at {address} refused this node's connection: the secret in PSKV_SECRET_FILE="
+        f"{keys.source!r} is not the cluster's (or the cluster runs without one); give every node the same "
+        "secret file"
+    )
 
 
 class Guard:
@@ -195,8 +206,9 @@ class Handshakes:
 
     def watch(self, sock: zmq.Socket, where: str) -> None:
         """Watch `sock`'s handshakes (any thread, right after making it): where is "inbox" or an address."""
-        monitor = sock.get_monitor_socket(_FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED,
-                                          addr=f"inproc://pskv-handshakes-{os.getpid()}-{next(_monitors)}")
+        monitor = sock.get_monitor_socket(
+            _FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED, addr=f"inproc://pskv-handshakes-{os.getpid()}-{next(_monitors)}"
+        )
         with self._lock:
             self._new.append((monitor, where))
 
@@ -219,8 +231,10 @@ class Handshakes:
                 event = recv_monitor_message(monitor, zmq.NOBLOCK)["event"]
                 if where == "inbox":
                     if event & _FAILED and event != zmq.EVENT_HANDSHAKE_FAILED_AUTH:  # (AUTH: the Guard counted it)
-                        self._drops.add("unauthenticated peers", "a connection failed authentication (no secret, "
-                                                                 "or another cluster's)")
+                        self._drops.add(
+                            "unauthenticated peers",
+                            "a connection failed authentication (no secret, or another cluster's)",
+                        )
                 elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                     self._coordinator_ok = True
                 elif not self._coordinator_ok:
@@ -326,8 +340,10 @@ def _own_dir(path: Path) -> None:
     except FileExistsError:
         pass
     if not _is_private(path):
-        raise ConfigError(f"{path} exists but is not a directory of uid {os.getuid()} with mode 0700 (remove it, "
-                          "or chmod 700 it if it is yours)")
+        raise ConfigError(
+            f"{path} exists but is not a directory of uid {os.getuid()} with mode 0700 (remove it, "
+            "or chmod 700 it if it is yours)"
+        )
 
 
 def _is_private(path: Path) -> bool:

@@ -63,16 +63,16 @@ class Codec:
             values = frames[values_at]
             if values.dtype != np.float32:
                 raise ConfigError(f"quantize={self.quantize!r} needs a float32 table, not {values.dtype}")
-            frames[values_at], header.dtype = (_to_bf16(values), BF16) if self.quantize == "bf16" else \
-                (values.astype(np.float16), FP16)
+            frames[values_at], header.dtype = (
+                (_to_bf16(values), BF16) if self.quantize == "bf16" else (values.astype(np.float16), FP16)
+            )
         if self.key_cache and header.n_keys:
             frames[keys_at], header.key_dtype = _sent(header.cluster, header.sender, dest).encode(frames[keys_at])
         if self.compress:
             code = _CODECS[self.compress]
             for at, field in ((keys_at, "key_dtype"), (values_at, "dtype")):
                 if at is not None and _nbytes(frames[at]) >= _MIN_COMPRESS:
-                    frames[at] = _compressor(self.compress)(np.ascontiguousarray(frames[at]).data.cast("B"),
-                                                            self.level)
+                    frames[at] = _compressor(self.compress)(np.ascontiguousarray(frames[at]).data.cast("B"), self.level)
                     setattr(header, field, getattr(header, field) | code << 4)
         frames[0] = header.pack()
         return frames
@@ -81,8 +81,12 @@ class Codec:
 def decode(header: Header, frames: list, remembered: Remembered) -> list:
     """Plain frames (int64 keys, float32 values, nothing compressed) of a request a Codec encoded;
     the header's codes are set back. Raises ProtocolError for anything that does not fit."""
-    special = header.key_dtype >> 4 or header.dtype >> 4 or header.key_dtype in (KEYS_REMEMBER, KEYS_CACHED) or \
-        header.dtype in (FP16, BF16)
+    special = (
+        header.key_dtype >> 4
+        or header.dtype >> 4
+        or header.key_dtype in (KEYS_REMEMBER, KEYS_CACHED)
+        or header.dtype in (FP16, BF16)
+    )
     if not special or len(frames) < 2:
         return frames
     frames = list(frames)
@@ -106,8 +110,9 @@ def decode(header: Header, frames: list, remembered: Remembered) -> list:
         if values_at is None:
             raise ProtocolError(f"{header!r}: 16-bit values, but no values frame")
         raw = np.frombuffer(_buffer(frames[values_at]), np.uint16 if header.dtype == BF16 else np.float16)
-        frames[values_at] = (raw.astype(np.uint32) << 16).view(np.float32) if header.dtype == BF16 else \
-            raw.astype(np.float32)
+        frames[values_at] = (
+            (raw.astype(np.uint32) << 16).view(np.float32) if header.dtype == BF16 else raw.astype(np.float32)
+        )
         header.dtype = dtype_code(np.float32)
     return frames
 
@@ -197,17 +202,23 @@ def _compressor(name: str):
     try:
         if name == "zstd":
             import zstandard
+
             return lambda data, level: zstandard.ZstdCompressor(level=level).compress(data)
         import lz4.frame
+
         return lambda data, level: lz4.frame.compress(data)
     except ImportError:
-        raise ConfigError(f"compress={name!r} needs the {'zstandard' if name == 'zstd' else 'lz4'} package: "
-                          "pip install 'pskv[compress]'") from None
+        raise ConfigError(
+            f"compress={name!r} needs the {'zstandard' if name == 'zstd' else 'lz4'} package: "
+            "pip install 'pskv[compress]'"
+        ) from None
 
 
 def _decompressor(name: str):
     if name == "zstd":
         import zstandard
+
         return lambda data: zstandard.ZstdDecompressor().decompress(data)
     import lz4.frame
+
     return lz4.frame.decompress

@@ -71,8 +71,14 @@ class Batched:
 
 
 class Dispatcher:
-    def __init__(self, transport: Transport, rank: int, admit: Callable[[Header], Verdict], *,
-                 on_refused: Callable[[ClusterError], object] | None = None) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        rank: int,
+        admit: Callable[[Header], Verdict],
+        *,
+        on_refused: Callable[[ClusterError], object] | None = None,
+    ) -> None:
         self._transport = transport
         self.rank = rank
         self._admit = admit
@@ -238,8 +244,10 @@ class Dispatcher:
             self.fenced += 1
             return None
         if verdict is not Verdict.ACCEPT or handler is None:
-            self._drop(peer_of(frames, header.sender),
-                       f"{header!r}: not from this cluster" if handler else f"{header!r}: no handler for its kind")
+            self._drop(
+                peer_of(frames, header.sender),
+                f"{header!r}: not from this cluster" if handler else f"{header!r}: no handler for its kind",
+            )
             return None
         return header
 
@@ -264,7 +272,9 @@ class Dispatcher:
             "WELCOME or in a newer epoch), waiting for the WELCOME, MEMBERSHIP or MOVED that would admit them, "
             f"which never came; it dropped the next one ({header!r} from {peer_of(frames, header.sender)}, epoch "
             f"{header.epoch}) and stops, since a lost request, reply or write would go unnoticed: look for a "
-            f"coordinator message that did not reach node {self.rank} in the logs", self.rank)
+            f"coordinator message that did not reach node {self.rank} in the logs",
+            self.rank,
+        )
         if self._on_refused is None:
             log.error("%s", error)
         else:

@@ -37,8 +37,9 @@ class _Peer:
 class Drops:
     """Per-peer drop counts of one part of a node (`what`: "node 2", "the coordinator")."""
 
-    def __init__(self, log: logging.Logger, what: str, *, interval: float = INTERVAL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, log: logging.Logger, what: str, *, interval: float = INTERVAL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._log = log
         self.what = what
         self._interval = interval
@@ -73,8 +74,9 @@ class Drops:
             return
         now = self._clock()
         with self._lock:
-            lines = [(peer, line) for peer, state in self._peers.items()
-                     if (line := self._take(state, now)) is not None]
+            lines = [
+                (peer, line) for peer, state in self._peers.items() if (line := self._take(state, now)) is not None
+            ]
         for peer, line in lines:
             self._write(peer, *line)
 
@@ -85,14 +87,27 @@ class Drops:
         state.logged_at, state.count = now, 0
         return line
 
-    def _write(self, peer: str, count: int, reason: str, seconds: float | None,
-               exc_info: BaseException | None = None) -> None:
+    def _write(
+        self, peer: str, count: int, reason: str, seconds: float | None, exc_info: BaseException | None = None
+    ) -> None:
         if seconds is None:
-            self._log.warning("%s dropped a message from %s: %s (more from it are counted, one line a minute)",
-                              self.what, peer, reason, exc_info=exc_info)
+            self._log.warning(
+                "%s dropped a message from %s: %s (more from it are counted, one line a minute)",
+                self.what,
+                peer,
+                reason,
+                exc_info=exc_info,
+            )
         else:
-            self._log.warning("%s dropped %d message(s) from %s in the last %.0f s; the last: %s",
-                              self.what, count, peer, seconds, reason, exc_info=exc_info)
+            self._log.warning(
+                "%s dropped %d message(s) from %s in the last %.0f s; the last: %s",
+                self.what,
+                count,
+                peer,
+                seconds,
+                reason,
+                exc_info=exc_info,
+            )
 
     def __repr__(self) -> str:
         return f"<Drops {self.what!r} total={self.total} peers={len(self._peers)}>"

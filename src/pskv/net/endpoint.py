@@ -43,16 +43,24 @@ class _Holds(threading.local):
 
 def _carries(arrays: dict, *names: str) -> bool:
     """The request's arrays are exactly `names` (others None)."""
-    return all((arrays.get(k) is not None) == (k in names) for k in arrays) and all(arrays.get(k) is not None
-                                                                                     for k in names)
+    return all((arrays.get(k) is not None) == (k in names) for k in arrays) and all(
+        arrays.get(k) is not None for k in names
+    )
 
 
 _ACKED = Payload(None, None, None, None)  # the payload of a write a fused reply answers (no positions: all of it)
 
 
 class Endpoint:
-    def __init__(self, rank: int, transport: Transport, tracker: RequestTracker, cluster: Callable[[], int],
-                 epoch: Callable[[], int] = lambda: 0, admit: Callable[[Header], bool] | None = None) -> None:
+    def __init__(
+        self,
+        rank: int,
+        transport: Transport,
+        tracker: RequestTracker,
+        cluster: Callable[[], int],
+        epoch: Callable[[], int] = lambda: 0,
+        admit: Callable[[Header], bool] | None = None,
+    ) -> None:
         self.rank = rank
         self.tracker = tracker
         self._transport = transport
@@ -64,8 +72,22 @@ class Endpoint:
         self._holds = _Holds()  # the calling thread's holds (see `hold`) and gathered requests (`gather`)
 
     # ---- sending ------------------------------------------------------------------------------------
-    def request(self, dest: int, kind: Kind, table: int, rid: int, *, part: int = 0, dim: int = 0, copy: bool = False,
-                reply_to: int = 0, flags: int = 0, codec=None, via: Outbox | None = None, **arrays) -> None:
+    def request(
+        self,
+        dest: int,
+        kind: Kind,
+        table: int,
+        rid: int,
+        *,
+        part: int = 0,
+        dim: int = 0,
+        copy: bool = False,
+        reply_to: int = 0,
+        flags: int = 0,
+        codec=None,
+        via: Outbox | None = None,
+        **arrays,
+    ) -> None:
         """Send part `part` of this node's tracked request `rid` to node `dest`; its replies come to
         this node's inbox, or with `reply_to`, to that reply box (see `pump`). `codec` (a
         net.codec.Codec): key caching, compression, 16-bit values on the way (the server decodes).
@@ -80,8 +102,11 @@ class Endpoint:
         self._send(dest, kind, table, rid, part, dim, copy, reply_to, flags, codec, via, arrays)
 
     def _send(self, dest, kind, table, rid, part, dim, copy, reply_to, flags, codec, via, arrays) -> None:
-        header = self._stamp(Header(kind, table=table, request_id=rid, part=part, dim=dim, flags=flags,
-                                    origin=self.rank, reply_to=reply_to))
+        header = self._stamp(
+            Header(
+                kind, table=table, request_id=rid, part=part, dim=dim, flags=flags, origin=self.rank, reply_to=reply_to
+            )
+        )
         frames = encode(header, **arrays)
         if codec is not None:
             frames = codec.encode(frames, header, dest)
@@ -111,8 +136,16 @@ class Endpoint:
             if kind == Kind.PUSH and codec is None and not flags and _carries(arrays, "keys", "values"):
                 pull = next((j for j in range(i + 1, len(items)) if items[j] is not None and items[j][0] == dest), None)
                 other = None if pull is None else items[pull]
-                if pull is not None and other is not None and other[1] == Kind.PULL and other[2] == table and \
-                        other[7] == reply_to and other[9] is None and not other[8] and _carries(other[10], "keys"):
+                if (
+                    pull is not None
+                    and other is not None
+                    and other[1] == Kind.PULL
+                    and other[2] == table
+                    and other[7] == reply_to
+                    and other[9] is None
+                    and not other[8]
+                    and _carries(other[10], "keys")
+                ):
                     keys = other[10]["keys"]
                     fused = np.empty(2 + len(keys), np.int64)  # (the pull's request id, part, keys)
                     fused[0], fused[1] = other[3], other[4]
@@ -161,8 +194,7 @@ class Endpoint:
         header = self._stamp(self.reply_header(to, kind, n_keys))
         self.on_reply(header, encode(header, **arrays))
 
-    def answer(self, node: int, kind: Kind, table: int, rid: int, *, part: int = 0, n_keys: int = 0,
-               **arrays) -> None:
+    def answer(self, node: int, kind: Kind, table: int, rid: int, *, part: int = 0, n_keys: int = 0, **arrays) -> None:
         """Answer part `part` of request `rid` of node `node` at its inbox (one reply for requests of
         several nodes, as an aggregation owner sends when a round completes; the ACK of one write of
         a chain), or at once, without a message, when `node` is this one."""
@@ -183,12 +215,16 @@ class Endpoint:
         takes without a message (the write of an aggregated round at its range's head, server.rounds)."""
         return self._stamp(Header(kind, table=table, request_id=rid, dim=dim, flags=flags, origin=self.rank))
 
-    def hop(self, dest: int, table: int, origin: int, rid: int, part: int, *, flags: int = 0, dim: int = 0,
-            **arrays) -> None:
+    def hop(
+        self, dest: int, table: int, origin: int, rid: int, part: int, *, flags: int = 0, dim: int = 0, **arrays
+    ) -> None:
         """Pass write `part` of request `rid` of node `origin` (CHAIN) on to `dest`: the next copy of
         its key range, or a reader of some of its keys (flag READER)."""
-        self.send(dest, Header(Kind.CHAIN, table=table, request_id=rid, part=part, dim=dim, flags=flags,
-                               origin=origin), **arrays)
+        self.send(
+            dest,
+            Header(Kind.CHAIN, table=table, request_id=rid, part=part, dim=dim, flags=flags, origin=origin),
+            **arrays,
+        )
 
     def notice(self, dest: int, kind: Kind, table: int, *, flags: int = 0, **arrays) -> None:
         """A message of this node's own to `dest` that asks no reply (an INTENT with flag GRANT:
@@ -200,12 +236,16 @@ class Endpoint:
         (m, 5) frame, names each (flag BATCH, `wire.split`)."""
         self.send(dest, Header(kind, table=table, origin=origin), **arrays)
 
-    def snapshot(self, dest: int, table: int, r: int, *, origin: int, request_id: int = 0, flags: int = 0,
-                 **arrays) -> None:
+    def snapshot(
+        self, dest: int, table: int, r: int, *, origin: int, request_id: int = 0, flags: int = 0, **arrays
+    ) -> None:
         """Key range `r`'s copy of `table` (SNAPSHOT: rows, state, applied writes) to `dest`: the next
         member of its chain, or (flag READER) a reader, for its localize `request_id` of node `origin`."""
-        self.send(dest, Header(Kind.SNAPSHOT, table=table, request_id=request_id, part=r, flags=flags,
-                               origin=origin), **arrays)
+        self.send(
+            dest,
+            Header(Kind.SNAPSHOT, table=table, request_id=request_id, part=r, flags=flags, origin=origin),
+            **arrays,
+        )
 
     def decline(self, to: Header, owner: int, ms: int, **arrays) -> None:
         """Tell the origin of the localize `to` that its `keys` stay at node `owner` for `ms` more
@@ -221,8 +261,16 @@ class Endpoint:
 
     def forward(self, dest: int, header: Header, flags: int, **arrays) -> None:
         """Pass part of a request on to `dest`, keeping its origin, id and part."""
-        h = Header(header.kind, table=header.table, request_id=header.request_id, part=header.part,
-                   dim=header.dim, flags=flags, origin=header.origin, reply_to=header.reply_to)
+        h = Header(
+            header.kind,
+            table=header.table,
+            request_id=header.request_id,
+            part=header.part,
+            dim=header.dim,
+            flags=flags,
+            origin=header.origin,
+            reply_to=header.reply_to,
+        )
         self.send(dest, h, **arrays)
 
     def send(self, dest: int, header: Header, *, copy: bool = False, port: int = 0, **arrays) -> None:
@@ -279,23 +327,31 @@ class Endpoint:
             header = unpack_header(frame_bytes(frames[0]))
         except ProtocolError:
             header = None
-        if header is not None and header.kind in REPLIES and header.cluster == self._cluster() and (
-                self._admit is None or self._admit(header)):
+        if (
+            header is not None
+            and header.kind in REPLIES
+            and header.cluster == self._cluster()
+            and (self._admit is None or self._admit(header))
+        ):
             self.on_reply(header, frames)
         else:
             self.dropped += 1
             why = "garbage" if header is None else f"{header!r}: not a reply of this cluster's members"
-            self._transport.drops.add(peer_of(frames, None if header is None else header.sender),
-                                      f"in a reply box: {why}")
+            self._transport.drops.add(
+                peer_of(frames, None if header is None else header.sender), f"in a reply box: {why}"
+            )
 
     # ---- delivering a reply (pskv-server for the inbox, the waiting thread for its reply box) --------
     def on_reply(self, header: Header, frames: list) -> None:
         """A reply to one of this node's requests: complete its part in the tracker."""
         if header.kind == Kind.ERROR:
             message = frame_bytes(frames[1]).decode(errors="replace") if len(frames) > 1 else "?"
-            self.tracker.on_reply(header.request_id, 0, header.sender,
-                                  error=RemoteError(f"node {header.sender} rejected the request: {message}",
-                                                    header.sender))
+            self.tracker.on_reply(
+                header.request_id,
+                0,
+                header.sender,
+                error=RemoteError(f"node {header.sender} rejected the request: {message}", header.sender),
+            )
             return
         try:
             payload = unpack(header, frames)
@@ -304,8 +360,17 @@ class Endpoint:
             return
         if payload.fused is not None:  # a fused pull's rows (flag FUSED): they answer its push whole too
             rid, part, n = payload.fused.tolist()
-            acked = Header(Kind.ACK, header.cluster, header.sender, header.table, rid, part, n, origin=header.origin,
-                           epoch=header.epoch)
+            acked = Header(
+                Kind.ACK,
+                header.cluster,
+                header.sender,
+                header.table,
+                rid,
+                part,
+                n,
+                origin=header.origin,
+                epoch=header.epoch,
+            )
             self.tracker.on_reply(rid, n, header.sender, (acked, _ACKED))
         if header.flags & BATCH:  # the acks of several writes (server.batches)
             try:

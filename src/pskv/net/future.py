@@ -40,8 +40,21 @@ class Future:
     `wait()` blocks until the request completed and returns its result (an ndarray for pulls,
     None otherwise) or raises its error. Thread-safe."""
 
-    __slots__ = ("_done", "_gate", "_result", "_error", "_tb", "_callbacks", "_lock", "_health", "_deadline",
-                 "_on_stall", "_pump", "kick", "desc")
+    __slots__ = (
+        "_done",
+        "_gate",
+        "_result",
+        "_error",
+        "_tb",
+        "_callbacks",
+        "_lock",
+        "_health",
+        "_deadline",
+        "_on_stall",
+        "_pump",
+        "kick",
+        "desc",
+    )
 
     def __init__(self, desc: str = "", health: Callable[[], None] | None = None) -> None:
         # Done-ness is a flag plus a gate: a bare lock, held while pending and released once by

@@ -135,10 +135,10 @@ def split(frames: list) -> list[list]:
         if n_frames == 0 or i + n_frames > count:
             raise ProtocolError(f"a packed frame's message {len(messages)} claims {n_frames} frames")
         msg = []
-        for n in lengths[i:i + n_frames]:
+        for n in lengths[i : i + n_frames]:
             if offset + n > buf.nbytes:
                 raise ProtocolError(f"a packed frame's frames overrun its {buf.nbytes} bytes")
-            msg.append(buf[offset:offset + n])
+            msg.append(buf[offset : offset + n])
             offset += n + (-n % _ALIGN)
         i += n_frames
         messages.append(msg)

@@ -25,8 +25,25 @@ from .future import Future
 # Upper bounds (seconds) of the latency buckets, and +Inf after them: from a loopback round trip of
 # a few keys (~100 us) to a request stuck behind a relocation or a GC pause (seconds). Fixed, so that
 # counting is one bisect, and histograms of all nodes add up (Prometheus' histogram_quantile).
-LATENCY_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0,
-                   2.5, 5.0, 10.0)
+LATENCY_BUCKETS = (
+    5e-5,
+    1e-4,
+    2.5e-4,
+    5e-4,
+    1e-3,
+    2.5e-3,
+    5e-3,
+    1e-2,
+    2.5e-2,
+    5e-2,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
 class Credit(int):
@@ -35,8 +52,19 @@ class Credit(int):
 
 
 class _Pending:
-    __slots__ = ("future", "total", "remaining", "on_part", "result", "ranks", "born", "progress", "seen", "retry",
-                 "explain")
+    __slots__ = (
+        "future",
+        "total",
+        "remaining",
+        "on_part",
+        "result",
+        "ranks",
+        "born",
+        "progress",
+        "seen",
+        "retry",
+        "explain",
+    )
 
     def __init__(self, future, total, on_part, result, retry=None, explain=None):
         self.future = future
@@ -60,8 +88,10 @@ class _Pending:
         return f"an error from node {rank}" if error else f"a reply for {count} key(s) from node {rank}"
 
     def describe(self, now: float) -> str:
-        line = (f"{self.future.desc}: {self.remaining}/{self.total} unanswered, age {now - self.born:.1f} s, "
-                f"idle {now - self.progress:.1f} s, nodes {sorted(self.ranks)}, last: {self.last}")
+        line = (
+            f"{self.future.desc}: {self.remaining}/{self.total} unanswered, age {now - self.born:.1f} s, "
+            f"idle {now - self.progress:.1f} s, nodes {sorted(self.ranks)}, last: {self.last}"
+        )
         if self.explain is not None:
             try:
                 line += f"; {self.explain()}"
@@ -104,9 +134,16 @@ class RequestTracker:
         self._health = health
         self._latency: dict[str, Latency] = {}  # by request description (a handful per table)
 
-    def new_request(self, total: int, *, on_part: Callable | None = None, result: Any = None,
-                    desc: str = "", retry: Callable[[], object] | None = None,
-                    explain: Callable[[], str] | None = None) -> tuple[int, Future]:
+    def new_request(
+        self,
+        total: int,
+        *,
+        on_part: Callable | None = None,
+        result: Any = None,
+        desc: str = "",
+        retry: Callable[[], object] | None = None,
+        explain: Callable[[], str] | None = None,
+    ) -> tuple[int, Future]:
         """Register a request that completes when `total` keys have been answered.
 
         `on_part(sender, payload)` writes each reply part into the result; if it returns a
@@ -177,8 +214,9 @@ class RequestTracker:
             p.progress = time.monotonic()
             p.seen = (rank,)
 
-    def on_reply(self, rid: int, count: int, sender: int = -1, payload: Any = None,
-                 error: BaseException | None = None) -> bool:
+    def on_reply(
+        self, rid: int, count: int, sender: int = -1, payload: Any = None, error: BaseException | None = None
+    ) -> bool:
         """Deliver a reply that answers `count` keys; returns False for an unknown request (dropped)."""
         p = self._pending.get(rid)
         if p is None:
@@ -219,8 +257,10 @@ class RequestTracker:
                 del self._pending[rid]
                 self._count(p, now, True)
         for _, p in hit:
-            p.future.resolve(None, error_for(p.future.desc, now - p.born, now - p.progress, p.remaining, p.total,
-                                              sorted(p.ranks), p.last))
+            p.future.resolve(
+                None,
+                error_for(p.future.desc, now - p.born, now - p.progress, p.remaining, p.total, sorted(p.ranks), p.last),
+            )
         return [p.describe(now) for _, p in hit]
 
     def describe(self, limit: int = 20) -> list[str]:

@@ -62,9 +62,18 @@ class _Local(threading.local):
 
 
 class Transport:
-    def __init__(self, host: str = "127.0.0.1", *, port: int = 0, send_timeout: float = 10.0,
-                 drop_rate: float = 0.0, linger: float = 0.0, context: zmq.Context | None = None,
-                 keys: ClusterKeys | None = None, ipc: bool = False) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        *,
+        port: int = 0,
+        send_timeout: float = 10.0,
+        drop_rate: float = 0.0,
+        linger: float = 0.0,
+        context: zmq.Context | None = None,
+        keys: ClusterKeys | None = None,
+        ipc: bool = False,
+    ) -> None:
         self._ctx = context or zmq.Context()
         self.keys = keys  # the cluster's CURVE keys (net.auth); None: unauthenticated
         self._own_ctx = context is None
@@ -118,8 +127,9 @@ class Transport:
                 unlink(self._ipc)
                 self._inbox.close(linger=0)
             self._terminate()
-            raise TransportError(f"cannot bind the inbox on {host}:{port or '*'} ({exc}); "
-                                 "check PSKV_HOST is an address of this machine") from exc
+            raise TransportError(
+                f"cannot bind the inbox on {host}:{port or '*'} ({exc}); check PSKV_HOST is an address of this machine"
+            ) from exc
         self.host = host
         self.drops.what = self.address
         self._poller = zmq.Poller()
@@ -187,14 +197,15 @@ class Transport:
         nbytes = sum(f.nbytes if hasattr(f, "nbytes") else len(f) for f in frames)
         try:
             with box.lock:
-                if via is None and nbytes <= HOLD_BYTES and rank != COORDINATOR and \
-                        self._local.hold_all:
+                if via is None and nbytes <= HOLD_BYTES and rank != COORDINATOR and self._local.hold_all:
                     box.hold(frames, nbytes, copy, max_messages=_HOLD_MESSAGES, max_bytes=_HOLD_TOTAL)
                 else:
                     box.send(frames, nbytes, copy)
         except zmq.Again as exc:
-            raise TransportError(f"sending to node {rank} timed out after {self._send_timeout_ms} ms; "
-                                 "its queue is full, it is probably stuck or dead") from exc
+            raise TransportError(
+                f"sending to node {rank} timed out after {self._send_timeout_ms} ms; "
+                "its queue is full, it is probably stuck or dead"
+            ) from exc
         except zmq.ZMQError as exc:
             raise TransportError(f"sending to node {rank} failed: {exc}") from exc
         if rank != COORDINATOR:  # data traffic only: heartbeats would make the counts depend on timing
@@ -364,9 +375,10 @@ class Transport:
         term.start()
         term.join(_TERM_WAIT)
         if term.is_alive():
-            log.warning("the ZeroMQ context of %s did not terminate within %g s; left behind", self.address,
-                        _TERM_WAIT)
+            log.warning("the ZeroMQ context of %s did not terminate within %g s; left behind", self.address, _TERM_WAIT)
 
     def __repr__(self) -> str:
-        return (f"<Transport {self.address} peers={len(self._addresses)} sent={self.messages_sent} "
-                f"received={self.messages_received}>")
+        return (
+            f"<Transport {self.address} peers={len(self._addresses)} sent={self.messages_sent} "
+            f"received={self.messages_received}>"
+        )

@@ -121,8 +121,9 @@ class Kind(enum.IntEnum):
 _KINDS = {int(k): k for k in Kind}
 REQUESTS = frozenset({Kind.PULL, Kind.PUSH, Kind.SET})
 REPLIES = frozenset({Kind.PULL_REPLY, Kind.ACK, Kind.ERROR, Kind.RANGE_REPLY})
-RELOCATION = frozenset({Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC, Kind.HANDOFF,
-                        Kind.OWNERS})
+RELOCATION = frozenset(
+    {Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE, Kind.REPLICA_SYNC, Kind.HANDOFF, Kind.OWNERS}
+)
 POSITIONS = 1  # flag: a positions frame follows the keys (requests) or the header (replies)
 FORCE = 1  # flag of a LOCALIZE: move the keys even under another node's lease (a joining node takes its
 # share); relocation messages never carry positions, so it shares their bit
@@ -140,14 +141,39 @@ FUSED = 2  # flag of a PUSH: a pull of the same table follows it in the message 
 # neither kind carries state)
 AGGREGATION = frozenset({Kind.AGG_PUSH})  # handled by Server, served by server.aggregate.Owner
 _FUSED = frozenset({Kind.PUSH, Kind.PULL_REPLY})  # the kinds flag FUSED may mark
-FROM_COORDINATOR = frozenset({Kind.WELCOME, Kind.TICK, Kind.TABLE_OK, Kind.BARRIER_RELEASE, Kind.SHUTDOWN_OK,
-                              Kind.NODE_FAILED, Kind.ABORT, Kind.GLOBAL_CLOCK, Kind.STALLED, Kind.MEMBERSHIP,
-                              Kind.LEFT, Kind.JOINED})
+FROM_COORDINATOR = frozenset(
+    {
+        Kind.WELCOME,
+        Kind.TICK,
+        Kind.TABLE_OK,
+        Kind.BARRIER_RELEASE,
+        Kind.SHUTDOWN_OK,
+        Kind.NODE_FAILED,
+        Kind.ABORT,
+        Kind.GLOBAL_CLOCK,
+        Kind.STALLED,
+        Kind.MEMBERSHIP,
+        Kind.LEFT,
+        Kind.JOINED,
+    }
+)
 BACKUPS = frozenset({Kind.CHAIN, Kind.SNAPSHOT, Kind.SUBSCRIBE})
 _BATCHED = frozenset({Kind.CHAIN, Kind.ACK})  # the kinds a BATCH may be
 _WITH_KEYS = REQUESTS | RELOCATION | AGGREGATION | BACKUPS | {Kind.RANGE, Kind.RANGE_REPLY, Kind.INTENT}
-_WITH_VALUES = frozenset({Kind.PUSH, Kind.SET, Kind.PULL_REPLY, Kind.RANGE_REPLY, Kind.TRANSFER, Kind.REPLICA_SYNC,
-                          Kind.AGG_PUSH, Kind.HANDOFF, Kind.CHAIN, Kind.SNAPSHOT})
+_WITH_VALUES = frozenset(
+    {
+        Kind.PUSH,
+        Kind.SET,
+        Kind.PULL_REPLY,
+        Kind.RANGE_REPLY,
+        Kind.TRANSFER,
+        Kind.REPLICA_SYNC,
+        Kind.AGG_PUSH,
+        Kind.HANDOFF,
+        Kind.CHAIN,
+        Kind.SNAPSHOT,
+    }
+)
 
 _DTYPES = {0: None, 1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int64), 4: np.dtype(np.int32)}
 _CODES = {dt: code for code, dt in _DTYPES.items() if dt is not None}
@@ -161,6 +187,7 @@ _KEY_CODES = frozenset(_DTYPES) | {KEYS_REMEMBER, KEYS_CACHED}
 
 def _valid_code(code: int, low: frozenset) -> bool:
     return code & 0x0F in low and code >> 4 in (0, 1, 2)
+
 
 # magic, version, kind, flags, cluster, sender, table, request_id, part, n_keys, dim, dtype, key dtype, origin,
 # reply_to, epoch
@@ -194,22 +221,55 @@ class Header:
     epoch: int = 0  # the sender's membership epoch (stamped by the endpoint; membership.view admits by it)
 
     def pack(self) -> bytes:
-        return _STRUCT.pack(MAGIC, VERSION, self.kind, self.flags, self.cluster, self.sender, self.table,
-                            self.request_id, self.part, self.n_keys, self.dim, self.dtype, self.key_dtype,
-                            self.origin, self.reply_to, self.epoch & 0xFFFF)
+        return _STRUCT.pack(
+            MAGIC,
+            VERSION,
+            self.kind,
+            self.flags,
+            self.cluster,
+            self.sender,
+            self.table,
+            self.request_id,
+            self.part,
+            self.n_keys,
+            self.dim,
+            self.dtype,
+            self.key_dtype,
+            self.origin,
+            self.reply_to,
+            self.epoch & 0xFFFF,
+        )
 
     def __repr__(self) -> str:
         who = "coord" if self.sender == COORDINATOR else f"n{self.sender}"
-        return (f"<{self.kind.name.title()} req={self.request_id}.{self.part} table={self.table} "
-                f"from={who} keys={self.n_keys} dim={self.dim}>")
+        return (
+            f"<{self.kind.name.title()} req={self.request_id}.{self.part} table={self.table} "
+            f"from={who} keys={self.n_keys} dim={self.dim}>"
+        )
 
 
 def unpack_header(frame: bytes | memoryview) -> Header:
     """Frame 0 -> Header. Raises ProtocolError for anything that is not a pskv header."""
     if len(frame) != HEADER_SIZE:
         raise ProtocolError(f"header is {len(frame)} bytes, expected {HEADER_SIZE}; not a pskv message")
-    (magic, version, kind, flags, cluster, sender, table, rid, part,
-     n_keys, dim, dtype, key_dtype, origin, reply_to, epoch) = _STRUCT.unpack(frame)
+    (
+        magic,
+        version,
+        kind,
+        flags,
+        cluster,
+        sender,
+        table,
+        rid,
+        part,
+        n_keys,
+        dim,
+        dtype,
+        key_dtype,
+        origin,
+        reply_to,
+        epoch,
+    ) = _STRUCT.unpack(frame)
     if magic != MAGIC:
         raise ProtocolError(f"bad magic {magic!r}; not a pskv message")
     if version != VERSION:
@@ -219,8 +279,9 @@ def unpack_header(frame: bytes | memoryview) -> Header:
         raise ProtocolError(f"unknown message kind {code}")
     if not _valid_code(dtype, _VALUE_CODES) or not _valid_code(key_dtype, _KEY_CODES):
         raise ProtocolError(f"unknown dtype code {dtype}/{key_dtype} in {kind.name}")
-    return Header(kind, cluster, sender, table, rid, part, n_keys, dim, dtype, key_dtype, flags, origin, reply_to,
-                  epoch)
+    return Header(
+        kind, cluster, sender, table, rid, part, n_keys, dim, dtype, key_dtype, flags, origin, reply_to, epoch
+    )
 
 
 class Payload(NamedTuple):
@@ -250,8 +311,18 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
     has_readers = has_applied and bool(header.flags & READERS)
     has_writes = bool(header.flags & BATCH) and kind in _BATCHED
     has_fused = bool(header.flags & FUSED) and kind in _FUSED
-    expected = 1 + has_keys + has_pos + has_values + has_state + has_rounds + has_applied + has_readers + has_writes \
+    expected = (
+        1
+        + has_keys
+        + has_pos
+        + has_values
+        + has_state
+        + has_rounds
+        + has_applied
+        + has_readers
+        + has_writes
         + has_fused
+    )
     if len(frames) != expected:
         raise ProtocolError(f"{header!r} has {len(frames)} frames, expected {expected}")
     keys = positions = values = state = None
@@ -295,8 +366,10 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
         buf = frames[i].buffer if hasattr(frames[i], "buffer") else memoryview(frames[i])
         fused = _view(frames[i], np.dtype(np.int64), (buf.nbytes // 8,), header)
         if len(fused) != 3 if kind == Kind.PULL_REPLY else len(fused) < 2:
-            raise ProtocolError(f"{header!r}: a fused frame of {len(fused)} int64, expected "
-                                f"{'3' if kind == Kind.PULL_REPLY else 'at least 2'}")
+            raise ProtocolError(
+                f"{header!r}: a fused frame of {len(fused)} int64, expected "
+                f"{'3' if kind == Kind.PULL_REPLY else 'at least 2'}"
+            )
         return Payload(keys, positions, values, state, fused=fused)
     return Payload(keys, positions, values, state)
 
@@ -304,8 +377,12 @@ def unpack(header: Header, frames: list, state_width: int = 0) -> Payload:
 def plain(header: Header) -> bool:
     """A PULL, PUSH or SET as a Table sends it without a codec: int64 keys, float values, no flag but
     POSITIONS (forward hops in bits 8.. are fine). What the server serves a run of in one step."""
-    return header.kind in REQUESTS and header.key_dtype == KEY_CODE and header.dtype in _PLAIN_VALUES and \
-        not header.flags & _NOT_PLAIN
+    return (
+        header.kind in REQUESTS
+        and header.key_dtype == KEY_CODE
+        and header.dtype in _PLAIN_VALUES
+        and not header.flags & _NOT_PLAIN
+    )
 
 
 _PLAIN_VALUES = frozenset({0, 1, 2})  # none, float32, float64
@@ -325,10 +402,14 @@ def plain_buffers(header: Header, frames: list, row_bytes: int) -> tuple:
     keys = bufs[0]
     positions = bufs[1] if has_pos else None
     values = bufs[-1] if want == 3 else None
-    if keys.nbytes != 8 * n or (positions is not None and positions.nbytes != 8 * n) or (values is not None and \
-            values.nbytes != n * row_bytes):
-        raise ProtocolError(f"{header!r}: frames of {[b.nbytes for b in bufs]} bytes do not fit {n} keys "
-                            f"of {row_bytes} bytes a row")
+    if (
+        keys.nbytes != 8 * n
+        or (positions is not None and positions.nbytes != 8 * n)
+        or (values is not None and values.nbytes != n * row_bytes)
+    ):
+        raise ProtocolError(
+            f"{header!r}: frames of {[b.nbytes for b in bufs]} bytes do not fit {n} keys of {row_bytes} bytes a row"
+        )
     return keys, positions, values
 
 
@@ -345,16 +426,36 @@ def split(header: Header, p: Payload):
     start = 0
     for origin, rid, part, n, flags in w.tolist():
         stop = start + n
-        yield one_write(header, origin, rid, part, n, flags), Payload(
-            None if p.keys is None else p.keys[start:stop], p.positions[start:stop] if flags & POSITIONS else None,
-            None if p.values is None else p.values[start:stop], None)
+        yield (
+            one_write(header, origin, rid, part, n, flags),
+            Payload(
+                None if p.keys is None else p.keys[start:stop],
+                p.positions[start:stop] if flags & POSITIONS else None,
+                None if p.values is None else p.values[start:stop],
+                None,
+            ),
+        )
         start = stop
 
 
 def one_write(batch: Header, origin: int, rid: int, part: int, n: int, flags: int) -> Header:
     """The header of write (origin, rid, part) of `n` keys of a BATCH, as if it had come alone."""
-    return Header(batch.kind, batch.cluster, batch.sender, batch.table, rid, part, n, batch.dim, batch.dtype,
-                  batch.key_dtype, flags & ~POSITIONS, origin, 0, batch.epoch)
+    return Header(
+        batch.kind,
+        batch.cluster,
+        batch.sender,
+        batch.table,
+        rid,
+        part,
+        n,
+        batch.dim,
+        batch.dtype,
+        batch.key_dtype,
+        flags & ~POSITIONS,
+        origin,
+        0,
+        batch.epoch,
+    )
 
 
 def fused_halves(header: Header, p: Payload) -> tuple[Header, Header, np.ndarray]:
@@ -364,16 +465,53 @@ def fused_halves(header: Header, p: Payload) -> tuple[Header, Header, np.ndarray
     assert fused is not None  # (the caller's condition)
     flags = header.flags & ~FUSED
     pulls = fused[2:]
-    push = Header(header.kind, header.cluster, header.sender, header.table, header.request_id, header.part,
-                  header.n_keys, header.dim, header.dtype, header.key_dtype, flags, header.origin, header.reply_to,
-                  header.epoch)
-    pull = Header(Kind.PULL, header.cluster, header.sender, header.table, int(fused[0]), int(fused[1]),
-                  len(pulls), header.dim, 0, KEY_CODE, flags, header.origin, header.reply_to, header.epoch)
+    push = Header(
+        header.kind,
+        header.cluster,
+        header.sender,
+        header.table,
+        header.request_id,
+        header.part,
+        header.n_keys,
+        header.dim,
+        header.dtype,
+        header.key_dtype,
+        flags,
+        header.origin,
+        header.reply_to,
+        header.epoch,
+    )
+    pull = Header(
+        Kind.PULL,
+        header.cluster,
+        header.sender,
+        header.table,
+        int(fused[0]),
+        int(fused[1]),
+        len(pulls),
+        header.dim,
+        0,
+        KEY_CODE,
+        flags,
+        header.origin,
+        header.reply_to,
+        header.epoch,
+    )
     return push, pull, pulls
 
 
-def encode(header: Header, keys=None, positions=None, values=None, state=None, rounds=None, applied=None,
-           readers=None, writes=None, fused=None) -> list:
+def encode(
+    header: Header,
+    keys=None,
+    positions=None,
+    values=None,
+    state=None,
+    rounds=None,
+    applied=None,
+    readers=None,
+    writes=None,
+    fused=None,
+) -> list:
     """The frames of a data message (the inverse of `unpack`): the header, packed last, gets its
     key count, dtypes and flags from the arrays it carries. Arrays travel as they are (contiguous)."""
     frames: list = [None]

@@ -88,8 +88,13 @@ class Node:
     """One node process of a pskv cluster. Make it with `pskv.init()`."""
 
     def __init__(self, config: NodeConfig) -> None:
-        self._transport = Transport(config.host, send_timeout=config.failure_timeout, drop_rate=config.test_drop_rate,
-                                    keys=auth.keys_for(config), ipc=config.shared_memory)
+        self._transport = Transport(
+            config.host,
+            send_timeout=config.failure_timeout,
+            drop_rate=config.test_drop_rate,
+            keys=auth.keys_for(config),
+            ipc=config.shared_memory,
+        )
         self._joined: dict | None = None  # JOINED: this node joined a running cluster (membership.join)
         if config.join:
             try:
@@ -98,9 +103,14 @@ class Node:
                 self._transport.close()
                 raise
             # the cluster's rank, size and backups, not ours
-            config = dataclasses.replace(config, rank=int(self._joined["rank"]),
-                                         num_nodes=int(self._joined["num_nodes"]), coordinator=config.join,
-                                         external_coordinator=True, backups=int(self._joined.get("backups", 0)))
+            config = dataclasses.replace(
+                config,
+                rank=int(self._joined["rank"]),
+                num_nodes=int(self._joined["num_nodes"]),
+                coordinator=config.join,
+                external_coordinator=True,
+                backups=int(self._joined.get("backups", 0)),
+            )
         self.rank = config.rank
         # a checkpoint to start from: checked whole on every node before anything starts (CheckpointError)
         self._restorer = Restorer(config.restore, self.rank) if config.restore else None
@@ -119,57 +129,132 @@ class Node:
         """Every part of the node, bottom up; each gets what it uses (the view read-only), none the Node."""
         config, view, health, transport = self.config, self.view, self.health, self._transport
         self.tracker = tracker = RequestTracker(health=health.check)
-        self.endpoint = endpoint = Endpoint(self.rank, transport, tracker, view.current_cluster,
-                                            epoch=view.current_epoch, admit=view.answers)
+        self.endpoint = endpoint = Endpoint(
+            self.rank, transport, tracker, view.current_cluster, epoch=view.current_epoch, admit=view.answers
+        )
         self.store, self.neighbors = Store(), Neighbors()  # (neighbors: co-located nodes' shards, store.peer)
-        self._sharing = SharedMemory(config, view, self.store, self.neighbors, joined=self._joined is not None,
-                                     check=health.check)
+        self._sharing = SharedMemory(
+            config, view, self.store, self.neighbors, joined=self._joined is not None, check=health.check
+        )
         self.catalog = catalog = Catalog(self.rank)
         self.consistency = as_consistency(config.consistency)  # the default of this node's tables
         self.client = client = CoordinatorClient(functools.partial(transport.send, COORDINATOR), view, config)
         self.clocks = Clocks(client.report_clock, catalog.flush_buffers, health.check)
         hops = Hops(endpoint, self.store)  # forwards, counted: the server's and the chain's
-        backups = Backups(endpoint, view.current_chains, view.current_epoch, hops.forward, client.synced) \
-            if config.backups else None
-        self.server = Server(self.store, endpoint, tracker, lambda table_id: catalog.require(table_id).ranges,
-                             on_declined=lambda table, keys, owner, seconds: catalog.require(table).note_declined(
-                                 keys, owner, seconds), hops=hops, backups=backups)
+        backups = (
+            Backups(endpoint, view.current_chains, view.current_epoch, hops.forward, client.synced)
+            if config.backups
+            else None
+        )
+        self.server = Server(
+            self.store,
+            endpoint,
+            tracker,
+            lambda table_id: catalog.require(table_id).ranges,
+            on_declined=lambda table, keys, owner, seconds: catalog.require(table).note_declined(keys, owner, seconds),
+            hops=hops,
+            backups=backups,
+        )
         self.server.intents.on_grant = lambda table, keys: intents.granted(catalog.require(table), keys)  # (§3j)
         self._dispatcher = Dispatcher(transport, self.rank, view.admit, on_refused=health.fail)
         self.succession = None
         if backups is not None:
             self._dispatcher.at_burst_end(backups.copies.batches.flush)
             client.succession = self.succession = Succession(view, config, transport, self._dispatcher.release_held)
-        self._membership = elastic.MembershipChanges(self.rank, view, transport, self.server, self.store, catalog,
-                                                     tracker, self._dispatcher.release_held, client.drained)
-        client.events = NodeEvents(health=health, view=view, transport=transport, dispatcher=self._dispatcher,
-                                   sharing=self._sharing, clocks=self.clocks, changes=self._membership,
-                                   tracker=tracker, backups=backups)
-        settle = functools.partial(workers.settle, rank=self.rank, catalog=catalog, tracker=tracker,
-                                   check=health.check, default=config.collective_timeout)
-        self._barrier = LocalBarrier(client.barrier, catalog.clear_caches, settle, rank=self.rank,
-                                     log_every=config.wait_log_interval, patience=config.collective_timeout)
+        self._membership = elastic.MembershipChanges(
+            self.rank,
+            view,
+            transport,
+            self.server,
+            self.store,
+            catalog,
+            tracker,
+            self._dispatcher.release_held,
+            client.drained,
+        )
+        client.events = NodeEvents(
+            health=health,
+            view=view,
+            transport=transport,
+            dispatcher=self._dispatcher,
+            sharing=self._sharing,
+            clocks=self.clocks,
+            changes=self._membership,
+            tracker=tracker,
+            backups=backups,
+        )
+        settle = functools.partial(
+            workers.settle,
+            rank=self.rank,
+            catalog=catalog,
+            tracker=tracker,
+            check=health.check,
+            default=config.collective_timeout,
+        )
+        self._barrier = LocalBarrier(
+            client.barrier,
+            catalog.clear_caches,
+            settle,
+            rank=self.rank,
+            log_every=config.wait_log_interval,
+            patience=config.collective_timeout,
+        )
         self.clocks.waiting = diagnostics.clock_waits(self.rank, config.wait_log_interval, self.clocks, client)
         self._stop = threading.Event()
-        self._replica_sync = ReplicaSync(endpoint, config.num_nodes, catalog, self._stop, health.has_failed,
-                                         view.members)
+        self._replica_sync = ReplicaSync(
+            endpoint, config.num_nodes, catalog, self._stop, health.has_failed, view.members
+        )
         clocks = self.clocks
-        self._checkpointer = Checkpointer(self.rank, catalog, tracker, health.check, members=view.members,
-                                          barrier=client.barrier, flush_replicas=self._replica_sync.flush,
-                                          clock=lambda: clocks.global_clock, epoch=view.current_epoch)
-        self._ctx = Context(self.rank, config.num_nodes, endpoint, tracker, catalog, health.check, self.clocks,
-                            self._barrier, self._replica_sync, config.collective_timeout, view.current_chains,
-                            view.members, self._checkpointer.gate, self.neighbors)
-        self._tables = TableBuilder(self.rank, config, view, self.store, self.server, endpoint, self._ctx,
-                                    joined=self._joined is not None)
+        self._checkpointer = Checkpointer(
+            self.rank,
+            catalog,
+            tracker,
+            health.check,
+            members=view.members,
+            barrier=client.barrier,
+            flush_replicas=self._replica_sync.flush,
+            clock=lambda: clocks.global_clock,
+            epoch=view.current_epoch,
+        )
+        self._ctx = Context(
+            self.rank,
+            config.num_nodes,
+            endpoint,
+            tracker,
+            catalog,
+            health.check,
+            self.clocks,
+            self._barrier,
+            self._replica_sync,
+            config.collective_timeout,
+            view.current_chains,
+            view.members,
+            self._checkpointer.gate,
+            self.neighbors,
+        )
+        self._tables = TableBuilder(
+            self.rank, config, view, self.store, self.server, endpoint, self._ctx, joined=self._joined is not None
+        )
         self._main_worker = Worker(self._ctx, -1)  # the main thread's handle; takes no part in barriers
-        self._declarations = Declarations(self._tables, client, self._sharing, self._main_worker,
-                                          restorer=self._restorer, joined=self._joined)
+        self._declarations = Declarations(
+            self._tables, client, self._sharing, self._main_worker, restorer=self._restorer, joined=self._joined
+        )
         self._workers = workers.Workers(self._ctx, self._barrier, self.clocks)
-        self._report = diagnostics.Report(config=config, view=view, health=health, transport=transport,
-                                          dispatcher=self._dispatcher, endpoint=endpoint, tracker=tracker,
-                                          server=self.server, client=client, barrier=self._barrier,
-                                          clocks=self.clocks, catalog=catalog, changes=self._membership)
+        self._report = diagnostics.Report(
+            config=config,
+            view=view,
+            health=health,
+            transport=transport,
+            dispatcher=self._dispatcher,
+            endpoint=endpoint,
+            tracker=tracker,
+            server=self.server,
+            client=client,
+            barrier=self._barrier,
+            clocks=self.clocks,
+            catalog=catalog,
+            changes=self._membership,
+        )
 
     def _start(self) -> None:
         """Wire failures and pskv-server's handlers, start it, then join the cluster (or, for a node
@@ -184,8 +269,9 @@ class Node:
         dispatcher.every(self._report.expire)
         dispatcher.every(self._membership.drained)
         self._exporter: Exporter | None = None  # PSKV_METRICS_PORT: started below, closed in _teardown
-        self._thread = threading.Thread(target=dispatcher.run, args=(self._stop,), name=f"pskv-server-{self.rank}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=dispatcher.run, args=(self._stop,), name=f"pskv-server-{self.rank}", daemon=True
+        )
         if self._joined is not None:  # the cluster runs: start as if welcomed, where the others are
             self.clocks.start_at(int(self._joined["clock"]))
             self.client.joined(self._joined)
@@ -193,8 +279,9 @@ class Node:
         self._thread.start()
         try:
             if self.config.metrics_port:  # before joining: a port in use fails this node alone
-                self._exporter = Exporter(self.config.host, self.config.metrics_port + self.rank, self.rank,
-                                          self._report.sample)
+                self._exporter = Exporter(
+                    self.config.host, self.config.metrics_port + self.rank, self.rank, self._report.sample
+                )
             if self._joined is None:
                 self.client.join(self._transport.address, self.config.num_nodes)
             else:  # with backups and no table yet: into the chains at once (membership.joining)
@@ -202,8 +289,9 @@ class Node:
         except BaseException:
             self._teardown()
             raise
-        atexit.register(diagnostics.exit_hook, self.health, weakref.WeakMethod(self._abort),
-                        weakref.WeakMethod(self._teardown))
+        atexit.register(
+            diagnostics.exit_hook, self.health, weakref.WeakMethod(self._abort), weakref.WeakMethod(self._teardown)
+        )
         diagnostics.live.add(self)
         diagnostics.install_dump_handler()
         diagnostics.install_excepthook(self.config.full_tracebacks)
@@ -233,10 +321,28 @@ class Node:
         return self._report.dropped()
 
     # ---- public API -----------------------------------------------------------------------------
-    def table(self, name: str, rows: int | None, dim: int = 1, dtype="float32", updater="add", init=0.0, *,
-              placement=None, replicate=None, sampling=None, consistency=None, cache=None, aggregate=None,
-              key_space: str = "dense", storage: str = "memory", cache_rows: int | None = None, path=None,
-              filters=None, **deprecated) -> Table:
+    def table(
+        self,
+        name: str,
+        rows: int | None,
+        dim: int = 1,
+        dtype="float32",
+        updater="add",
+        init=0.0,
+        *,
+        placement=None,
+        replicate=None,
+        sampling=None,
+        consistency=None,
+        cache=None,
+        aggregate=None,
+        key_space: str = "dense",
+        storage: str = "memory",
+        cache_rows: int | None = None,
+        path=None,
+        filters=None,
+        **deprecated,
+    ) -> Table:
         """Declare table `name` on every node (collective) and return a handle for this thread.
 
         Blocks until every node declared it. Raises TableMismatch (on every node) if nodes declared
@@ -271,10 +377,22 @@ class Node:
             deprecated["cache_rows"], cache_rows = cache_rows, None
         consistency = self.consistency if consistency is None else as_consistency(consistency)
         # what does not compose, before anything is made (client.compat: the one list of refused pairs)
-        compat.check_declaration(name, compat.declared(
-            key_space=key_space, storage=storage, placement=placement, replicate=replicate, sampling=sampling,
-            aggregate=aggregate, consistency=consistency, filters=filters, old=deprecated,
-            backups=self.config.backups, joined=self._joined is not None))
+        compat.check_declaration(
+            name,
+            compat.declared(
+                key_space=key_space,
+                storage=storage,
+                placement=placement,
+                replicate=replicate,
+                sampling=sampling,
+                aggregate=aggregate,
+                consistency=consistency,
+                filters=filters,
+                old=deprecated,
+                backups=self.config.backups,
+                joined=self._joined is not None,
+            ),
+        )
         options = TableOptions.of(name, placement, replicate, sampling, cache, aggregate, **deprecated)
         codec = None if filters is None else table_codec(filters, name, dtype)
         if key_space == "uint64":
@@ -283,12 +401,21 @@ class Node:
             rows = SPARSE_ROWS
         elif rows is None:
             raise ShapeError(f"table {name!r}: rows=None is for key_space='uint64' tables; give the row count")
-        spec = TableSpec(name, int(rows), int(dim), np.dtype(dtype), updaters.get(updater), as_init(init),
-                         table_id=self.catalog.next_id(name), key_space=key_space)
+        spec = TableSpec(
+            name,
+            int(rows),
+            int(dim),
+            np.dtype(dtype),
+            updaters.get(updater),
+            as_init(init),
+            table_id=self.catalog.next_id(name),
+            key_space=key_space,
+        )
         return self._declarations.declare(spec, options, consistency, codec, disk=(storage, cache_rows, path))
 
-    def checkpoint(self, directory, keep: int | None = None, *, extra: dict | None = None,
-                   timeout: float | None = None) -> checkpoint_format.CheckpointInfo:
+    def checkpoint(
+        self, directory, keep: int | None = None, *, extra: dict | None = None, timeout: float | None = None
+    ) -> checkpoint_format.CheckpointInfo:
         """Write a checkpoint of every table under `directory` (collective: every node calls it).
 
         A consistent cut: every push issued on any node before that node entered the call is in
@@ -322,8 +449,16 @@ class Node:
             self.client.leave(wait)
         else:
             plan = self.client.leave_plan(wait)
-            elastic.hand_over(plan, wait, rank=self.rank, catalog=self.catalog, tracker=self.tracker,
-                              endpoint=self.endpoint, soon=self._dispatcher.soon, check=self.health.check)
+            elastic.hand_over(
+                plan,
+                wait,
+                rank=self.rank,
+                catalog=self.catalog,
+                tracker=self.tracker,
+                endpoint=self.endpoint,
+                soon=self._dispatcher.soon,
+                check=self.health.check,
+            )
             self.client.leave_handed(plan, wait)
         log.info("node %d left the cluster", self.rank)
         self._teardown()
@@ -363,8 +498,10 @@ class Node:
             if self.client.failure is not None:  # the cluster failed while we waited: say so
                 self.health.fail(self.client.failure)
             else:
-                self._abort(f"node {self.rank} left before every node said bye (timeout {timeout} s)",
-                            ClosedError(f"node {self.rank} was shut down"))
+                self._abort(
+                    f"node {self.rank} left before every node said bye (timeout {timeout} s)",
+                    ClosedError(f"node {self.rank} was shut down"),
+                )
         self._teardown()
         failure = self.health.failure
         if not failed_before and failure is not None and not isinstance(failure.__cause__, ClosedError):
@@ -388,8 +525,11 @@ class Node:
     def _abort(self, reason: str, exc: BaseException) -> None:
         """This node cannot go on: fail local calls first (so they all raise the same error,
         whatever comes back from the coordinator), then tell the others."""
-        error = NodeFailure(f"node {self.rank} stopped: {reason}; every node of the cluster stops with it",
-                            self.rank, self._transport.address)
+        error = NodeFailure(
+            f"node {self.rank} stopped: {reason}; every node of the cluster stops with it",
+            self.rank,
+            self._transport.address,
+        )
         error.__cause__ = exc
         if not self.health.fail(error):
             return

@@ -108,26 +108,47 @@ def exit_hook(health, abort, teardown) -> None:
         teardown_()
 
 
-def stalled(desc: str, age: float, idle: float, remaining: int, total: int, ranks: list[int], seen: str, *,
-            timeout: float, address) -> RequestStalled:
+def stalled(
+    desc: str,
+    age: float,
+    idle: float,
+    remaining: int,
+    total: int,
+    ranks: list[int],
+    seen: str,
+    *,
+    timeout: float,
+    address,
+) -> RequestStalled:
     """The error of a request that made no progress for `timeout` s (RequestTracker.expire makes it)."""
     where = f"sent to node(s) {ranks}" if ranks else "not sent to any node"
     return RequestStalled(
         f"{desc}: no progress for {idle:.1f} s (request_timeout {timeout:g} s, age "
         f"{age:.1f} s), {remaining} of {total} key(s) unanswered, {where}; last seen: {seen}. The node(s) may "
         "be hung, overloaded or unreachable: their logs (or SIGUSR1 to them) show what they wait for; raise "
-        "PSKV_REQUEST_TIMEOUT if they are only slow", ranks[0] if ranks else -1,
-        address(ranks[0]) if ranks else "", desc, ranks)
+        "PSKV_REQUEST_TIMEOUT if they are only slow",
+        ranks[0] if ranks else -1,
+        address(ranks[0]) if ranks else "",
+        desc,
+        ranks,
+    )
 
 
 def clock_waits(rank: int, every: float, clocks, client):
     """Clocks.waiting: a Patience for a pull that waits for the global clock to reach `needed`,
     naming the nodes whose applied clock the coordinator last saw below it."""
+
     def patience(needed: int, timeout: float | None) -> Patience:
-        return Patience(every, timeout, lambda: (
-            f"node {rank}: a pull still waits for the global clock to reach {needed} (it is {clocks.global_clock}; "
-            f"behind: {client.behind(needed)})",
-            ": a worker is more than the staleness behind, or did not call clock()"))
+        return Patience(
+            every,
+            timeout,
+            lambda: (
+                f"node {rank}: a pull still waits for the global clock to reach {needed} (it is {clocks.global_clock}; "
+                f"behind: {client.behind(needed)})",
+                ": a worker is more than the staleness behind, or did not call clock()",
+            ),
+        )
+
     return patience
 
 
@@ -146,10 +167,23 @@ def rss_now() -> int:
 class Report:
     """A node's counters, its wait state, and pskv-server's expiry of stalled requests."""
 
-    def __init__(self, *, config: NodeConfig, view: View, health: Health, transport: Transport,
-                 dispatcher: Dispatcher, endpoint: Endpoint, tracker: RequestTracker, server: Server,
-                 client: CoordinatorClient, barrier: LocalBarrier, clocks: Clocks, catalog: Catalog,
-                 changes: MembershipChanges) -> None:
+    def __init__(
+        self,
+        *,
+        config: NodeConfig,
+        view: View,
+        health: Health,
+        transport: Transport,
+        dispatcher: Dispatcher,
+        endpoint: Endpoint,
+        tracker: RequestTracker,
+        server: Server,
+        client: CoordinatorClient,
+        barrier: LocalBarrier,
+        clocks: Clocks,
+        catalog: Catalog,
+        changes: MembershipChanges,
+    ) -> None:
         self.rank, self.config, self.view, self.health = view.rank, config, view, health
         self.transport, self.dispatcher, self.endpoint, self.tracker = transport, dispatcher, endpoint, tracker
         self.server, self.client, self.barrier, self.clocks = server, client, barrier, clocks
@@ -162,29 +196,52 @@ class Report:
 
     def stats(self) -> dict:
         """node.stats(): per table calls, local and remote keys; messages and bytes sent to other nodes."""
-        tables = {s.spec.name: {**s.counters(), "forwards": s.shard.forwards, "relocated_in": s.shard.relocated_in,
-                                "replica_syncs": s.shard.replicas.syncs if s.shard.replicas else 0}
-                  for s in self.catalog.tables()}
+        tables = {
+            s.spec.name: {
+                **s.counters(),
+                "forwards": s.shard.forwards,
+                "relocated_in": s.shard.relocated_in,
+                "replica_syncs": s.shard.replicas.syncs if s.shard.replicas else 0,
+            }
+            for s in self.catalog.tables()
+        }
         server, clocks, transport = self.server, self.clocks, self.transport
-        return {"rank": self.rank, "epoch": self.view.epoch, "members": self.view.members(), "tables": tables,
-                "messages_sent": transport.messages_sent, "bytes_sent": transport.bytes_sent,
-                "requests_served": server.requests, "request_errors": server.errors, "dropped": self.dropped(),
-                "fenced": self.dispatcher.fenced, "forwards": server.forwards,
-                "relocated_in": server.relocation.relocated_in, "declined": server.relocation.declined,
-                "clock": clocks.global_clock, "clock_waits": clocks.waits,
-                "clock_wait_seconds": round(clocks.wait_seconds, 6),
-                "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # (Linux: KiB)
-                "rss_bytes": rss_now()}
+        return {
+            "rank": self.rank,
+            "epoch": self.view.epoch,
+            "members": self.view.members(),
+            "tables": tables,
+            "messages_sent": transport.messages_sent,
+            "bytes_sent": transport.bytes_sent,
+            "requests_served": server.requests,
+            "request_errors": server.errors,
+            "dropped": self.dropped(),
+            "fenced": self.dispatcher.fenced,
+            "forwards": server.forwards,
+            "relocated_in": server.relocation.relocated_in,
+            "declined": server.relocation.declined,
+            "clock": clocks.global_clock,
+            "clock_waits": clocks.waits,
+            "clock_wait_seconds": round(clocks.wait_seconds, 6),
+            "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # (Linux: KiB)
+            "rss_bytes": rss_now(),
+        }
 
     def sample(self) -> dict:
         """stats() and what only the metrics exporter reads (pskv.monitor): request latencies, queue
         depths, membership changes. Any thread (a scrape's); never blocks on the cluster."""
-        return {**self.stats(), "latency": self.tracker.latency(),
-                "messages_received": self.transport.messages_received,
-                "bytes_received": self.transport.bytes_received, "pending_requests": len(self.tracker),
-                "deferred_requests": self.server.relocation.waiting(), "held_messages": self.dispatcher.held(),
-                "membership_changes": self.changes.count, "failed": self.health.has_failed(),
-                "staleness": {s.spec.name: s.consistency.staleness for s in self.catalog.tables()}}
+        return {
+            **self.stats(),
+            "latency": self.tracker.latency(),
+            "messages_received": self.transport.messages_received,
+            "bytes_received": self.transport.bytes_received,
+            "pending_requests": len(self.tracker),
+            "deferred_requests": self.server.relocation.waiting(),
+            "held_messages": self.dispatcher.held(),
+            "membership_changes": self.changes.count,
+            "failed": self.health.has_failed(),
+            "staleness": {s.spec.name: s.consistency.staleness for s in self.catalog.tables()},
+        }
 
     def expire(self, now: float) -> None:
         """pskv-server: fail requests without progress for request_timeout; log why, once per batch."""
@@ -192,11 +249,18 @@ class Report:
             return
         timeout = self.config.request_timeout
         self._next_expiry = now + min(1.0, timeout / 4)
-        stalled_ = self.tracker.expire(now, timeout, functools.partial(stalled, timeout=timeout,
-                                                                       address=self.view.address))
+        stalled_ = self.tracker.expire(
+            now, timeout, functools.partial(stalled, timeout=timeout, address=self.view.address)
+        )
         if stalled_:
-            log.error("node %d: %d request(s) made no progress for %g s (PSKV_REQUEST_TIMEOUT); the first: %s\n%s",
-                      self.rank, len(stalled_), timeout, stalled_[0], self.debug_state())
+            log.error(
+                "node %d: %d request(s) made no progress for %g s (PSKV_REQUEST_TIMEOUT); the first: %s\n%s",
+                self.rank,
+                len(stalled_),
+                timeout,
+                stalled_[0],
+                self.debug_state(),
+            )
 
     def debug_state(self) -> str:
         """What this node waits for, as text: outstanding and deferred requests, collectives, clocks,

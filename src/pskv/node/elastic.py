@@ -35,8 +35,18 @@ class MembershipChanges:
     """What a node does when membership changes. pskv-server alone calls `changed` and `drained`;
     `callbacks` is appended to by the Node's owner thread before the changes it wants to see."""
 
-    def __init__(self, rank: int, view: View, transport: Transport, server: Server, store: Store, catalog: Catalog,
-                 tracker: RequestTracker, release_held: Callable[[], None], report: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        rank: int,
+        view: View,
+        transport: Transport,
+        server: Server,
+        store: Store,
+        catalog: Catalog,
+        tracker: RequestTracker,
+        release_held: Callable[[], None],
+        report: Callable[[int], None],
+    ) -> None:
         self.rank, self.view, self.transport, self.server, self.store = rank, view, transport, server, store
         self.catalog, self.tracker, self.release_held, self.report = catalog, tracker, release_held, report
         self.callbacks: list[Callable[[list[int]], None]] = []
@@ -51,9 +61,14 @@ class MembershipChanges:
         if backups is not None:
             backups.copies.batches.flush()  # what this epoch passed on leaves stamped with it
         self.count += 1
-        previous = self.view.change(epoch, [int(r) for r in payload["alive"]], payload.get("managers"),
-                                    [int(r) for r in payload.get("leaving", ())], payload.get("addresses"),
-                                    payload.get("outside", ()))
+        previous = self.view.change(
+            epoch,
+            [int(r) for r in payload["alive"]],
+            payload.get("managers"),
+            [int(r) for r in payload.get("leaving", ())],
+            payload.get("addresses"),
+            payload.get("outside", ()),
+        )
         for rank, address in (payload.get("addresses") or {}).items():
             self.transport.set_address(int(rank), address)
         # tables this node declared whose TABLE_OK has not come (membership.client): built for the members
@@ -80,8 +95,15 @@ class MembershipChanges:
         elif "entered" in payload:  # with backups: a node that joined now ends some chains (membership.joining)
             dead, what = int(payload["entered"]), "entered the chains"
         members = sorted(self.view.alive)
-        log.warning("node %d: node %d %s; membership epoch %d, members %s; %d request(s) sent again",
-                    self.rank, dead, what, epoch, members, resent)
+        log.warning(
+            "node %d: node %d %s; membership epoch %d, members %s; %d request(s) sent again",
+            self.rank,
+            dead,
+            what,
+            epoch,
+            members,
+            resent,
+        )
         for fn in self.callbacks:
             try:
                 fn(members)
@@ -108,8 +130,13 @@ def _adopt_unmanaged(state: TableState, rank: int) -> None:
         lo, hi = state.ranges.range_bounds(r)
         if (shard.owner[lo:hi] == -1).all():
             shard.adopt(lo, hi, rank)
-            log.info("node %d now manages key range %d of table %r, declared while it changed hands (%d rows)",
-                     rank, r, state.spec.name, hi - lo)
+            log.info(
+                "node %d now manages key range %d of table %r, declared while it changed hands (%d rows)",
+                rank,
+                r,
+                state.spec.name,
+                hi - lo,
+            )
 
 
 def take_share(state: TableState, joined: dict, localize: Callable, rank: int, timeout: float) -> None:
@@ -137,12 +164,23 @@ def check_leave(rank: int, catalog: Catalog, backups: int) -> None:
     """ConfigError for tables a leaving node cannot hand over."""
     aggregated = [s.spec.name for s in catalog.tables() if s.aggregator is not None]
     if not backups and aggregated:
-        raise ConfigError(f"node {rank}: leave() without backups cannot move the aggregation state of "
-                          f"table(s) {aggregated} (pskv.NodeAggregate); start the cluster with backups=1")
+        raise ConfigError(
+            f"node {rank}: leave() without backups cannot move the aggregation state of "
+            f"table(s) {aggregated} (pskv.NodeAggregate); start the cluster with backups=1"
+        )
 
 
-def hand_over(plan: list[int], timeout: float, *, rank: int, catalog: Catalog, tracker: RequestTracker,
-              endpoint: Endpoint, soon: Callable[[Callable[[], None]], None], check: Callable[[], None]) -> None:
+def hand_over(
+    plan: list[int],
+    timeout: float,
+    *,
+    rank: int,
+    catalog: Catalog,
+    tracker: RequestTracker,
+    endpoint: Endpoint,
+    soon: Callable[[Callable[[], None]], None],
+    check: Callable[[], None],
+) -> None:
     """Without backups: give every row and key range away (server.handoff) and wait for the ACKs.
     The sends run in pskv-server (`soon`), which alone writes the manager maps; the calling
     thread waits, checking the node's health (`check`)."""

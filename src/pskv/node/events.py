@@ -32,9 +32,19 @@ from .sharing import SharedMemory
 class NodeEvents(Events):
     """The coordinator's news, handed to the node's parts."""
 
-    def __init__(self, *, health: Health, view: View, transport: Transport, dispatcher: Dispatcher,
-                 sharing: SharedMemory, clocks: Clocks, changes: MembershipChanges, tracker: RequestTracker,
-                 backups: Backups | None) -> None:
+    def __init__(
+        self,
+        *,
+        health: Health,
+        view: View,
+        transport: Transport,
+        dispatcher: Dispatcher,
+        sharing: SharedMemory,
+        clocks: Clocks,
+        changes: MembershipChanges,
+        tracker: RequestTracker,
+        backups: Backups | None,
+    ) -> None:
         self.health, self.view, self.transport, self.dispatcher = health, view, transport, dispatcher
         self.sharing, self.clocks, self.changes, self.tracker = sharing, clocks, changes, tracker
         self.backups = backups

@@ -24,8 +24,9 @@ from ..store.shard import Store
 class SharedMemory:
     """Starts sharing this node's shards, and opening its neighbours', once."""
 
-    def __init__(self, config: NodeConfig, view: View, store: Store, neighbors: Neighbors, *, joined: bool,
-                 check=None) -> None:
+    def __init__(
+        self, config: NodeConfig, view: View, store: Store, neighbors: Neighbors, *, joined: bool, check=None
+    ) -> None:
         self.config, self.view, self.store, self.neighbors = config, view, store, neighbors
         self._check = check  # the node's health check: stops a wait for a stripe once the node failed (store.spin)
         private = config.num_nodes == 1 and not config.external_coordinator and not joined

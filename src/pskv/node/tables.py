@@ -54,8 +54,18 @@ log = logging.getLogger(__name__)
 class TableBuilder:
     """Builds the parts of one node's tables from the node's layers (given, not owned)."""
 
-    def __init__(self, rank: int, config: NodeConfig, view: View, store: Store, server: Server, endpoint: Endpoint,
-                 ctx: Context, *, joined: bool) -> None:
+    def __init__(
+        self,
+        rank: int,
+        config: NodeConfig,
+        view: View,
+        store: Store,
+        server: Server,
+        endpoint: Endpoint,
+        ctx: Context,
+        *,
+        joined: bool,
+    ) -> None:
         self.rank, self.config, self.view, self.store = rank, config, view, store
         self.server, self.endpoint, self.ctx, self.joined = server, endpoint, ctx, joined
 
@@ -71,8 +81,9 @@ class TableBuilder:
             raise ConfigError(f"{where}: give path=DIR, a directory for this node's rows")
         return DiskRows(path, spec.name, self.rank, cache_rows, spec.dim * np.dtype(spec.dtype).itemsize)
 
-    def build(self, spec: TableSpec, options: TableOptions, consistency, fill: bool = True,
-              disk: DiskRows | None = None) -> tuple[TableState, dict]:
+    def build(
+        self, spec: TableSpec, options: TableOptions, consistency, fill: bool = True, disk: DiskRows | None = None
+    ) -> tuple[TableState, dict]:
         """The table's parts on this node, and what every node must agree on (`fill=False`: rows
         left unset for a checkpoint to fill)."""
         ranges = self.view.key_ranges(spec.rows)
@@ -100,8 +111,15 @@ class TableBuilder:
         if options.aggregate is not None:
             if rounds:  # level 2 at each range's head, rounds replicated (server.rounds)
                 assert backups is not None  # (rounds: only with backups)
-                level2 = Rounds(spec, self.config.num_nodes, backups, shard, self.endpoint, self.ctx.tracker,
-                                lambda: self.view.alive)
+                level2 = Rounds(
+                    spec,
+                    self.config.num_nodes,
+                    backups,
+                    shard,
+                    self.endpoint,
+                    self.ctx.tracker,
+                    lambda: self.view.alive,
+                )
                 state.aggregator = Aggregator(self.ctx, state, None)
                 self.server.aggregators[spec.table_id] = level2.serve
             else:
@@ -112,8 +130,9 @@ class TableBuilder:
         elif consistency.synchronous:
             capacity = options.cache.capacity(spec.rows)
             if capacity:
-                state.cache = RowCache(spec.rows, spec.dim, spec.dtype, capacity,
-                                       additive=isinstance(spec.updater, updaters.Add))
+                state.cache = RowCache(
+                    spec.rows, spec.dim, spec.dtype, capacity, additive=isinstance(spec.updater, updaters.Add)
+                )
             state.buffer = self._push_buffer(state)
         if options.replicate is not None:
             keys = hot_keys(spec, options.replicate)
@@ -121,8 +140,12 @@ class TableBuilder:
             # joined later gets every change once it asked for them (ReplicaSync.catch_up)
             peers = () if self.joined else [r for r in range(self.config.num_nodes) if r != self.rank]
             shard.replicas = Replicas(spec, keys, peers)
-            config["replicate"] = [len(keys), int(zlib.crc32(keys.tobytes())), options.replicate.syncs_per_sec,
-                                   options.replicate.threshold]
+            config["replicate"] = [
+                len(keys),
+                int(zlib.crc32(keys.tobytes())),
+                options.replicate.syncs_per_sec,
+                options.replicate.threshold,
+            ]
         compose(state, self.ctx, backups=bool(self.config.backups))  # its stages, once (client.path)
         return state, config
 
@@ -154,8 +177,16 @@ class Declarations:
     """node.table() once its arguments are checked: the table's parts, the collective declaration, then
     a joiner's share of the rows or a checkpoint's (the thread that owns the Node)."""
 
-    def __init__(self, builder: TableBuilder, client: CoordinatorClient, sharing: SharedMemory, main: Worker, *,
-                 restorer: Restorer | None, joined: dict | None) -> None:
+    def __init__(
+        self,
+        builder: TableBuilder,
+        client: CoordinatorClient,
+        sharing: SharedMemory,
+        main: Worker,
+        *,
+        restorer: Restorer | None,
+        joined: dict | None,
+    ) -> None:
         self.builder, self.client, self.sharing, self.main = builder, client, sharing, main
         self.restorer, self.joined = restorer, joined  # (joined: the JOINED payload of a node that joined)
 

@@ -37,8 +37,13 @@ class Workers:
         self.clocks.register(w, restart=restart)  # node.run: its workers' clocks start at 0
         return w
 
-    def run(self, fn: Callable[[Worker], object], threads: int, on_error: Callable[[str, BaseException], None],
-            barrier: Callable[[], None]) -> None:
+    def run(
+        self,
+        fn: Callable[[Worker], object],
+        threads: int,
+        on_error: Callable[[str, BaseException], None],
+        barrier: Callable[[], None],
+    ) -> None:
         """node.run: fn(worker) in `threads` new threads; waits for all, re-raises the first error
         (`on_error` stops the node with it first, so the other workers fail fast)."""
         again = self.clocks.started
@@ -62,8 +67,10 @@ class Workers:
                 except BaseException:  # noqa: BLE001 - the worker's first error is the one run() raises
                     pass
 
-        started = [threading.Thread(target=body, args=(w,), name=f"pskv-worker-{self.ctx.rank}.{w.thread}",
-                                    daemon=True) for w in workers]
+        started = [
+            threading.Thread(target=body, args=(w,), name=f"pskv-worker-{self.ctx.rank}.{w.thread}", daemon=True)
+            for w in workers
+        ]
         for t in started:
             t.start()
         for t in started:
@@ -73,8 +80,15 @@ class Workers:
             raise errors[0]
 
 
-def settle(timeout: float | None, *, rank: int, catalog: Catalog, tracker: RequestTracker,
-           check: Callable[[], None], default: float) -> None:
+def settle(
+    timeout: float | None,
+    *,
+    rank: int,
+    catalog: Catalog,
+    tracker: RequestTracker,
+    check: Callable[[], None],
+    default: float,
+) -> None:
     """The last of this node's workers to reach a barrier, before the cluster-wide one: send the
     BSP/SSP push buffers and wait until every request this node issued so far is answered,
     whichever handle issued it (a worker that closed, the main thread's, another worker), so
@@ -87,5 +101,8 @@ def settle(timeout: float | None, *, rank: int, catalog: Catalog, tracker: Reque
             state.copies.round(flush=True)
     wait = default if timeout is None else timeout
     if not tracker.drain(check, wait):
-        raise BarrierTimeout(f"barrier on node {rank}: the requests this node issued before it were not "
-                             f"all answered within {wait:g} s; node.debug_state() lists them", [])
+        raise BarrierTimeout(
+            f"barrier on node {rank}: the requests this node issued before it were not "
+            f"all answered within {wait:g} s; node.debug_state() lists them",
+            [],
+        )

@@ -15,5 +15,5 @@ def hot_keys(spec: TableSpec, replicate: Replicate) -> np.ndarray:
         freq = np.asarray(replicate.frequencies)
         if freq.shape != (spec.rows,):
             raise ShapeError(f"table {spec.name!r}: frequencies has shape {freq.shape}, expected ({spec.rows},)")
-        return np.sort(np.argsort(-freq, kind="stable")[:int(replicate.hottest)]).astype(np.int64)
+        return np.sort(np.argsort(-freq, kind="stable")[: int(replicate.hottest)]).astype(np.int64)
     return np.unique(check_keys(spec, replicate.keys, "replicate"))

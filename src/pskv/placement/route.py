@@ -37,13 +37,16 @@ def forward_hops(keys: np.ndarray, shard: Shard, ranges: KeyRanges, me: int) -> 
     targets[shard.slot[keys] == INCOMING] = -1
     stale = targets == me  # the manager map says here, yet it is not here: only while in flight
     if stale.any():
-        raise ProtocolError(f"node {me} manages keys {keys[stale][:5].tolist()} of table {shard.spec.name!r} "
-                            "and records itself as owner, but does not hold them")
+        raise ProtocolError(
+            f"node {me} manages keys {keys[stale][:5].tolist()} of table {shard.spec.name!r} "
+            "and records itself as owner, but does not hold them"
+        )
     return targets
 
 
-def parts(keys: np.ndarray, values: np.ndarray | None, dest: np.ndarray,
-          buckets: int) -> Iterator[tuple[int, np.ndarray | None, np.ndarray, np.ndarray | None]]:
+def parts(
+    keys: np.ndarray, values: np.ndarray | None, dest: np.ndarray, buckets: int
+) -> Iterator[tuple[int, np.ndarray | None, np.ndarray, np.ndarray | None]]:
     """(destination, positions, keys, values) per destination in [0, buckets), in key order within each.
 
     One destination: positions None and the arrays themselves (no copy); else fresh arrays."""

@@ -54,8 +54,9 @@ class Owner:
         """Node `origin`'s sums (n, dim) of `rounds` of distinct `keys`. Replies to other nodes are
         sent; results for this node are returned as [(keys, rounds, values)]."""
         if len(keys) and (keys.min() < self._shard.start or keys.max() >= self._shard.stop):
-            raise ProtocolError(f"aggregated push of keys outside node {self._rank}'s range of "
-                                f"table {self.spec.name!r}")
+            raise ProtocolError(
+                f"aggregated push of keys outside node {self._rank}'s range of table {self.spec.name!r}"
+            )
         with self._lock:
             if self._async:
                 return self._apply_now(origin, rid, keys, rounds, sums)
@@ -74,8 +75,10 @@ class Owner:
         label = self._label[slot, idx]
         applied = self._applied[idx]
         if ((label != rounds) & (label != -1)).any() or (applied > rounds).any() or (applied < rounds - 1).any():
-            raise ProtocolError(f"node {origin} sent rounds {rounds[:5].tolist()} of table {self.spec.name!r} "
-                                f"out of order (applied rounds {applied[:5].tolist()})")
+            raise ProtocolError(
+                f"node {origin} sent rounds {rounds[:5].tolist()} of table {self.spec.name!r} "
+                f"out of order (applied rounds {applied[:5].tolist()})"
+            )
         self._label[slot, idx] = rounds
         self._acc[slot, idx] += sums
         self._count[slot, idx] += 1
@@ -98,8 +101,9 @@ class Owner:
             rids = self._rid[dslot, done, node]
             for one in np.unique(rids):
                 sel = rids == one
-                mine += self._answer(node, int(one), dkeys[sel], drounds[sel], self._pos[dslot[sel], done[sel], node],
-                                     values[sel])
+                mine += self._answer(
+                    node, int(one), dkeys[sel], drounds[sel], self._pos[dslot[sel], done[sel], node], values[sel]
+                )
         return mine
 
     def _answer(self, node: int, rid: int, keys, rounds, positions, values) -> list:

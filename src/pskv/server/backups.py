@@ -27,8 +27,14 @@ from .reader_copies import ReaderCopies
 
 
 class Backups:
-    def __init__(self, endpoint: Endpoint, chains: Callable[[], Chains | None], epoch: Callable[[], int],
-                 forward: Callable[..., None], on_synced: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        chains: Callable[[], Chains | None],
+        epoch: Callable[[], int],
+        forward: Callable[..., None],
+        on_synced: Callable[[int], None],
+    ) -> None:
         """`chains`, `epoch`: the view's current ones; `forward(dest, header, keys, positions, values)`:
         a write's keys on to their range's head (server.hops); `on_synced(epoch)`: tell the
         coordinator that no copy here waits for its snapshot."""

@@ -45,8 +45,9 @@ class Batches:
         self.messages = 0  # batch messages sent
         self.lost = 0  # writes and acks whose link's send failed (a dead or stuck peer)
 
-    def chain(self, dest: int, table: int, origin: int, rid: int, part: int, flags: int, keys, positions,
-              values) -> None:
+    def chain(
+        self, dest: int, table: int, origin: int, rid: int, part: int, flags: int, keys, positions, values
+    ) -> None:
         """A write to pass on to `dest`, the next member of its range's chain."""
         self._chain.setdefault((dest, table), []).append((origin, rid, part, flags, keys, positions, values))
 
@@ -77,20 +78,43 @@ class Batches:
             send(dest, table, writes)
         except TransportError as exc:
             self.lost += len(writes)
-            log.warning("node %d lost %d %s of table %d to node %d: %s; their writers send them again after the "
-                        "membership change a dead node makes, or their request_timeout reports them",
-                        self._endpoint.rank, len(writes), what, table, dest, exc)
+            log.warning(
+                "node %d lost %d %s of table %d to node %d: %s; their writers send them again after the "
+                "membership change a dead node makes, or their request_timeout reports them",
+                self._endpoint.rank,
+                len(writes),
+                what,
+                table,
+                dest,
+                exc,
+            )
 
     def _send_chain(self, dest: int, table: int, writes: list) -> None:
         if len(writes) == 1:
             origin, rid, part, flags, keys, positions, values = writes[0]
-            self._endpoint.hop(dest, table, origin, rid, part, flags=flags, dim=values.shape[1], keys=keys,
-                               positions=positions, values=values)
+            self._endpoint.hop(
+                dest,
+                table,
+                origin,
+                rid,
+                part,
+                flags=flags,
+                dim=values.shape[1],
+                keys=keys,
+                positions=positions,
+                values=values,
+            )
             return
-        described = np.array([(o, rid, part, len(k), flags if pos is None else flags | POSITIONS)
-                              for o, rid, part, flags, k, pos, _ in writes], np.int64)
-        positions = np.concatenate([np.arange(len(k), dtype=np.int64) if pos is None else pos
-                                    for _, _, _, _, k, pos, _ in writes])
+        described = np.array(
+            [
+                (o, rid, part, len(k), flags if pos is None else flags | POSITIONS)
+                for o, rid, part, flags, k, pos, _ in writes
+            ],
+            np.int64,
+        )
+        positions = np.concatenate(
+            [np.arange(len(k), dtype=np.int64) if pos is None else pos for _, _, _, _, k, pos, _ in writes]
+        )
         values = np.concatenate([v for *_, v in writes])
         keys = np.concatenate([k for _, _, _, _, k, _, _ in writes])
         self._endpoint.batch(dest, Kind.CHAIN, table, keys=keys, positions=positions, values=values, writes=described)
@@ -102,10 +126,12 @@ class Batches:
             rid, part, n, positions = writes[0]
             self._endpoint.answer(origin, Kind.ACK, table, rid, part=part, n_keys=n, positions=positions)
             return
-        described = np.array([(origin, rid, part, n, 0 if pos is None else POSITIONS) for rid, part, n, pos in writes],
-                             np.int64)
-        positions = np.concatenate([np.arange(n, dtype=np.int64) if pos is None else np.asarray(pos, np.int64)
-                                    for _, _, n, pos in writes])
+        described = np.array(
+            [(origin, rid, part, n, 0 if pos is None else POSITIONS) for rid, part, n, pos in writes], np.int64
+        )
+        positions = np.concatenate(
+            [np.arange(n, dtype=np.int64) if pos is None else np.asarray(pos, np.int64) for _, _, n, pos in writes]
+        )
         self._endpoint.batch(origin, Kind.ACK, table, origin=origin, positions=positions, writes=described)
         self.writes += len(writes)
         self.messages += 1

@@ -173,8 +173,10 @@ class Chain:
         if len(set(ids)) != len(ids) or any(applied.seen(one) for one in ids):  # (a resend may follow its first copy)
             return False
         if len(copy.push(keys, values)):
-            raise ProtocolError(f"node {self.rank} should hold every key of key range {r} of {copy.spec.name!r} "
-                                f"but does not (epoch {c.epoch()})")
+            raise ProtocolError(
+                f"node {self.rank} should hold every key of key range {r} of {copy.spec.name!r} "
+                f"but does not (epoch {c.epoch()})"
+            )
         nxt = chains.successor(r, self.rank)
         tail_plain = nxt < 0 and not (c.readers.of(header.table, keys) >= 0).any()
         start = 0
@@ -203,8 +205,10 @@ class Chain:
             return False
         miss = shard.set(keys, values) if is_set else shard.push(keys, values)
         if len(miss):
-            raise ProtocolError(f"node {self.rank} should hold keys {keys[miss][:5].tolist()} of key range {r} "
-                                f"of {shard.spec.name!r} but does not (epoch {self._copies.epoch()})")
+            raise ProtocolError(
+                f"node {self.rank} should hold keys {keys[miss][:5].tolist()} of key range {r} "
+                f"of {shard.spec.name!r} but does not (epoch {self._copies.epoch()})"
+            )
         applied.add(write)
         return True
 
@@ -232,16 +236,35 @@ class Chain:
         for header, n, positions, keys in self._copies.rows_waiting.pop((table, r), []):
             self.answer(header, n, positions, keys, copy, r)
 
-    def _pass(self, header: Header, chains: Chains, r: int, keys, positions, values, is_set: bool, held: Held,
-              main: Held, again: bool) -> None:
+    def _pass(
+        self,
+        header: Header,
+        chains: Chains,
+        r: int,
+        keys,
+        positions,
+        values,
+        is_set: bool,
+        held: Held,
+        main: Held,
+        again: bool,
+    ) -> None:
         """A write applied to `held`, our copy of range r (`again`: it was not, nor will it be on any
         copy after ours): on down the chain, or answered at its tail."""
         c = self._copies
         nxt = chains.successor(r, self.rank)
         if nxt >= 0:
-            c.batches.chain(nxt, header.table, header.origin, header.request_id, header.part,
-                            (SET if is_set else 0) | (AGAIN if again else 0) | (header.flags & (ROWS | ROUNDS)), keys,
-                            positions, values)
+            c.batches.chain(
+                nxt,
+                header.table,
+                header.origin,
+                header.request_id,
+                header.part,
+                (SET if is_set else 0) | (AGAIN if again else 0) | (header.flags & (ROWS | ROUNDS)),
+                keys,
+                positions,
+                values,
+            )
             return
         readers = c.readers.of(header.table, keys)  # the tail: the write is on every member; then readers'
         if not (readers < 0).all():
@@ -264,9 +287,18 @@ class Chain:
                     record.add(write)
                 self.answer(header, len(sel), pos[sel])
             else:
-                c.in_order().hop(int(reader), header.table, header.origin, header.request_id, header.part,
-                                 dim=header.dim, flags=READER | (SET if is_set else 0) | (AGAIN if again else 0),
-                                 keys=keys[sel], positions=pos[sel], values=None if values is None else values[sel])
+                c.in_order().hop(
+                    int(reader),
+                    header.table,
+                    header.origin,
+                    header.request_id,
+                    header.part,
+                    dim=header.dim,
+                    flags=READER | (SET if is_set else 0) | (AGAIN if again else 0),
+                    keys=keys[sel],
+                    positions=pos[sel],
+                    values=None if values is None else values[sel],
+                )
 
 
 def _positions(positions: np.ndarray | None, sel: np.ndarray | None) -> np.ndarray | None:

@@ -108,10 +108,12 @@ class Copies:
         return sum(map(len, self.applied.values())), sum(map(len, self.read_applied.values()))
 
     def describe(self) -> list[str]:
-        return [f"backups: copies of {sorted(self.backup)}, {self.readers.count()} key(s) read elsewhere, "
-                f"waiting for snapshots of {sorted(self.filling)}, "
-                f"{self.snapshots_sent} snapshot(s) sent, {self.duplicates} duplicate write(s) not applied again, "
-                f"write ids kept above the floors (ranges, reader copies): {self.kept()}, {self.batches!r}"]
+        return [
+            f"backups: copies of {sorted(self.backup)}, {self.readers.count()} key(s) read elsewhere, "
+            f"waiting for snapshots of {sorted(self.filling)}, "
+            f"{self.snapshots_sent} snapshot(s) sent, {self.duplicates} duplicate write(s) not applied again, "
+            f"write ids kept above the floors (ranges, reader copies): {self.kept()}, {self.batches!r}"
+        ]
 
 
 def before(chains: Chains, r: int, rank: int) -> int:

@@ -35,8 +35,10 @@ def serve(server, header: Header, p: Payload, keys: np.ndarray, shard: Shard | S
     keys out of range or a node with backups (the request then gets an ERROR)."""
     spec = shard.spec
     if server.backups is not None:
-        raise ProtocolError(f"{header!r}: node {server.rank} keeps backups: a push there goes down its chain, "
-                            "not fused with a pull (send them apart)")
+        raise ProtocolError(
+            f"{header!r}: node {server.rank} keeps backups: a push there goes down its chain, "
+            "not fused with a pull (send them apart)"
+        )
     if p.positions is not None:
         raise ProtocolError(f"{header!r}: a fused push with positions (only its origin sends one, whole)")
     push, pull, pulls = fused_halves(header, p)

@@ -79,9 +79,13 @@ class Failover:
         """Call fn() in pskv-server after each membership change, once the chains are set up."""
         self._listeners.append(fn)
 
-    def on_membership(self, previous: Chains, main: Callable[[int], Shard | SparseShard | None],
-                      unfinished: set[int] | frozenset[int] = frozenset(),
-                      members=None) -> None:
+    def on_membership(
+        self,
+        previous: Chains,
+        main: Callable[[int], Shard | SparseShard | None],
+        unfinished: set[int] | frozenset[int] = frozenset(),
+        members=None,
+    ) -> None:
         """A new epoch: promote the ranges we now head, send snapshots down every changed chain,
         expect one where our predecessor changed (we are new, or it died). `unfinished`: tables being
         declared (no write reached them yet, so a fresh copy is whole): a node that builds one after
@@ -101,8 +105,9 @@ class Failover:
                     if new[0] == self.rank:
                         shard = main(table)
                         if shard is None:  # (cannot happen: a table is in the store before add_table)
-                            raise ProtocolError(f"node {self.rank} heads key range {r} of table {table} it does "
-                                                "not hold")
+                            raise ProtocolError(
+                                f"node {self.rank} heads key range {r} of table {table} it does not hold"
+                            )
                         self._head(table, r, spec, old, new, shard)
                         continue
                     if (table, r) not in c.backup:
@@ -160,8 +165,18 @@ class Failover:
         c = self._copies
         counts = c.rounds.get(table)
         readers = None if c.specs[table].sparse else c.readers.of(table, keys)
-        c.in_order().snapshot(dest, table, r, origin=self.rank, keys=keys, values=rows, state=state, applied=applied,
-                              readers=readers, rounds=None if counts is None else counts[keys])
+        c.in_order().snapshot(
+            dest,
+            table,
+            r,
+            origin=self.rank,
+            keys=keys,
+            values=rows,
+            state=state,
+            applied=applied,
+            readers=readers,
+            rounds=None if counts is None else counts[keys],
+        )
         c.snapshots_sent += 1
 
     def on_snapshot(self, header: Header, p: Payload, main: Shard) -> None:
@@ -190,8 +205,16 @@ class Failover:
             c.readers.set(table, keys, readers)
             mine = (readers == self.rank) & (main.slot[keys] >= 0)
             if mine.any():  # keys we also read: our reader copy may have missed writes of a tail that died
-                self._readers.install(table, r, header.sender, keys[mine], values[mine],
-                                      None if p.state is None else p.state[mine], applied, main)
+                self._readers.install(
+                    table,
+                    r,
+                    header.sender,
+                    keys[mine],
+                    values[mine],
+                    None if p.state is None else p.state[mine],
+                    applied,
+                    main,
+                )
         nxt = c.chains().successor(r, self.rank)
         if nxt >= 0:
             self._send_snapshot(table, r, nxt, keys, values, p.state, applied)

@@ -73,8 +73,10 @@ def _give_sparse(shard: SparseShard, ranges: KeyRanges, me: int, to: list[int]) 
     HANDOFF part=r+1 to to[r] (no OWNERS: a sparse key lives at its range's manager only)."""
     managed = ranges.managed_by(me)
     given = shard.give([(*ranges.range_bounds(r), int(to[r])) for r in managed])
-    return [(int(to[r]), Kind.HANDOFF, r + 1, keys, rows, state, max(len(keys), 1))
-            for r, (keys, rows, state) in zip(managed, given, strict=True)]
+    return [
+        (int(to[r]), Kind.HANDOFF, r + 1, keys, rows, state, max(len(keys), 1))
+        for r, (keys, rows, state) in zip(managed, given, strict=True)
+    ]
 
 
 def send(endpoint: Endpoint, table: int, rid: int, messages: list[tuple]) -> None:
@@ -83,8 +85,7 @@ def send(endpoint: Endpoint, table: int, rid: int, messages: list[tuple]) -> Non
         if kind == Kind.OWNERS:
             endpoint.request(dest, kind, table, rid, part=part, keys=keys)
         else:
-            endpoint.request(dest, kind, table, rid, part=part, dim=rows.shape[1], keys=keys, values=rows,
-                             state=state)
+            endpoint.request(dest, kind, table, rid, part=part, dim=rows.shape[1], keys=keys, values=rows, state=state)
 
 
 def on_handoff(endpoint: Endpoint, header: Header, p: Payload, shard: Shard) -> None:
@@ -95,8 +96,10 @@ def on_handoff(endpoint: Endpoint, header: Header, p: Payload, shard: Shard) -> 
         endpoint.reply(header, Kind.ACK, n_keys=max(len(keys), 1))
         return
     if (shard.slot[keys] >= 0).any():
-        raise ProtocolError(f"HANDOFF of keys {keys[shard.slot[keys] >= 0][:5].tolist()} of table "
-                            f"{shard.spec.name!r} that node {endpoint.rank} already owns")
+        raise ProtocolError(
+            f"HANDOFF of keys {keys[shard.slot[keys] >= 0][:5].tolist()} of table "
+            f"{shard.spec.name!r} that node {endpoint.rank} already owns"
+        )
     if len(keys):
         shard.insert(keys, np.asarray(p.values), None if p.state is None else np.asarray(p.state))
         owner = shard.owner[keys]

@@ -33,11 +33,14 @@ class Hops:
         flag POSITIONS when there are some)."""
         hops = (header.flags >> HOP_SHIFT) + 1
         if hops > MAX_HOPS:
-            raise ProtocolError(f"keys {keys[:5].tolist()} of table {header.table} were forwarded "
-                                f"{MAX_HOPS} times without reaching their owner")
+            raise ProtocolError(
+                f"keys {keys[:5].tolist()} of table {header.table} were forwarded "
+                f"{MAX_HOPS} times without reaching their owner"
+            )
         self.keys += len(keys)
         shard = self._store.get(header.table)
         if shard is not None:
             shard.forwards += len(keys)
-        self._endpoint.forward(target, header, header.flags & ROWS | hops << HOP_SHIFT, keys=keys,
-                               positions=positions, values=values)
+        self._endpoint.forward(
+            target, header, header.flags & ROWS | hops << HOP_SHIFT, keys=keys, positions=positions, values=values
+        )

@@ -139,5 +139,6 @@ class IntentBoard:
 
     def __repr__(self) -> str:
         live = {t: int((c > 0).sum()) for t, c in self._count.items()}
-        return (f"<IntentBoard keys intended by table {live} moves={self.moves} shares={self.shares} "
-                f"grants={self.grants}>")
+        return (
+            f"<IntentBoard keys intended by table {live} moves={self.moves} shares={self.shares} grants={self.grants}>"
+        )

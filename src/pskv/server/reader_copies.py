@@ -79,9 +79,18 @@ class ReaderCopies:
         if header.origin == self.rank:
             self.install(header.table, r, self.rank, keys, rows, state, applied, main)
         else:
-            c.in_order().snapshot(header.origin, header.table, r, origin=header.origin,
-                                  request_id=header.request_id, flags=READER, keys=keys, values=rows, state=state,
-                                  applied=applied)
+            c.in_order().snapshot(
+                header.origin,
+                header.table,
+                r,
+                origin=header.origin,
+                request_id=header.request_id,
+                flags=READER,
+                keys=keys,
+                values=rows,
+                state=state,
+                applied=applied,
+            )
 
     def refresh(self, table: int, r: int, keys, rows, state, applied) -> None:
         """The tail after a membership change changed range r's chain: send every other reader of its
@@ -89,14 +98,23 @@ class ReaderCopies:
         readers = self._copies.readers.of(table, keys)
         for reader in np.unique(readers[(readers >= 0) & (readers != self.rank)]).tolist():
             sel = readers == reader
-            self._copies.in_order().snapshot(reader, table, r, origin=reader, flags=READER, keys=keys[sel],
-                                             values=rows[sel], state=None if state is None else state[sel],
-                                             applied=applied)
+            self._copies.in_order().snapshot(
+                reader,
+                table,
+                r,
+                origin=reader,
+                flags=READER,
+                keys=keys[sel],
+                values=rows[sel],
+                state=None if state is None else state[sel],
+                applied=applied,
+            )
 
     def on_snapshot(self, header: Header, p: Payload, main: Shard) -> None:
         """SNAPSHOT with flag READER: our copy of keys we read, from the tail (server.failover hands it)."""
-        self.install(header.table, header.part, header.sender, np.asarray(p.keys, np.int64), p.values, p.state,
-                     p.applied, main)
+        self.install(
+            header.table, header.part, header.sender, np.asarray(p.keys, np.int64), p.values, p.state, p.applied, main
+        )
 
     def install(self, table: int, r: int, sender: int, keys, rows, state, applied, main: Shard) -> None:
         """Our copy of keys of range r we read, from the tail `sender`: install it, wake the localize

@@ -47,9 +47,15 @@ _MAX_MS = 2**32 - 1  # a DECLINE's `dim` (ms left) is a uint32
 
 
 class Relocation:
-    def __init__(self, endpoint: Endpoint, tracker: RequestTracker, *,
-                 serve: Callable[[Header, Payload, Shard], None], reject: Callable[[Header, Exception], None],
-                 on_declined: Callable[[int, np.ndarray, int, float], None] | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        tracker: RequestTracker,
+        *,
+        serve: Callable[[Header, Payload, Shard], None],
+        reject: Callable[[Header, Exception], None],
+        on_declined: Callable[[int, np.ndarray, int, float], None] | None = None,
+    ) -> None:
         self._endpoint = endpoint
         self.rank = endpoint.rank
         self._tracker = tracker  # completes this node's localize requests when TRANSFERs land
@@ -70,8 +76,9 @@ class Relocation:
         if (owner < 0).any():
             handed = owner <= -2
             if (owner == -1).any():
-                raise ProtocolError(f"LOCALIZE for keys {keys[owner == -1][:5].tolist()} that node {self.rank} "
-                                    "does not manage")
+                raise ProtocolError(
+                    f"LOCALIZE for keys {keys[owner == -1][:5].tolist()} that node {self.rank} does not manage"
+                )
             for node in np.unique(owner[handed]):  # their range went on to another manager: so does this
                 at = np.ascontiguousarray(keys[owner == node], np.int64)
                 self._endpoint.forward(int(Shard.handed_to(int(node))), header, header.flags, keys=at)
@@ -90,8 +97,9 @@ class Relocation:
             held[:] = False
         if held.any():
             self.declined += int(held.sum())
-            self._send_decline(header, np.ascontiguousarray(keys[held], np.int64), old[held], lease[idx[held]] - now,
-                               shard)
+            self._send_decline(
+                header, np.ascontiguousarray(keys[held], np.int64), old[held], lease[idx[held]] - now, shard
+            )
             keys, idx, old = keys[~held], idx[~held], old[~held]
         moving = old != header.origin
         moves = self._moves[header.table]
@@ -127,8 +135,9 @@ class Relocation:
         at least `dim` ms more (DECLINE)."""
         self._declined(header, np.asarray(p.keys, np.int64), header.part, header.dim / 1000.0, shard)
 
-    def _send_decline(self, header: Header, keys: np.ndarray, owners: np.ndarray, left: np.ndarray,
-                      shard: Shard) -> None:
+    def _send_decline(
+        self, header: Header, keys: np.ndarray, owners: np.ndarray, left: np.ndarray, shard: Shard
+    ) -> None:
         """Manager: tell the requester that `keys` stay where they are, one DECLINE per owner, with
         the seconds `left` of the shortest lease holding them (it need not ask again before)."""
         for owner in np.unique(owners):
@@ -160,8 +169,9 @@ class Relocation:
         if len(np.unique(keys)) != len(keys):
             raise ProtocolError(f"TRANSFER of {len(keys)} keys of table {shard.spec.name!r} with duplicates")
         if (shard.slot[keys] >= 0).any():  # the manager made us owner (we may not have asked: accept), twice is wrong
-            raise ProtocolError(f"TRANSFER of keys {keys[shard.slot[keys] >= 0][:5].tolist()} that node {self.rank} "
-                                "already owns")
+            raise ProtocolError(
+                f"TRANSFER of keys {keys[shard.slot[keys] >= 0][:5].tolist()} that node {self.rank} already owns"
+            )
         _hooks.reach("server.transfer", node=self.rank, keys=keys)
         assert p.values is not None  # (unpack: a TRANSFER carries values)
         shard.insert(keys, p.values, p.state)
@@ -266,8 +276,12 @@ class _Waiting:
         self.values = values  # (m, dim) or None
 
     def take(self, sel: np.ndarray) -> _Waiting:
-        return _Waiting(self.header, self.keys[sel], None if self.positions is None else self.positions[sel],
-                        None if self.values is None else self.values[sel])
+        return _Waiting(
+            self.header,
+            self.keys[sel],
+            None if self.positions is None else self.positions[sel],
+            None if self.values is None else self.values[sel],
+        )
 
     def __repr__(self) -> str:
         return f"<Waiting {self.header!r} keys={self.keys[:5].tolist()}{'...' if len(self.keys) > 5 else ''}>"

@@ -50,8 +50,16 @@ log = logging.getLogger(__name__)
 class Rounds:
     """Level 2 of one aggregated BSP/SSP table with backups, for the ranges this node heads."""
 
-    def __init__(self, spec: TableSpec, num_nodes: int, backups: Backups, main: Shard, endpoint: Endpoint,
-                 tracker: RequestTracker, alive) -> None:
+    def __init__(
+        self,
+        spec: TableSpec,
+        num_nodes: int,
+        backups: Backups,
+        main: Shard,
+        endpoint: Endpoint,
+        tracker: RequestTracker,
+        alive,
+    ) -> None:
         self.spec = spec
         self._copies = backups.copies  # heads, ranges, rounds counted per key
         self._chain = backups.chain  # the write path: a completed round's write
@@ -86,8 +94,10 @@ class Rounds:
         done = self._copies.rounds[header.table][keys]
         if (rounds > done).any():
             bad = np.flatnonzero(rounds > done)[:5]
-            raise ProtocolError(f"node {header.origin} sent rounds {rounds[bad].tolist()} of keys {keys[bad].tolist()} "
-                                f"of table {self.spec.name!r}, which completed {done[bad].tolist()} rounds")
+            raise ProtocolError(
+                f"node {header.origin} sent rounds {rounds[bad].tolist()} of keys {keys[bad].tolist()} "
+                f"of table {self.spec.name!r}, which completed {done[bad].tolist()} rounds"
+            )
         past = rounds < done
         if past.any():
             again = past & ~self._pending[keys]  # (pending ones are answered with their round's write)
@@ -101,8 +111,9 @@ class Rounds:
         new = ~self._got[keys, o]
         self._acc[keys[new]] += sums[new]
         self._got[keys, o] = True
-        self._to[keys, o] = np.stack([np.full(len(keys), header.request_id), np.full(len(keys), header.part),
-                                      positions], axis=1)
+        self._to[keys, o] = np.stack(
+            [np.full(len(keys), header.request_id), np.full(len(keys), header.part), positions], axis=1
+        )
         self._complete(keys)
 
     def _membership_changed(self) -> None:
@@ -151,8 +162,9 @@ class Rounds:
         answers = self._waiting.pop(rid, [])
         self._pending[keys] = False
         if error is not None:  # the node is failing; its requests fail with it
-            log.warning("node %d: a round of table %r was not acknowledged: %s", self._endpoint.rank,
-                        self.spec.name, error)
+            log.warning(
+                "node %d: a round of table %r was not acknowledged: %s", self._endpoint.rank, self.spec.name, error
+            )
             return
         if _hooks.points:
             _hooks.reach("rounds.written", node=self._endpoint.rank, keys=keys)
@@ -164,9 +176,19 @@ class Rounds:
     def _answer(self, node: int, rid: int, part: int, positions: np.ndarray, keys: np.ndarray) -> None:
         rows = np.empty((len(keys), self.spec.dim), self.spec.dtype)  # (n, dim) the rows after the round
         self._main.pull(keys, rows)
-        self._endpoint.answer(node, Kind.PULL_REPLY, self.spec.table_id, rid, part=part, n_keys=len(keys),
-                              positions=positions, values=rows)
+        self._endpoint.answer(
+            node,
+            Kind.PULL_REPLY,
+            self.spec.table_id,
+            rid,
+            part=part,
+            n_keys=len(keys),
+            positions=positions,
+            values=rows,
+        )
 
     def __repr__(self) -> str:
-        return (f"<Rounds table={self.spec.name!r} completed={self.completed} waiting={len(self._waiting)} "
-                f"answered_again={self.answered_again}>")
+        return (
+            f"<Rounds table={self.spec.name!r} completed={self.completed} waiting={len(self._waiting)} "
+            f"answered_again={self.answered_again}>"
+        )

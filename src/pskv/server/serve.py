@@ -64,15 +64,36 @@ from .intents import IntentBoard
 from .relocate import Relocation
 
 log = logging.getLogger(__name__)
-HANDLES = REQUESTS | BACKUPS | {Kind.RANGE, Kind.LOCALIZE, Kind.HANDOVER, Kind.TRANSFER, Kind.DECLINE,
-                                Kind.REPLICA_SYNC, Kind.AGG_PUSH, Kind.HANDOFF, Kind.OWNERS, Kind.INTENT}
+HANDLES = (
+    REQUESTS
+    | BACKUPS
+    | {
+        Kind.RANGE,
+        Kind.LOCALIZE,
+        Kind.HANDOVER,
+        Kind.TRANSFER,
+        Kind.DECLINE,
+        Kind.REPLICA_SYNC,
+        Kind.AGG_PUSH,
+        Kind.HANDOFF,
+        Kind.OWNERS,
+        Kind.INTENT,
+    }
+)
 
 
 class Server:
-    def __init__(self, store: Store, endpoint: Endpoint, tracker: RequestTracker,
-                 ranges: Callable[[int], KeyRanges],
-                 on_declined: Callable[[int, np.ndarray, int, float], None] | None = None, *,
-                 hops: Hops | None = None, backups: Backups | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        endpoint: Endpoint,
+        tracker: RequestTracker,
+        ranges: Callable[[int], KeyRanges],
+        on_declined: Callable[[int, np.ndarray, int, float], None] | None = None,
+        *,
+        hops: Hops | None = None,
+        backups: Backups | None = None,
+    ) -> None:
         """`hops`: forwards, counted (shared with `backups`; made here if not given); `backups`: with
         backups, the write path and the modules that handle their kinds (server.backups)."""
         self._store = store
@@ -84,16 +105,24 @@ class Server:
         self.intents = IntentBoard(endpoint, self.relocation.release)  # INTENT: which nodes intend each key
         self.aggregators: dict[int, Callable[[Header, Payload], None]] = {}  # table id -> AGG_PUSH handler
         self.backups = backups  # with backups: chain replication, failover and reader copies
-        self._handlers = {Kind.PULL: self._serve, Kind.PUSH: self._serve, Kind.SET: self._serve,
-                          Kind.RANGE: self._range, Kind.CHAIN: self._no_backups, Kind.SNAPSHOT: self._no_backups,
-                          Kind.SUBSCRIBE: self._no_backups,
-                          Kind.LOCALIZE: self.relocation.localize, Kind.HANDOVER: self.relocation.handover,
-                          Kind.TRANSFER: self.relocation.transfer, Kind.DECLINE: self.relocation.on_decline,
-                          Kind.REPLICA_SYNC: self._replica_sync,
-                          Kind.AGG_PUSH: self._aggregate,
-                          Kind.HANDOFF: self._handoff,
-                          Kind.OWNERS: lambda h, p, s: handoff.on_owners(endpoint, h, p, s),
-                          Kind.INTENT: self.intents.handle}
+        self._handlers = {
+            Kind.PULL: self._serve,
+            Kind.PUSH: self._serve,
+            Kind.SET: self._serve,
+            Kind.RANGE: self._range,
+            Kind.CHAIN: self._no_backups,
+            Kind.SNAPSHOT: self._no_backups,
+            Kind.SUBSCRIBE: self._no_backups,
+            Kind.LOCALIZE: self.relocation.localize,
+            Kind.HANDOVER: self.relocation.handover,
+            Kind.TRANSFER: self.relocation.transfer,
+            Kind.DECLINE: self.relocation.on_decline,
+            Kind.REPLICA_SYNC: self._replica_sync,
+            Kind.AGG_PUSH: self._aggregate,
+            Kind.HANDOFF: self._handoff,
+            Kind.OWNERS: lambda h, p, s: handoff.on_owners(endpoint, h, p, s),
+            Kind.INTENT: self.intents.handle,
+        }
         self._whole: dict = {}  # kind -> fn(header, payload, shard): takes a BATCH whole, or returns False
         if backups is not None:
             self.register(backups.handlers(), batches=backups.batches())
@@ -154,8 +183,12 @@ class Server:
             header = items[i][0]
             j = i + 1
             if plain(header) and not _hooks.points:
-                while j < n and items[j][0].kind == header.kind and items[j][0].table == header.table and \
-                        plain(items[j][0]):
+                while (
+                    j < n
+                    and items[j][0].kind == header.kind
+                    and items[j][0].table == header.table
+                    and plain(items[j][0])
+                ):
                     j += 1
             if j - i > 1:
                 self._serve_run(items[i:j])
@@ -185,7 +218,8 @@ class Server:
     def _check(self, header: Header, p: Payload, shard: Shard | SparseShard) -> None:
         spec = shard.spec
         if ((p.values is not None or header.kind in REQUESTS) and header.dim != spec.dim) or (
-                p.values is not None and p.values.dtype != spec.dtype):
+            p.values is not None and p.values.dtype != spec.dtype
+        ):
             raise ProtocolError(f"{header!r} does not match table {spec.name!r} {spec.describe()}")
         if p.keys is not None and len(p.keys) and not spec.sparse:  # (a sparse table's keys are any uint64)
             lo, hi = kernels.key_range(p.keys)
@@ -277,8 +311,9 @@ class Server:
             return None
         spec = shard.spec
         kind = header.kind
-        if spec.sparse or (kind != Kind.PULL and (self.backups is not None or (kind == Kind.PUSH and not
-                                                 spec.updater.in_order))):
+        if spec.sparse or (
+            kind != Kind.PULL and (self.backups is not None or (kind == Kind.PUSH and not spec.updater.in_order))
+        ):
             return None
         ranges = self._ranges(header.table)
         code = dtype_code(spec.dtype)
@@ -300,8 +335,9 @@ class Server:
             lo, hi = kernels.key_range(keys)
             if lo < 0 or hi >= spec.rows:
                 return None
-        values = None if kind == Kind.PULL else \
-            np.frombuffer(b"".join(value_bufs), spec.dtype).reshape(len(keys), spec.dim)  # (n, dim)
+        values = (
+            None if kind == Kind.PULL else np.frombuffer(b"".join(value_bufs), spec.dtype).reshape(len(keys), spec.dim)
+        )  # (n, dim)
         return shard, keys, values, np.asarray(bounds, np.int64), positions
 
     def _range(self, header: Header, p: Payload, shard) -> None:
@@ -336,8 +372,9 @@ class Server:
         kind = Kind.PULL_REPLY if out is not None else Kind.ACK
         self._endpoint.reply(header, kind, n_keys=n - len(miss), positions=pos, values=out, **fused)
 
-    def pass_on(self, header: Header, p: Payload, keys: np.ndarray, miss: np.ndarray,
-                shard: Shard | SparseShard) -> None:
+    def pass_on(
+        self, header: Header, p: Payload, keys: np.ndarray, miss: np.ndarray, shard: Shard | SparseShard
+    ) -> None:
         """Forward the keys this node does not own; queue those on their way here."""
         mkeys = keys[miss]
         positions = miss if p.positions is None else p.positions[miss]
@@ -355,8 +392,10 @@ class Server:
                 self.relocation.defer(header, mkeys[sel], np.asarray(positions[sel], np.int64), tv)
                 continue
             if target == self.rank:
-                raise ProtocolError(f"node {self.rank} heads the key range of keys {mkeys[sel][:5].tolist()} of "
-                                    f"table {shard.spec.name!r} but does not hold them")
+                raise ProtocolError(
+                    f"node {self.rank} heads the key range of keys {mkeys[sel][:5].tolist()} of "
+                    f"table {shard.spec.name!r} but does not hold them"
+                )
             self.forward(int(target), header, mkeys[sel], positions[sel], tv)
 
     def forward(self, target: int, header: Header, keys: np.ndarray, positions: np.ndarray | None, values) -> None:
@@ -405,5 +444,7 @@ class Server:
         return self.relocation.describe(limit) + (self.backups.describe() if self.backups is not None else [])
 
     def __repr__(self) -> str:
-        return (f"<Server node={self.rank} handled={self.requests} errors={self.errors} forwards={self.forwards} "
-                f"deferred={self.relocation.waiting()}>")
+        return (
+            f"<Server node={self.rank} handled={self.requests} errors={self.errors} forwards={self.forwards} "
+            f"deferred={self.relocation.waiting()}>"
+        )

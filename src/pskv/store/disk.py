@@ -43,9 +43,11 @@ class DiskRows:
         if cache_rows is None or int(cache_rows) < 1:
             raise ConfigError(f"table {name!r}: storage='disk' needs cache_rows >= 1 (rows kept in memory)")
         if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):  # "../x" or "a/b" would write outside DIR
-            raise ConfigError(f"table {name!r}: a storage='disk' table's name names its files in {directory}, so it "
-                              "may only hold letters, digits, '_', '-' and '.', not start with '.', and have at most "
-                              "200 characters; rename the table")
+            raise ConfigError(
+                f"table {name!r}: a storage='disk' table's name names its files in {directory}, so it "
+                "may only hold letters, digits, '_', '-' and '.', not start with '.', and have at most "
+                "200 characters; rename the table"
+            )
         self.directory = Path(directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -88,7 +90,7 @@ class DiskRows:
         with self._lock:
             if len(pages) and pages[-1] >= len(self._seen):
                 grown = np.zeros(max(int(pages[-1]) + 1, 2 * len(self._seen)), np.bool_)
-                grown[:len(self._seen)] = self._seen
+                grown[: len(self._seen)] = self._seen
                 self._seen = grown
             fresh = pages[~self._seen[pages]]
             self._seen[fresh] = True
@@ -155,8 +157,12 @@ class DiskRows:
         return total
 
     def counters(self) -> dict:
-        return {"disk_trims": self.trims, "disk_resident_bytes": self.resident_bytes(),
-                "disk_peak_bytes": self.peak_bytes, "disk_file_bytes": sum(a.nbytes for a in self._maps.values())}
+        return {
+            "disk_trims": self.trims,
+            "disk_resident_bytes": self.resident_bytes(),
+            "disk_peak_bytes": self.peak_bytes,
+            "disk_file_bytes": sum(a.nbytes for a in self._maps.values()),
+        }
 
 
 def _mapping(arr: np.memmap) -> mmap.mmap | None:

@@ -73,8 +73,11 @@ class IntentReplicas:
             return
         old = (self.keys, self.data, self.pending, self.dirty, self.used, self.since, self.wanted, self.state)
         self._alloc(new)
-        for a, b in zip((self.keys, self.data, self.pending, self.dirty, self.used, self.since, self.wanted,
-                         self.state), old, strict=True):
+        for a, b in zip(
+            (self.keys, self.data, self.pending, self.dirty, self.used, self.since, self.wanted, self.state),
+            old,
+            strict=True,
+        ):
             if a is not None and b is not None:
                 a[:cap] = b
         self._free = list(range(new - 1, cap - 1, -1)) + [s for s in range(cap - 1, -1, -1) if old[0][s] < 0]

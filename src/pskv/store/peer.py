@@ -194,5 +194,7 @@ class Neighbors:
 
 def _fits(header: np.ndarray, spec: TableSpec) -> bool:
     return (int(header[shm.ROWS]), int(header[shm.DIM]), int(header[shm.WIDTH])) == (
-        spec.rows, spec.dim, spec.updater.state_width(spec.dim))
-
+        spec.rows,
+        spec.dim,
+        spec.updater.state_width(spec.dim),
+    )

@@ -39,7 +39,7 @@ class Replicas:
         m = len(self.keys)
         self.data = np.empty((max(m, 1), spec.dim), spec.dtype)  # (m, dim) this node's copy
         for i, k in enumerate(self.keys.tolist()):
-            spec.init.fill(self.data[i:i + 1], k, spec.name)
+            spec.init.fill(self.data[i : i + 1], k, spec.name)
         width = spec.updater.state_width(spec.dim)
         self.state = None
         if width:
@@ -82,7 +82,7 @@ class Replicas:
         reset to 0 and counted as sent, and the nodes to send them to (with no peers too: a node
         that joins later gets them in `subscribe`'s answer)."""
         with self._lock:
-            norms = np.sqrt((self.delta.astype(np.float64) ** 2).sum(axis=1))[:len(self.keys)]
+            norms = np.sqrt((self.delta.astype(np.float64) ** 2).sum(axis=1))[: len(self.keys)]
             rows = np.flatnonzero(norms > threshold) if threshold > 0 else np.flatnonzero(norms)
             deltas = self.delta[rows]  # (r, dim) copies
             self.delta[rows] = 0
@@ -145,8 +145,9 @@ class Replicas:
     def _index(self, keys: np.ndarray) -> np.ndarray:
         idx = self.index[keys]
         if (idx < 0).any():
-            raise ProtocolError(f"replica delta for keys {keys[idx < 0][:5].tolist()} that table {self.spec.name!r} "
-                                "does not replicate")
+            raise ProtocolError(
+                f"replica delta for keys {keys[idx < 0][:5].tolist()} that table {self.spec.name!r} does not replicate"
+            )
         return idx
 
     def _received(self, origin: int) -> np.ndarray:

@@ -189,8 +189,13 @@ def rows_push(shard, keys: np.ndarray, updates: np.ndarray) -> np.ndarray | None
         order = rules.stable_order(keys, shard.spec.rows)  # duplicates summed first, as Adagrad._apply does
         distinct, summed = summed_by_key(keys, updates, order, shard.spec)
         miss = np.zeros(len(distinct), np.bool_)
-        _run(shard, _adagrad, distinct, miss,
-             lambda: (shard.data, shard.state, shard.slot, distinct, summed, rule.lr, rule.eps))
+        _run(
+            shard,
+            _adagrad,
+            distinct,
+            miss,
+            lambda: (shard.data, shard.state, shard.slot, distinct, summed, rule.lr, rule.eps),
+        )
         if not miss.any():
             return kernels.NONE
         every = np.zeros(len(keys), np.bool_)  # every position of a key not held here
@@ -219,8 +224,13 @@ def rows_push_distinct(shard, distinct: np.ndarray, summed: np.ndarray) -> np.nd
     if type(rule) is updaters.Add:
         _run(shard, _add, distinct, miss, lambda: (shard.data, shard.slot, distinct, summed))
     else:
-        _run(shard, _adagrad, distinct, miss,
-             lambda: (shard.data, shard.state, shard.slot, distinct, summed, rule.lr, rule.eps))
+        _run(
+            shard,
+            _adagrad,
+            distinct,
+            miss,
+            lambda: (shard.data, shard.state, shard.slot, distinct, summed, rule.lr, rule.eps),
+        )
     return np.flatnonzero(miss) if miss.any() else kernels.NONE
 
 

@@ -50,8 +50,17 @@ INCOMING = -2
 class Shard(shm.Published):
     """One table on this node: the rows it owns (any keys), and the manager map of [start, stop)."""
 
-    def __init__(self, spec: TableSpec, start: int, stop: int, rank: int, fill: bool = True,
-                 stripes: int = STRIPES, disk: DiskRows | None = None, shared: shm.Segments | None = None) -> None:
+    def __init__(
+        self,
+        spec: TableSpec,
+        start: int,
+        stop: int,
+        rank: int,
+        fill: bool = True,
+        stripes: int = STRIPES,
+        disk: DiskRows | None = None,
+        shared: shm.Segments | None = None,
+    ) -> None:
         """`fill=False`: leave the rows unset (a checkpoint is about to overwrite them all).
         `stripes=1`: one lock (a copy only pskv-server writes, such as a backup's: server.failover).
         `disk`: the rows and state live in its files, with a budget of resident pages (store.disk).
@@ -76,14 +85,14 @@ class Shard(shm.Published):
         self.owner[start:stop] = rank
         self.data = self._rows_array("rows", max(n, 1), spec.dim)  # (capacity, dim) the rows
         for lo in range(0, n if fill else 0, 1 << 16):  # chunks keep the init kernel's working set small
-            spec.init.fill(self.data[lo:lo + (1 << 16)], start + lo, spec.name)
+            spec.init.fill(self.data[lo : lo + (1 << 16)], start + lo, spec.name)
             self._touched(np.arange(lo, min(lo + (1 << 16), n)))
         self.width = spec.updater.state_width(spec.dim)
         self.state = None
         if self.width:
             self.state = self._rows_array("state", len(self.data), self.width)  # (capacity, width)
             for lo in range(0, len(self.state), 1 << 16):
-                spec.updater.init_state(self.state[lo:lo + (1 << 16)])
+                spec.updater.init_state(self.state[lo : lo + (1 << 16)])
                 self._touched(np.arange(lo, min(lo + (1 << 16), len(self.state))))
         self._static = True  # no key moved in or out yet: slot[k] == k - start (flips under all stripes)
         self._free = np.empty(len(self.data), np.int64)  # (capacity,) a stack of free rows of data: _free[:_n_free]
@@ -205,7 +214,7 @@ class Shard(shm.Published):
             rows = self.data[slots]  # (m, dim) copies
             state = None if self.state is None else self.state[slots]
             self.slot[keys] = -1
-            self._free[self._n_free:self._n_free + len(slots)] = slots  # free rows are distinct rows of data: fits
+            self._free[self._n_free : self._n_free + len(slots)] = slots  # free rows are distinct rows of data: fits
             self._n_free += len(slots)
         return keys, rows, state
 
@@ -301,7 +310,7 @@ class Shard(shm.Published):
     def _allocate(self, n: int) -> np.ndarray:
         take = min(n, self._n_free)
         self._n_free -= take
-        free = self._free[self._n_free:self._n_free + take]  # (take,) from the top of the stack
+        free = self._free[self._n_free : self._n_free + take]  # (take,) from the top of the stack
         extra = n - take
         if self._used + extra > len(self.data):
             self._grow(self._used + extra)
@@ -314,15 +323,15 @@ class Shard(shm.Published):
         gen = self._gen + 1  # (shared: new files; peers and row kernels follow the new generation)
         data = self._rows_array("rows", capacity, self.spec.dim, gen)
         if self.disk is None:  # (on disk the file grew in place and keeps the rows)
-            data[:self._used] = self.data[:self._used]
+            data[: self._used] = self.data[: self._used]
         self.data = data
         free = np.empty(capacity, np.int64)
-        free[:self._n_free] = self._free[:self._n_free]
+        free[: self._n_free] = self._free[: self._n_free]
         self._free = free
         if self.state is not None:
             state = self._rows_array("state", capacity, self.width, gen)
             if self.disk is None:
-                state[:self._used] = self.state[:self._used]
+                state[: self._used] = self.state[: self._used]
             self.state = state
         self._gen = gen  # (after the arrays: store.rowlock reads the generation first)
         if self._meta is not None:  # (under every stripe: no peer holds a row)
@@ -372,8 +381,9 @@ class Store:
         """Shards made from now on live in `segments` (the node's files on its host)."""
         self.segments = segments
 
-    def add(self, spec: TableSpec, start: int, stop: int, rank: int = 0, fill: bool = True,
-            disk: DiskRows | None = None) -> Shard:
+    def add(
+        self, spec: TableSpec, start: int, stop: int, rank: int = 0, fill: bool = True, disk: DiskRows | None = None
+    ) -> Shard:
         shard = Shard(spec, start, stop, rank, fill, disk=disk, shared=self.segments)
         with self._lock:
             old = self.shards.get(spec.table_id)

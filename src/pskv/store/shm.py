@@ -59,8 +59,9 @@ def _private_dir(path: str) -> bool:
     except FileExistsError:
         pass
     st = os.lstat(path)
-    return (st.st_uid == os.getuid() and (st.st_mode & 0o777) == 0o700 and os.path.isdir(path)
-            and not os.path.islink(path))
+    return (
+        st.st_uid == os.getuid() and (st.st_mode & 0o777) == 0o700 and os.path.isdir(path) and not os.path.islink(path)
+    )
 
 
 def host_dir(cluster: int, host: str) -> str | None:
@@ -122,7 +123,7 @@ def meta_block(stripes: int) -> tuple[tuple, type]:
 
 def split_meta(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the int64 header words, the int32 spinlock words) of a meta block: views, shared."""
-    return block[:2 * META_WORDS].view(np.int64), block[2 * META_WORDS:]
+    return block[: 2 * META_WORDS].view(np.int64), block[2 * META_WORDS :]
 
 
 class Segments:
@@ -190,7 +191,7 @@ def find_meta(directory: str, rank: int, table_id: int) -> tuple[str, np.ndarray
             continue
         header = split_meta(block)[0]
         if header[MAGIC] == MAGIC_VALUE and not header[RETIRED]:
-            return os.path.basename(path)[:-len(".meta")], block
+            return os.path.basename(path)[: -len(".meta")], block
     return None
 
 

@@ -88,8 +88,10 @@ class SparseShard:
 
     def __init__(self, spec: TableSpec, rank: int, key_range: tuple[int, int] = (0, 1 << 64)) -> None:
         if not isinstance(spec.init, (Zeros, Constant)):
-            raise ConfigError(f"table {spec.name!r}: a sparse table starts every row at one value; "
-                              f"use init=0.0 or init=c, not {spec.init!r}")
+            raise ConfigError(
+                f"table {spec.name!r}: a sparse table starts every row at one value; "
+                f"use init=0.0 or init=c, not {spec.init!r}"
+            )
         self.spec = spec
         self.rank = rank
         self.key_range = key_range  # [lo, hi) of the uint64 space this node manages (hi up to 2**64)
@@ -210,8 +212,9 @@ class SparseShard:
                 inside = (keys >= np.uint64(lo)) & (keys <= np.uint64(hi - 1))
                 order = np.argsort(keys[inside], kind="stable")
                 s = slots[inside][order]
-                out.append((keys[inside][order].view(np.int64), self.data[s],
-                            None if self.state is None else self.state[s]))
+                out.append(
+                    (keys[inside][order].view(np.int64), self.data[s], None if self.state is None else self.state[s])
+                )
                 taken |= inside
                 self.gone.append((np.uint64(lo), np.uint64(hi - 1), int(m)))
             kept, s = keys[~taken], slots[~taken]
@@ -233,8 +236,10 @@ class SparseShard:
         with self._lock:
             slots = np.empty(len(keys), np.int64)
             if len(keys) - _find(self._keys, self._used, self._slot, keys.view(np.uint64), slots):
-                raise ProtocolError(f"table {self.spec.name!r}: node {self.rank} was handed keys "
-                                    f"{keys[slots >= 0][:5].view(np.uint64).tolist()} it holds already")
+                raise ProtocolError(
+                    f"table {self.spec.name!r}: node {self.rank} was handed keys "
+                    f"{keys[slots >= 0][:5].view(np.uint64).tolist()} it holds already"
+                )
             slots = self._rows(keys)
             self.data[slots] = rows
             if self.state is not None and state is not None:
@@ -266,9 +271,9 @@ class SparseShard:
         if used > len(self.data):
             self._grow(used)
         if used > self.size:
-            self.data[self.size:used] = self._initial
+            self.data[self.size : used] = self._initial
             if self.state is not None:
-                self.spec.updater.init_state(self.state[self.size:used])
+                self.spec.updater.init_state(self.state[self.size : used])
             self.size = used
         return slots
 
@@ -286,11 +291,11 @@ class SparseShard:
     def _grow(self, need: int) -> None:
         capacity = max(need, 2 * len(self.data))
         data = np.empty((capacity, self.spec.dim), self.spec.dtype)
-        data[:self.size] = self.data[:self.size]
+        data[: self.size] = self.data[: self.size]
         self.data = data
         if self.state is not None:
             state = np.empty((capacity, self.width), self.spec.dtype)
-            state[:self.size] = self.state[:self.size]
+            state[: self.size] = self.state[: self.size]
             self.state = state
 
     def __repr__(self) -> str:

@@ -82,8 +82,10 @@ def as_init(init) -> Init:
         return init
     if isinstance(init, (int, float)) and not isinstance(init, bool):
         return Zeros() if init == 0 else Constant(float(init))
-    raise ConfigTypeError(f"init={init!r}: use a number, pskv.Zeros(), pskv.Constant(c), pskv.Normal(std, seed) "
-                    "or pskv.Uniform(low, high, seed)")
+    raise ConfigTypeError(
+        f"init={init!r}: use a number, pskv.Zeros(), pskv.Constant(c), pskv.Normal(std, seed) "
+        "or pskv.Uniform(low, high, seed)"
+    )
 
 
 # ---- spec --------------------------------------------------------------------------------------
@@ -107,8 +109,10 @@ class TableSpec:
         if not isinstance(self.name, str) or not self.name:
             raise TableError(f"table name {self.name!r} must be a non-empty string")
         if self.key_space not in KEY_SPACES:
-            raise ConfigError(f"table {self.name!r}: key_space={self.key_space!r}; use 'dense' (rows 0..rows-1) "
-                              "or 'uint64' (any uint64 id, rows=None)")
+            raise ConfigError(
+                f"table {self.name!r}: key_space={self.key_space!r}; use 'dense' (rows 0..rows-1) "
+                "or 'uint64' (any uint64 id, rows=None)"
+            )
         if self.sparse and self.rows != SPARSE_ROWS:
             raise ShapeError(f"table {self.name!r}: a key_space='uint64' table has no row count; pass rows=None")
         if int(self.rows) < 1 or int(self.dim) < 1:
@@ -122,8 +126,14 @@ class TableSpec:
 
     def config(self) -> dict:
         """What must agree on every node (compared by the coordinator)."""
-        out = {"name": self.name, "rows": None if self.sparse else int(self.rows), "dim": int(self.dim),
-               "dtype": str(np.dtype(self.dtype)), "updater": self.updater.config(), "init": self.init.config()}
+        out = {
+            "name": self.name,
+            "rows": None if self.sparse else int(self.rows),
+            "dim": int(self.dim),
+            "dtype": str(np.dtype(self.dtype)),
+            "updater": self.updater.config(),
+            "init": self.init.config(),
+        }
         if self.sparse:
             out["key_space"] = self.key_space
         return out
@@ -149,8 +159,10 @@ def check_keys(spec: TableSpec, keys, op: str) -> np.ndarray:
     if spec.sparse:
         return _sparse_keys(spec, arr, op)
     if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= spec.rows:
-        raise KeyOutOfRange(f"{op} on table {spec.name!r}: key {int(arr.max())} is outside [0, {spec.rows}); "
-                            "keys are row indices, so map ids to rows before calling")
+        raise KeyOutOfRange(
+            f"{op} on table {spec.name!r}: key {int(arr.max())} is outside [0, {spec.rows}); "
+            "keys are row indices, so map ids to rows before calling"
+        )
     if arr.dtype != np.int64:
         arr = arr.astype(np.int64)
     arr = np.ascontiguousarray(arr)
@@ -158,16 +170,20 @@ def check_keys(spec: TableSpec, keys, op: str) -> np.ndarray:
         lo, hi = kernels.key_range(arr)
         if lo < 0 or hi >= spec.rows:
             bad = lo if lo < 0 else hi
-            raise KeyOutOfRange(f"{op} on table {spec.name!r}: key {bad} is outside [0, {spec.rows}); "
-                                "keys are row indices, so map ids to rows before calling")
+            raise KeyOutOfRange(
+                f"{op} on table {spec.name!r}: key {bad} is outside [0, {spec.rows}); "
+                "keys are row indices, so map ids to rows before calling"
+            )
     return arr
 
 
 def _sparse_keys(spec: TableSpec, arr: np.ndarray, op: str) -> np.ndarray:
     """Keys of a sparse table: any uint64 (signed input must be >= 0), as the int64 with the same bits."""
     if arr.dtype.kind == "i" and arr.size and int(arr.min()) < 0:
-        raise KeyOutOfRange(f"{op} on table {spec.name!r}: key {int(arr.min())} is negative; the keys of a "
-                            "key_space='uint64' table are uint64 ids (pass them as np.uint64)")
+        raise KeyOutOfRange(
+            f"{op} on table {spec.name!r}: key {int(arr.min())} is negative; the keys of a "
+            "key_space='uint64' table are uint64 ids (pass them as np.uint64)"
+        )
     if arr.dtype != np.uint64:
         arr = arr.astype(np.uint64)
     return np.ascontiguousarray(arr).view(np.int64)
@@ -181,12 +197,15 @@ def check_values(spec: TableSpec, values, n: int, op: str) -> np.ndarray:
     if arr.ndim == 1 and spec.dim == 1 and arr.shape[0] == n:
         arr = arr.reshape(n, 1)
     if arr.shape != (n, spec.dim):
-        raise ShapeError(f"{op} on table {spec.name!r}: values have shape {arr.shape}, expected ({n}, {spec.dim}) "
-                         "for that many keys")
+        raise ShapeError(
+            f"{op} on table {spec.name!r}: values have shape {arr.shape}, expected ({n}, {spec.dim}) for that many keys"
+        )
     if arr.dtype != spec.dtype:
         if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
-            raise DTypeError(f"{op} on table {spec.name!r}: values of dtype {arr.dtype} cannot be cast safely to "
-                             f"the table's {np.dtype(spec.dtype)}; convert them first")
+            raise DTypeError(
+                f"{op} on table {spec.name!r}: values of dtype {arr.dtype} cannot be cast safely to "
+                f"the table's {np.dtype(spec.dtype)}; convert them first"
+            )
         wide = _may_overflow(arr.dtype, np.dtype(spec.dtype))
         arr = _narrowed(spec, arr, op) if wide else arr.astype(spec.dtype)
     return np.ascontiguousarray(arr)
@@ -217,13 +236,17 @@ def _narrowed(spec: TableSpec, arr: np.ndarray, op: str) -> np.ndarray:
         inf = np.isinf(out)
         if not inf.any() or not (inf & np.isfinite(arr)).any():
             return out
-        biggest, limit = (np.format_float_scientific(x, precision=5, trim="-")  # (exact for long double too)
-                          for x in (np.abs(arr[np.isfinite(arr)]).max(), np.finfo(dst).max))
+        biggest, limit = (
+            np.format_float_scientific(x, precision=5, trim="-")  # (exact for long double too)
+            for x in (np.abs(arr[np.isfinite(arr)]).max(), np.finfo(dst).max)
+        )
         what = "overflow to inf; scale them or declare the table dtype='float64'"
     else:
         lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
         if np.iinfo(dst).min <= lo and hi <= np.iinfo(dst).max:
             return arr.astype(dst)
         biggest, limit, what = max(abs(lo), abs(hi)), np.iinfo(dst).max, "wrap around"
-    raise DTypeError(f"{op} on table {spec.name!r}: values of dtype {arr.dtype} do not fit the table's {dst}: the "
-                     f"largest magnitude is {biggest}, above {dst}'s largest {limit} (the cast would {what})")
+    raise DTypeError(
+        f"{op} on table {spec.name!r}: values of dtype {arr.dtype} do not fit the table's {dst}: the "
+        f"largest magnitude is {biggest}, above {dst}'s largest {limit} (the cast would {what})"
+    )

@@ -85,8 +85,10 @@ class Embedding(torch.nn.Module):
 
     def _distinct(self, ids: torch.Tensor):
         if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
-            raise ShapeError(f"Embedding over table {self.table.name!r}: ids must be an int64 or int32 tensor, "
-                             f"got {getattr(ids, 'dtype', type(ids).__name__)}")
+            raise ShapeError(
+                f"Embedding over table {self.table.name!r}: ids must be an int64 or int32 tensor, "
+                f"got {getattr(ids, 'dtype', type(ids).__name__)}"
+            )
         keys, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
         return keys, inverse
 

@@ -76,11 +76,15 @@ def _layout(model: torch.nn.Module, row: int):
         raise ConfigError(f"DataParallel: {type(model).__name__} has no trainable parameters")
     for p in params:
         if p.device.type != "cpu":
-            raise DTypeError(f"DataParallel: a parameter of shape {tuple(p.shape)} is on {p.device}; pskv trains CPU "
-                             "models only (GPU tensors are not supported): call model.cpu() first")
+            raise DTypeError(
+                f"DataParallel: a parameter of shape {tuple(p.shape)} is on {p.device}; pskv trains CPU "
+                "models only (GPU tensors are not supported): call model.cpu() first"
+            )
         if p.dtype != torch.float32:
-            raise DTypeError(f"DataParallel: a parameter of shape {tuple(p.shape)} is {p.dtype}; pskv.torch trains "
-                             "float32 parameters: call model.float() first")
+            raise DTypeError(
+                f"DataParallel: a parameter of shape {tuple(p.shape)} is {p.dtype}; pskv.torch trains "
+                "float32 parameters: call model.float() first"
+            )
     ranges, first = [], 0
     for p in params:
         n = math.ceil(p.numel() / row)
@@ -96,8 +100,9 @@ def _buffers(model: torch.nn.Module) -> tuple[list[torch.Tensor], int, str]:
     named = list(model.named_buffers())
     for name, b in named:
         if b.device.type != "cpu":
-            raise DTypeError(f"DataParallel: buffer {name!r} is on {b.device}; pskv trains CPU models only: "
-                             "call model.cpu() first")
+            raise DTypeError(
+                f"DataParallel: buffer {name!r} is on {b.device}; pskv trains CPU models only: call model.cpu() first"
+            )
     total = sum(b.numel() for _, b in named)
     if not total:
         return [], 0, ""
@@ -128,8 +133,10 @@ def _mode(mode):
     except PskvError:
         consistency = None
     if consistency is None or consistency.staleness == 0:
-        raise ConfigError(f"DataParallel mode={mode!r}: use 'sync' (aggregated BSP rounds), 'async', or pskv.SSP(s) "
-                          "/ 'ssp:S' with S >= 1") from None
+        raise ConfigError(
+            f"DataParallel mode={mode!r}: use 'sync' (aggregated BSP rounds), 'async', or pskv.SSP(s) "
+            "/ 'ssp:S' with S >= 1"
+        ) from None
     return consistency, None, consistency.synchronous
 
 
@@ -137,9 +144,19 @@ class DataParallel(torch.nn.Module):
     """Train `model` data-parallel through pskv; see the module docstring. `where`: the Node (one
     worker per node) or this thread's Worker (after `declare`)."""
 
-    def __init__(self, model: torch.nn.Module, where, *, mode="sync", updater: Updater | None = None,
-                 name: str = "model", row: int = _ROW, bucket_bytes: int = _BUCKET,
-                 torch_threads: int | None = 1, broadcast_buffers: bool = True) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        where,
+        *,
+        mode="sync",
+        updater: Updater | None = None,
+        name: str = "model",
+        row: int = _ROW,
+        bucket_bytes: int = _BUCKET,
+        torch_threads: int | None = 1,
+        broadcast_buffers: bool = True,
+    ) -> None:
         super().__init__()
         if torch_threads is not None:  # one compute thread per worker process: two per process on a loaded
             torch.set_num_threads(torch_threads)  # 2-core machine were measured 10-20x slower per epoch
@@ -159,9 +176,11 @@ class DataParallel(torch.nn.Module):
             self.table = where.table(self._tname)
             counter = where.table(self._tname + "/workers")
         except UnknownTable:
-            raise ConfigError(f"DataParallel over worker {where!r}: table {self._tname!r} is not declared; call "
-                              "DataParallel.declare(node, model, ...) in the node's main thread first, with the "
-                              "same model layout on every node") from None
+            raise ConfigError(
+                f"DataParallel over worker {where!r}: table {self._tname!r} is not declared; call "
+                "DataParallel.declare(node, model, ...) in the node's main thread first, with the "
+                "same model layout on every node"
+            ) from None
         # the flat buffers: parameters and gradients become views into them
         self._w = torch.zeros(rows * row)  # (rows * row,) float32
         self._g = torch.zeros(rows * row)
@@ -169,10 +188,10 @@ class DataParallel(torch.nn.Module):
         self._bucket_of = {i: k for k, (members, _, _) in enumerate(self._buckets) for i in members}
         self._all = np.arange(rows, dtype=np.int64)
         for p, (a, _) in zip(params, ranges, strict=True):
-            view = self._w[a * row:a * row + p.numel()].view_as(p)
+            view = self._w[a * row : a * row + p.numel()].view_as(p)
             view.copy_(p.data)
             p.data = view
-            p.grad = self._g[a * row:a * row + p.numel()].view_as(p)
+            p.grad = self._g[a * row : a * row + p.numel()].view_as(p)
         self._waiting = [len(members) for members, _, _ in self._buckets]  # params of each bucket not ready yet
         self._scale = 1.0
         self._fired = [0] * len(params)  # per parameter: backward passes that reached it since the last step
@@ -184,9 +203,11 @@ class DataParallel(torch.nn.Module):
             try:
                 self._btable = where.table(f"{self._tname}/buffers/{bdigest}")
             except UnknownTable:
-                raise ConfigError(f"DataParallel over worker {where!r}: the buffers table of {type(model).__name__} "
-                                  "is not declared; declare with DataParallel.declare(node, model, ...) for this "
-                                  "model (same buffers on every node)") from None
+                raise ConfigError(
+                    f"DataParallel over worker {where!r}: the buffers table of {type(model).__name__} "
+                    "is not declared; declare with DataParallel.declare(node, model, ...) for this "
+                    "model (same buffers on every node)"
+                ) from None
             self._bkeys = np.arange(brows, dtype=np.int64)
             self._bflat = np.zeros((brows, _BUFFER_ROW + 1))  # (brows, _BUFFER_ROW + 1) float64, staging
         self._steps = 0
@@ -196,8 +217,15 @@ class DataParallel(torch.nn.Module):
             self.worker.bind_thread()
 
     @staticmethod
-    def declare(node: Node, model: torch.nn.Module, *, mode="sync", updater: Updater | None = None,
-                name: str = "model", row: int = _ROW) -> None:
+    def declare(
+        node: Node,
+        model: torch.nn.Module,
+        *,
+        mode="sync",
+        updater: Updater | None = None,
+        name: str = "model",
+        row: int = _ROW,
+    ) -> None:
         """Declare the tables of `model` on `node` (a collective: every node, same model layout)."""
         _, _, rows, digest = _layout(model, row)
         consistency, aggregate, _ = _mode(mode)
@@ -240,7 +268,7 @@ class DataParallel(torch.nn.Module):
         flat, at = self._bflat, 0
         values = flat[:, :_BUFFER_ROW].reshape(-1)  # (brows * _BUFFER_ROW,) float64 view
         for b in self._buffer_list:
-            values[at:at + b.numel()] = b.detach().reshape(-1).to(torch.float64).numpy()
+            values[at : at + b.numel()] = b.detach().reshape(-1).to(torch.float64).numpy()
             at += b.numel()
         flat[:, _BUFFER_ROW] = self._steps
         assert self._btable is not None  # (the caller checks)
@@ -257,15 +285,17 @@ class DataParallel(torch.nn.Module):
             if step is None or rows[:, _BUFFER_ROW].min() >= step:
                 break
             if time.monotonic() > deadline:
-                raise WaitTimeout(f"DataParallel step {step}: the first worker's buffers of this step did not come "
-                                  f"within {timeout or _BUFFER_WAIT:g} s (rows hold step "
-                                  f"{rows[:, _BUFFER_ROW].min():g}); is the first worker still running?")
+                raise WaitTimeout(
+                    f"DataParallel step {step}: the first worker's buffers of this step did not come "
+                    f"within {timeout or _BUFFER_WAIT:g} s (rows hold step "
+                    f"{rows[:, _BUFFER_ROW].min():g}); is the first worker still running?"
+                )
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
         values, at = rows[:, :_BUFFER_ROW].reshape(-1), 0
         with torch.no_grad():
             for b in self._buffer_list:
-                b.copy_(torch.from_numpy(values[at:at + b.numel()]).view_as(b))
+                b.copy_(torch.from_numpy(values[at : at + b.numel()]).view_as(b))
                 at += b.numel()
 
     def barrier(self, timeout: float | None = None) -> None:
@@ -276,7 +306,7 @@ class DataParallel(torch.nn.Module):
 
     def _rows(self, flat: torch.Tensor, a: int, b: int) -> np.ndarray:
         """Rows a..b of a flat buffer as a (b - a, row) numpy view."""
-        return flat[a * self.row:b * self.row].numpy().reshape(b - a, self.row)
+        return flat[a * self.row : b * self.row].numpy().reshape(b - a, self.row)
 
     def _hook(self, i: int):
         p, a = self._params[i], self._ranges[i][0]
@@ -285,12 +315,15 @@ class DataParallel(torch.nn.Module):
             self._fired[i] += 1
             if self._fired[i] == 2 and not self._warned:
                 self._warned = True
-                warnings.warn("DataParallel: backward() ran again before dp.step(); each bucket of gradients is "
-                              "pushed once per step, when the first backward() completes it, so this backward()'s "
-                              "gradients are not pushed (and may mix into a push still in flight): call dp.step() "
-                              "after every backward(), or sum the losses of several batches before one backward()",
-                              UserWarning, stacklevel=2)
-            view = self._g[a * self.row:a * self.row + p.numel()]
+                warnings.warn(
+                    "DataParallel: backward() ran again before dp.step(); each bucket of gradients is "
+                    "pushed once per step, when the first backward() completes it, so this backward()'s "
+                    "gradients are not pushed (and may mix into a push still in flight): call dp.step() "
+                    "after every backward(), or sum the losses of several batches before one backward()",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            view = self._g[a * self.row : a * self.row + p.numel()]
             if param.grad is None or param.grad.data_ptr() != view.data_ptr():  # zero_grad(set_to_none) ran
                 if param.grad is not None:
                     view.copy_(param.grad.reshape(-1))
@@ -301,11 +334,12 @@ class DataParallel(torch.nn.Module):
             self._waiting[k] -= 1
             if self._waiting[k] == 0:  # the bucket's last gradient: its rows leave while backprop goes on
                 self._push(k)
+
         return ready
 
     def _push(self, k: int) -> None:
         _, a, b = self._buckets[k]
-        rows = self._g[a * self.row:b * self.row]
+        rows = self._g[a * self.row : b * self.row]
         rows.mul_(self._scale)  # the mean over every worker's batch
         self.table.push(self._all[a:b], rows.numpy().reshape(b - a, self.row), copy=False)
         self._waiting[k] = -1
@@ -360,9 +394,11 @@ def load_weights(model: torch.nn.Module, rows: np.ndarray, row: int = _ROW) -> N
     rows do not fit the model's layout."""
     params, ranges, total, _ = _layout(model, row)
     if rows.shape != (total, row):
-        raise ShapeError(f"load_weights: rows of shape {rows.shape} do not fit {type(model).__name__}, whose "
-                         f"parameters take ({total}, {row}); is it the model the run trained?")
+        raise ShapeError(
+            f"load_weights: rows of shape {rows.shape} do not fit {type(model).__name__}, whose "
+            f"parameters take ({total}, {row}); is it the model the run trained?"
+        )
     flat = np.ascontiguousarray(rows, np.float32).reshape(-1)
     with torch.no_grad():
         for p, (a, _) in zip(params, ranges, strict=True):
-            p.copy_(torch.from_numpy(flat[a * row:a * row + p.numel()]).view_as(p))
+            p.copy_(torch.from_numpy(flat[a * row : a * row + p.numel()]).view_as(p))

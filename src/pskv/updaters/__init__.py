@@ -22,8 +22,16 @@ from .rules import (
     stable_order as stable_order,
 )
 
-_BUILTINS: dict[str, type[Updater]] = {"add": Add, "assign": Assign, "sgd": SGD, "adagrad": Adagrad, "adam": Adam,
-                                       "prox": Prox, "ftrl": FTRL, "block_prox": BlockProx}
+_BUILTINS: dict[str, type[Updater]] = {
+    "add": Add,
+    "assign": Assign,
+    "sgd": SGD,
+    "adagrad": Adagrad,
+    "adam": Adam,
+    "prox": Prox,
+    "ftrl": FTRL,
+    "block_prox": BlockProx,
+}
 
 
 def get(spec: Updater | str) -> Updater:

@@ -284,16 +284,18 @@ class SGD(Updater):
 
     name = "sgd"
 
-    def __init__(self, lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0) -> None:
+    def __init__(
+        self, lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0
+    ) -> None:
         self.lr = _positive(self, "lr", lr)
         if not 0 <= momentum < 1:
             raise ConfigError(f"{_who(self)}(momentum={momentum!r}): momentum must be in [0, 1)")
         if not weight_decay >= 0:
             raise ConfigError(f"{_who(self)}(weight_decay={weight_decay!r}): weight_decay must be >= 0")
         if nesterov and not momentum:
-            raise ConfigError(f"{_who(self)}(nesterov=True, momentum={momentum!r}): nesterov needs momentum > 0 "
-                              "(as torch.optim.SGD)")
+            raise ConfigError(
+                f"{_who(self)}(nesterov=True, momentum={momentum!r}): nesterov needs momentum > 0 (as torch.optim.SGD)"
+            )
         self.momentum, self.nesterov, self.weight_decay = float(momentum), bool(nesterov), float(weight_decay)
         self.in_order = not (self.momentum or self.weight_decay)  # plain: a scatter-add, in order
 
@@ -317,8 +319,16 @@ class SGD(Updater):
             return
         rows, summed = _dedupe(data, idx, upd)
         t = data.dtype.type  # torch computes in the parameters' dtype
-        _sgd(data, state if state is not None else data[:0], rows, summed.astype(data.dtype, copy=False),
-             t(self.lr), t(self.momentum), t(self.weight_decay), self.nesterov)
+        _sgd(
+            data,
+            state if state is not None else data[:0],
+            rows,
+            summed.astype(data.dtype, copy=False),
+            t(self.lr),
+            t(self.momentum),
+            t(self.weight_decay),
+            self.nesterov,
+        )
 
 
 class Adagrad(Updater):
@@ -330,8 +340,9 @@ class Adagrad(Updater):
         self.lr = _positive(self, "lr", lr)
         self.eps = _positive(self, "eps", eps)
         if not initial_accumulator >= 0:
-            raise ConfigError(f"{_who(self)}(initial_accumulator={initial_accumulator!r}): initial_accumulator "
-                              "must be >= 0")
+            raise ConfigError(
+                f"{_who(self)}(initial_accumulator={initial_accumulator!r}): initial_accumulator must be >= 0"
+            )
         self.initial_accumulator = float(initial_accumulator)
 
     def _params(self) -> dict[str, Any]:
