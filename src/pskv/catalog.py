@@ -91,6 +91,7 @@ class CopiesPart(Protocol):
     rate: float
     next_sync: float
 
+    def every(self, seconds: float) -> None: ...
     def make(self, keys: np.ndarray, intended: np.ndarray) -> Future | None: ...
     def round(self, flush: bool) -> list[Future]: ...
     def counters(self) -> dict: ...
@@ -115,8 +116,8 @@ class TableState:
     next_sync: float = 0.0  # Replicate: when the pskv-replica thread syncs this table next
     declined_until: np.ndarray | None = None  # (rows,) monotonic time before which localize skips a key; lazily
     intents: IntentsPart | None = None  # a client.intents.NodeIntents once a worker signaled an intent (table.intent)
-    copies: CopiesPart | None = None  # a client.intent_sync.Copies: keys several nodes intend, copied here (dense
-    # without backups)
+    copies: CopiesPart | None = None  # a client.intent_sync.Copies: keys several nodes intend, copied here (dense,
+    # not aggregated)
     pulls: int = 0  # calls
     pushes: int = 0
     local_keys: int = 0  # keys served from this node's memory without a message

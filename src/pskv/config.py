@@ -19,6 +19,7 @@ below carries its reason.
 | PSKV_REQUEST_TIMEOUT | seconds a request may go without progress before it fails (RequestStalled) | 60 |
 | PSKV_COLLECTIVE_TIMEOUT | seconds a table()/barrier may wait for nodes that never join (CollectiveStalled) | 600 |
 | PSKV_BACKUPS | copies of each key range beyond its head; a node may die without loss (server.chain) | 0 |
+| PSKV_INTENT_SYNC | seconds between two sync rounds of a table's copies of keys several nodes intend (client.intent_sync; inf: flushes only); `pskv.Relocate(intent_sync=)` sets a table's own | 0.5 |
 | PSKV_JOIN | host:port of a running cluster's coordinator: join it (rank and size come from there) | unset |
 | PSKV_EXTERNAL_COORDINATOR | 1: a launcher runs the coordinator at PSKV_COORDINATOR; node 0 starts none | 0 |
 | PSKV_SECRET_FILE | the cluster's shared secret (net.auth: CURVE on every connection); `pskv launch` makes one | unset: unauthenticated |
@@ -62,6 +63,8 @@ class NodeConfig:
     collective_timeout: float = 600.0  # nodes legitimately reach a barrier minutes apart (rank 0 evaluates)
     external_coordinator: bool = False  # set by `pskv launch`, which runs the coordinator itself
     backups: int = 0  # 0: a dead node stops the cluster (fail fast); B: B nodes may die, one at a time
+    intent_sync: float = 0.5  # copies' rounds: kge over 2 emulated hosts sent 0.73-0.83x classic's bytes at 0.5 s,
+    # 0.65x at 1 s, 0.92-1.05x at 0.2 s, the loss the same to 3 digits (benchmarks/RESULTS.md, issue 35)
     restore: str | None = None  # a checkpoint (or a directory of them: the newest) the tables come back from
     join: str | None = None  # a running cluster's coordinator: join it (membership.join); rank and size come from it
     secret_file: str | None = None  # None: no authentication (a lone process, or nodes started by hand; net.auth)
@@ -154,6 +157,8 @@ class NodeConfig:
         ):
             if not 0 < getattr(self, name) < math.inf:  # also rejects nan
                 raise bad(name, "must be > 0 (and finite)")
+        if not self.intent_sync > 0:  # (also rejects nan)
+            raise bad("intent_sync", "must be > 0 seconds between two sync rounds of intent copies (inf: flushes only)")
         if not 0 <= self.test_drop_rate <= 1:
             raise bad("test_drop_rate", "must be in [0, 1]")
         if not 0 <= self.metrics_port < 65536:

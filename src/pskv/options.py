@@ -109,14 +109,26 @@ class Relocate:
     TRANSFERs: measured 2-4x slower than static placement on 4 nodes (benchmarks/RESULTS.md,
     issue 11). The n-th move of a key holds it for 2**(n-1) leases (at most 1024): keys that nodes
     keep taking from each other soon stay put. 0: every localize moves the keys (Lapse). Changes
-    placement, never results."""
+    placement, never results.
+
+    `intent_sync`: seconds between two sync rounds of this table's copies of keys that several nodes
+    intend (client.intent_sync); fewer rounds send fewer bytes and show other nodes' pushes later.
+    `math.inf`: no rounds, the copies' pushes leave at flushes only (barrier, checkpoint, leave).
+    None: the node's (`pskv.init(intent_sync=)`, PSKV_INTENT_SYNC, default 0.5)."""
 
     location_caches: bool = False
     lease: float = 10.0
+    intent_sync: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.lease <= 3600:
             raise ConfigError(f"pskv.Relocate(lease={self.lease}): seconds between 0 and 3600")
+        if self.intent_sync is not None and not self.intent_sync > 0:  # (also rejects nan)
+            raise ConfigError(
+                f"pskv.Relocate(intent_sync={self.intent_sync}): seconds between two sync rounds of the "
+                "table's intent copies must be > 0 (math.inf: none, the copies sync at flushes only; "
+                "None: the node's, pskv.init(intent_sync=) or PSKV_INTENT_SYNC)"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

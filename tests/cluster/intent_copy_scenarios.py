@@ -6,15 +6,21 @@ and exits non-zero when an assertion fails; it prints `NAME ok` at the end.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
+import math
+import os
+import signal
 import sys
 import threading
+import time
 
 import numpy as np
 from intent_scenarios import ROWS, _until, _wait
 
 import pskv
-from pskv.client import intent_sync
+from pskv import _hooks
+from pskv.net.wire import Kind
 
 SHARED = np.arange(3, ROWS, 20)  # 30 keys over every node's range: every worker of every node intends them
 
@@ -31,7 +37,7 @@ def copies(node: pskv.Node, threads: int, variant: str, ckpt: str = "") -> None:
     if variant == "ssp":
         kw["consistency"] = pskv.SSP(1)
     if variant == "checkpoint":
-        intent_sync.SYNCS_PER_SEC = 0.0  # (before the table is declared) no rounds: only flushes send
+        kw["placement"] = pskv.Relocate(intent_sync=math.inf)  # no rounds: only flushes send
     node.table("c", rows=ROWS, dim=2, **kw)
     state = node.catalog.get("c")
     n, steps = node.num_nodes, 30
@@ -94,8 +100,7 @@ def copies_set(node: pskv.Node, threads: int) -> None:
     """A set of keys with copies here comes after every push made before it: node 0 pushes into its
     copies, another thread syncs them (a round takes the pushes), node 0 sets the keys at once and
     pushes again; the others only intend the keys. Exact: the set's value plus the pushes after it."""
-    intent_sync.SYNCS_PER_SEC = 0.0  # (before the table is declared) rounds only when this scenario runs one
-    node.table("s", rows=ROWS, dim=2)
+    node.table("s", rows=ROWS, dim=2, placement=pskv.Relocate(intent_sync=math.inf))  # rounds: when this runs one
     state = node.catalog.get("s")
     keys = np.arange(ROWS // 2, ROWS // 2 + 40)  # node 1 owns them (2 nodes)
     w = node.worker()
@@ -122,6 +127,131 @@ def copies_set(node: pskv.Node, threads: int) -> None:
     w.barrier()
     w.close()
     print(f"copies_set ok {node.stats()['tables']['s']}")
+
+
+def sync_rate(node: pskv.Node, threads: int) -> None:
+    """2 nodes, PSKV_INTENT_SYNC=inf (the node's: no sync rounds). Node 1 owns 20 keys both nodes intend
+    in two tables: "fast" (its own pskv.Relocate(intent_sync=0.02)) and "slow" (the node's); node 0 copies
+    them. Node 1 pushes ones into both 5 times, one at a time: each push acknowledged, then announced
+    through a third table, and the next only after node 0 saw it in its fast copies. Counted in rounds:
+    node 0's fast copies show every push, each after a round of their own (5 pushes, >= 5 rounds: a
+    round's pull shows one state), the slow ones none of them (0 rounds) until the barrier's flush;
+    after it both tables hold 5 exactly."""
+    assert node.config.intent_sync == math.inf, node.config
+    n, me, steps = node.num_nodes, node.rank, 5
+    node.table("fast", rows=ROWS, dim=2, placement=pskv.Relocate(intent_sync=0.02))
+    node.table("slow", rows=ROWS, dim=2)
+    node.table("flag", rows=n, dim=1)  # key r: node r's count (node 1: pushes made; node 0: pushes seen)
+    copies = {name: node.catalog.get(name).copies for name in ("fast", "slow")}
+    assert copies["fast"].rate == 50.0 and copies["slow"].rate == 0.0, copies
+    keys = np.arange(ROWS // 2 + 7, ROWS, 15)[:20]  # node 1's
+    w = node.worker()
+    fast, slow, flag = w.table("fast"), w.table("slow"), w.table("flag")
+    mine, other = np.array([me]), np.array([1 - me])
+    if me == 1:  # the owner first (a key's first intending node would get it moved there)
+        for t in (fast, slow):
+            t.intent(keys, 0, 1000)
+        w.advance_clock(0)
+    w.barrier()
+    if me == 0:
+        for t in (fast, slow):
+            t.intent(keys, 0, 1000)
+        w.advance_clock(0)
+        _until("copies", lambda: all(c.replicas is not None and c.replicas.mask(keys).all()
+                                     for c in copies.values()), w)
+        flag.push(mine, np.ones((1, 1))).wait(30)  # ready
+        for i in range(1, steps + 1):
+            _wait(lambda i=i: flag.pull(other)[0, 0] >= i, f"node 1's push {i}", 60)
+            assert (slow.pull(keys) == 0).all(), slow.pull(keys)  # (read before and after: refreshed if rounds ran)
+            _wait(lambda i=i: bool((fast.pull(keys) == i).all()), f"push {i} in the fast copies", 60)
+            assert (slow.pull(keys) == 0).all(), slow.pull(keys)
+            flag.push(mine, np.ones((1, 1))).wait(30)  # seen
+        rounds = {name: c.replicas.rounds for name, c in copies.items()}
+        assert rounds["fast"] >= steps and rounds["slow"] == 0, rounds
+    else:
+        _wait(lambda: flag.pull(other)[0, 0] >= 1, "node 0's copies", 60)
+        for i in range(1, steps + 1):
+            for t in (fast, slow):
+                t.push(keys, np.ones((len(keys), 2))).wait(30)
+            flag.push(mine, np.ones((1, 1))).wait(30)
+            _wait(lambda i=i: flag.pull(other)[0, 0] >= i + 1, f"node 0 to see push {i}", 60)
+    w.barrier()  # (drops every copy, their pushes sent: none here)
+    for t in (fast, slow):
+        assert (t.pull(keys) == steps).all(), t.pull(keys)
+    w.barrier()
+    w.close()
+    print(f"sync_rate ok {node.stats()['tables']['fast']}")
+
+
+def copies_failover(node: pskv.Node, threads: int, mode: str) -> None:
+    """backups=1 on 3 nodes. Node 2 heads the range of 20 keys that every node intends; nodes 0 and 1
+    copy them and push ones into their own column through the copies (a sync round every 0.02 s: rounds
+    are in flight nearly all the time) until they saw the membership change and made 100 pushes more;
+    node 2 pushes into its own column. Node 2 dies by SIGKILL: from the test (`test`), or from itself
+    as its server takes node 1's 10th sync push, before applying it (`self`: a round left unanswered).
+    After a barrier each survivor's column holds its pushes exactly: the promoted backup held every
+    round its chain had answered, and the rest came again to the new head and were applied once."""
+    faulthandler.dump_traceback_later(150, exit=True)
+    victim, n, me = 2, node.num_nodes, node.rank
+    node.table("f", rows=ROWS, dim=n, placement=pskv.Relocate(intent_sync=0.02))
+    state = node.catalog.get("f")
+    per = ROWS // n
+    keys = np.arange(victim * per + 3, (victim + 1) * per, 10)  # 20 keys of node 2's range
+    changes: list = []
+    node.on_membership_change(changes.append)
+    w = node.worker()
+    t = w.table("f")
+    if me == victim:
+        t.intent(keys, 0, 10**9)
+        w.advance_clock(0)
+    w.barrier()
+    deadline = time.monotonic() + 120
+    ones = np.zeros((len(keys), n))
+    ones[:, me] = 1
+    if me == victim:
+        taken = []
+
+        def die(node: int, header) -> None:  # pskv-server, before it handles the message
+            if node == victim and header.kind == Kind.PUSH and header.origin == 1 and header.table == tid:
+                taken.append(header)
+                if len(taken) == 10:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        tid = state.spec.table_id
+        with _hooks.installed("server.handle", die) if mode == "self" else contextlib.nullcontext():
+            print("copies running", flush=True)
+            while True:  # until killed
+                t.push(keys, ones)
+                time.sleep(0.01)
+                assert time.monotonic() < deadline, f"node {me} is still alive ({len(taken)} sync pushes taken)"
+    t.intent(keys, 0, 10**9)
+    w.advance_clock(0)
+    _until("copies", lambda: state.copies.replicas is not None and bool(state.copies.replicas.mask(keys).all()), w)
+    reps = state.copies.replicas
+    pushes, after, synced = 0, 0, -1
+    while after < 100:
+        t.push(keys, ones)
+        pushes += 1
+        if pushes % 5 == 0:
+            t.pull(keys)
+        w.advance_clock()
+        if pushes == 50:
+            print("copies running", flush=True)
+        if changes:
+            after += 1
+            synced = reps.keys_synced if synced < 0 else synced
+        time.sleep(0.002)
+        assert time.monotonic() < deadline, f"node {me}: no membership change after {pushes} pushes"
+    w.barrier()  # every copy's pushes sent and answered
+    rows = t.pull(keys)
+    assert (rows[:, me] == pushes).all(), (pushes, rows[:, me], node.stats()["tables"]["f"])
+    assert (t.pull(np.setdiff1d(np.arange(ROWS), keys))[:, me] == 0).all()
+    s = node.stats()["tables"]["f"]
+    assert s["intent_copies_made"] >= len(keys) and s["intent_copy_keys_synced"] > 0, s
+    w.barrier()
+    w.close()
+    print(f"copies_failover ok {mode} node {me}: {pushes} pushes, members {node.members}, synced "
+          f"{synced} keys before the change and {reps.keys_synced} in all, {s}", flush=True)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import wait_until
 from pskv.checkpoint import format as fmt
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -16,8 +17,8 @@ SCENARIOS = str(Path(__file__).with_name("intent_copy_scenarios.py"))
 SHARED, ROWS = np.arange(3, 600, 20), 600  # (intent_copy_scenarios.SHARED, intent_scenarios.ROWS)
 
 
-def _run(cluster_factory, nodes: int, threads: int, *args: str):
-    cluster = cluster_factory(nodes, [sys.executable, SCENARIOS, *args], threads=threads)
+def _run(cluster_factory, nodes: int, threads: int, *args: str, **kwargs):
+    cluster = cluster_factory(nodes, [sys.executable, SCENARIOS, *args], threads=threads, **kwargs)
     assert cluster.wait(timeout=150) == 0, cluster.logs_tail()
     for rank in range(nodes):
         assert f"{args[0]} ok" in cluster.output(rank), cluster.logs_tail()
@@ -44,7 +45,38 @@ def test_a_checkpoint_taken_while_copies_hold_unsent_pushes_has_them_all(cluster
     assert values[np.setdiff1d(np.arange(ROWS), SHARED)].sum() == 0
 
 
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_copies_with_backups_push_through_the_chain_exactly_once(cluster_factory, nodes):
+    """backups=1: every worker intends the same 30 keys; each node's copies sync through the keys'
+    chains (a push to the head, passed down to the tail, then a pull): exact sums after a barrier."""
+    _run(cluster_factory, nodes, 2, "copies", "async", backups=1)
+
+
 def test_a_set_of_copied_keys_comes_after_the_pushes_a_round_took(cluster_factory):
     """Node 0 pushes into its copies, another thread's round sends them, node 0 sets the keys and pushes
     on: the owner applies the set after those pushes (the set waits for the round): set value + 3."""
     _run(cluster_factory, 2, 1, "copies_set")
+
+
+def test_a_faster_sync_rate_shows_another_nodes_pushes_sooner(cluster_factory):
+    """PSKV_INTENT_SYNC=inf (no rounds) on both nodes, one table with its own pskv.Relocate(intent_sync=0.02):
+    node 1's 5 pushes, one at a time, show in node 0's fast copies after >= 5 rounds, in its slow ones
+    after 0 rounds never (until the barrier's flush); both exact after it."""
+    _run(cluster_factory, 2, 1, "sync_rate", env={"PSKV_INTENT_SYNC": "inf"})
+
+
+@pytest.mark.parametrize("mode", ["test", "self"])
+def test_copies_pushes_survive_their_owners_death(cluster_factory, mode):
+    """backups=1 on 3 nodes: nodes 0 and 1 push ones into copies of 20 keys node 2 heads; node 2 is
+    SIGKILLed (by the test once both push; or by itself as its server takes node 1's 10th sync push,
+    unapplied). Each survivor's column holds exactly its pushes after failover and a barrier."""
+    cluster = cluster_factory(3, [sys.executable, SCENARIOS, "copies_failover", mode], backups=1,
+                              failure_timeout=3.0)
+    if mode == "test":
+        wait_until(lambda: all("copies running" in cluster.output(r) for r in range(3)), 120,
+                   lambda: f"every node pushing\n{cluster.logs_tail()}")
+        cluster.kill(2)
+    assert cluster.wait(timeout=150) == 0, cluster.logs_tail()
+    for rank in (0, 1):
+        assert f"copies_failover ok {mode} node {rank}" in cluster.output(rank), cluster.logs_tail()
+        assert "members [0, 1]" in cluster.output(rank), cluster.logs_tail()

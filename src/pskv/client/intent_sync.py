@@ -6,13 +6,19 @@ with flag GRANT, server.intents; none to the node that owns the key). The grant 
 of the granted keys that the node still intends and does not own, and installs them
 (`Copies.make`, store.intent_replicas). From then on the table's request stage `Stage` serves the
 node's pulls and pushes of those keys from the copy: a push is applied to the copy and summed for
-the owner. The pskv-replica thread (client.replica_sync) syncs each table's copies
-`SYNCS_PER_SEC` times a second (`Copies.round`; fewer when a round takes longer: one round in flight
-per table):
+the owner. The pskv-replica thread (client.replica_sync) syncs each table's copies every
+`intent_sync` seconds (`Copies.round`; `pskv.Relocate(intent_sync=)`, else the node's
+`pskv.init(intent_sync=)` / PSKV_INTENT_SYNC, 0.5 s; later when a round takes longer: one round in
+flight per table; inf: no rounds, flushes only):
 
     the summed pushes of each copy since the last round   -> one push_pull to the keys' owners
     copies read since, or not refreshed for STALE rounds   -> one pull
     the replies                                           -> each copy's new base (store.intent_replicas.refresh)
+
+With backups the push goes to the keys' chain heads as any push does (client.backed: applied by the
+head, passed down the chain, answered by the tail; sent again with its request id to the new head
+after a membership change, and applied once: server.applied), followed by one pull of its keys and
+the others to the same heads, which answer it after the push (one link, in order).
 
 A copy is dropped when no window of the node has held its key for `LINGER` seconds, or when the key
 moved here: its unsent pushes go to the owner in the next round. A flush drops every copy and sends
@@ -59,9 +65,6 @@ from .table import Table
 if TYPE_CHECKING:
     from .intents import NodeIntents
 
-SYNCS_PER_SEC = 2.0  # sync rounds of a table's copies per second (0: flushes only). Measured, kge over 2 emulated
-# hosts at 1 Gbit/s (benchmarks/RESULTS.md): bytes x classic 1.12 at 25/s, 0.92-1.05 at 5/s, 0.73-0.83 at 2/s, 0.65 at
-# 1/s, the training loss the same to 3 digits; speed within the load's noise
 LINGER = 5.0  # seconds a copy outlives its node's last window of the key (a key used again soon keeps it)
 _create = threading.Lock()  # makes a table's IntentReplicas once
 
@@ -73,13 +76,21 @@ class Copies:
     def __init__(self, state: TableState, ctx: Context, below: Any) -> None:
         self.state, self.ctx, self.below = state, ctx, below  # (below: the request stage after the copies')
         self.replicas: IntentReplicas | None = None
-        self.rate = SYNCS_PER_SEC
+        self.rate = 0.0  # sync rounds a second (0: flushes only): `every`, when the node made the table
         self.next_sync = 0.0  # when the pskv-replica thread syncs them next (its own bookkeeping)
         self._last: list[Future] = []  # the last round's requests: a round starts when they are done
         self._sent: list[Future] = []  # every round's requests not known to be done (a set waits for them)
         self._handle: Table | None = None
         self._round = threading.Lock()  # one round at a time: a flush's requests are issued after those of
         # a round in progress (a barrier's drain, which follows the flush, waits for both)
+
+    def every(self, seconds: float) -> None:
+        """The node's interval between two sync rounds (NodeConfig.intent_sync), unless the table has
+        its own (`pskv.Relocate(intent_sync=)`); inf: no rounds."""
+        own = self.state.options.placement.intent_sync
+        self.rate = 1.0 / (seconds if own is None else own)
+        if not self.rate:
+            self.next_sync = float("inf")  # (not even a first round: a flush sends)
 
     def _h(self) -> Table:
         if self._handle is None:
@@ -143,7 +154,11 @@ class Copies:
         if len(keys):
             futures.append(below.request(h, Kind.PUSH, keys, pushes, None, None, False, False, None, False, None))
         number, keys, pushes, same = reps.take()
-        for k, v in ((keys, pushes), (same, None)):
+        parts: list[tuple[np.ndarray, np.ndarray | None]] = [(keys, pushes), (same, None)]
+        if self.ctx.chains() is not None and len(keys):  # with backups: the push through the chain, then a pull
+            futures.append(below.request(h, Kind.PUSH, keys, pushes, None, None, False, False, None, False, None))
+            parts = [(np.concatenate([keys, same]), None)]  # (each key's pull follows its push to the same head)
+        for k, v in parts:
             if not len(k):
                 continue
             out = np.empty((len(k), spec.dim), spec.dtype)  # (n, dim) the owners' rows after the pushes

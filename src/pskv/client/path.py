@@ -158,7 +158,7 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     else:
         route = Route(state, ctx)
         request = stages.Owned(state, stages.Shared(state, ctx, route), route=route)
-    if not sparse and not backups and agg is None:  # copies of keys several nodes intend (client.intent_sync)
+    if not sparse and agg is None:  # copies of keys several nodes intend (client.intent_sync; with backups too)
         copies = state.copies = intent_sync.Copies(state, ctx, request)
         request = intent_sync.Stage(copies, request)
     if state.shard.replicas is not None:

@@ -147,6 +147,8 @@ class TableBuilder:
                 options.replicate.threshold,
             ]
         compose(state, self.ctx, backups=bool(self.config.backups))  # its stages, once (client.path)
+        if state.copies is not None:  # its intent copies' sync rounds: the table's interval, else the node's
+            state.copies.every(self.config.intent_sync)
         return state, config
 
     @staticmethod
