@@ -201,7 +201,7 @@ def _count(active: np.ndarray, windows: list[np.ndarray], step: int) -> np.ndarr
 
 def granted(state: TableState, keys: np.ndarray) -> None:
     """pskv-server: a manager's grant of copies of `keys` of this table (server.intents); ignored when
-    the table has no intents here or takes no copies (backups)."""
+    the table has no intents here or takes no copies (aggregated: client.path makes it none)."""
     if state.intents is not None and state.copies is not None:
         state.intents.granted(np.asarray(keys, np.int64))
 

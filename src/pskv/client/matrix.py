@@ -29,7 +29,8 @@ MEANS = {
     "filters": "`node.table(filters=...)`: the table's wire filters (key cache, compression, fp16/bf16)",
     "push_pull": "the call `table.push_pull`",
     "intent": "intent signaling (AdaPM): `table.intent(keys, start, end)` and `worker.advance_clock()`, or "
-    "`pskv.data.Lookahead`: keys one node intends move there ahead of use (client.intents, server.intents)",
+    "`pskv.data.Lookahead`: keys one node intends move there ahead of use, keys several intend are copied to "
+    "them (client.intents, server.intents, client.intent_sync)",
     "backups": "`pskv.init(backups=B)`: chain replication and failover",
     "shared memory": "the nodes of one host serve each other's keys from their shards in shared memory "
     "(store.shm, store.peer; on unless `PSKV_SHARED_MEMORY=0` / `pskv launch --no-shared-memory`); "
@@ -164,7 +165,11 @@ WORKS: dict[tuple[str, str], str | tuple[str, ...]] = {
         ("intent", b): _INTENT_ALL
         for b in ("Sampling", "Cache", "filters", "push_pull", "shared memory", "checkpoint", "restore")
     },
-    ("intent", "backups"): _INTENTS + "test_intents_with_backups_keep_sums_exact",
+    ("intent", "backups"): (
+        _INTENTS + "test_intents_with_backups_keep_sums_exact",
+        _T + "test_intents_copies.py::test_copies_with_backups_push_through_the_chain_exactly_once",
+        _T + "test_intents_copies.py::test_copies_pushes_survive_their_owners_death",
+    ),
     ("intent", "join"): _INTENTS + "test_intents_while_a_node_joins_and_another_leaves",
     ("intent", "leave"): _INTENTS + "test_intents_while_a_node_joins_and_another_leaves",
 }
