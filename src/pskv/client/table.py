@@ -32,7 +32,7 @@ from ..tensors import from_numpy, is_tensor, to_numpy
 from . import coalesce, sampling
 from .context import Context
 from .filters import codec_of
-from .request import Request
+from .request import ADOPT_MIN, Request
 
 
 class Table:
@@ -371,6 +371,16 @@ class Route:
             fut = coalesce.pull(h, ctx, dest, keys, out, gpos, fresh)  # a small pull_async: maybe held, merged
             h.track(fut)
             return fut
+        if (
+            direct
+            and kind == Kind.PULL
+            and codec is None
+            and gpos is None
+            and 0 <= dest < ranges.nodes
+            and dest != ctx.rank
+            and ctx.neighbors.view(st.spec, dest) is None
+        ):
+            return self._pull(h, dest, keys, out, fresh)
         req = Request(h, kind, out, fresh)
         req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=h.desc(kind))
         if direct:
@@ -385,6 +395,23 @@ class Route:
                 else:
                     self._part(h, req, d, pk, pv, idx if gpos is None else gpos[idx], False, ranges.nodes, rows, codec)
         if req.reply_to and req.parts:
+            fut.pumped_by(ctx.endpoint.pump)
+        h.track(fut)
+        return fut
+
+    def _pull(self, h, dest: int, keys: np.ndarray, out: np.ndarray, fresh: bool) -> Future:
+        """A blocking plain pull of keys that one remote node manages (no filters, no location cache,
+        not co-located): one part, sent on the endpoint's short path, its rows received straight into
+        `out` (net.replybox's landing) unless a large default pull adopts the reply (client.request)."""
+        ctx = self.ctx
+        req = Request(h, Kind.PULL, out, fresh)
+        req.rid, fut = ctx.tracker.new_request(len(keys), on_part=req.on_part, result=out, desc=h.desc(Kind.PULL))
+        req.reply_to = ctx.endpoint.reply_box()
+        req.parts.append((None, None))
+        self.state.remote_keys += len(keys)
+        into = out if not fresh or out.nbytes < ADOPT_MIN else None
+        ctx.endpoint.pull(dest, h.spec.table_id, req.rid, h.dim, req.reply_to, keys, into)
+        if req.reply_to:
             fut.pumped_by(ctx.endpoint.pump)
         h.track(fut)
         return fut

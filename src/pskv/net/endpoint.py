@@ -27,9 +27,24 @@ import numpy as np
 from ..errors import ProtocolError, RemoteError
 from .drops import peer_of
 from .outbox import Outbox
+from .replybox import LANDED, MISFIT
 from .requests import RequestTracker
 from .transport import Transport
-from .wire import BATCH, REPLIES, Header, Kind, Payload, encode, frame_bytes, split, unpack, unpack_header
+from .wire import (
+    BATCH,
+    REPLIES,
+    Header,
+    Kind,
+    Payload,
+    dtype_code,
+    encode,
+    frame_bytes,
+    pull_header,
+    rows_header,
+    split,
+    unpack,
+    unpack_header,
+)
 
 HANDLES = REPLIES  # the kinds `on_reply` takes
 
@@ -100,6 +115,25 @@ class Endpoint:
             self._holds.gathered.append((dest, kind, table, rid, part, dim, copy, reply_to, flags, codec, arrays))
             return
         self._send(dest, kind, table, rid, part, dim, copy, reply_to, flags, codec, via, arrays)
+
+    def pull(self, dest: int, table: int, rid: int, dim: int, reply_to: int, keys: np.ndarray, into=None) -> None:
+        """`request(dest, Kind.PULL, table, rid, dim=dim, copy=True, reply_to=reply_to, keys=keys)` of a
+        plain pull's only part, on a short path (its header packed at once, no Header object). `into`:
+        the caller's `out`, C-contiguous, where its reply's rows land when one reply answers all of them
+        (net.replybox's landing; with `reply_to` only, the calling thread's box)."""
+        holds = self._holds
+        if holds.gathered is not None:
+            self.request(dest, Kind.PULL, table, rid, dim=dim, copy=True, reply_to=reply_to, keys=keys)
+            return
+        if holds.by_dest:
+            self._unhold(dest)
+        self.tracker.sent_to(rid, dest)
+        if into is not None and reply_to:
+            box = self._transport.reply_box()
+            if box is not None and box.port == reply_to:
+                box.expect(rid, into, dim, dtype_code(into.dtype))
+        header = pull_header(self._cluster(), self.rank, table, rid, len(keys), dim, reply_to, self._epoch())
+        self._transport.send(dest, [header, np.ascontiguousarray(keys, np.int64)], copy=True)
 
     def _send(self, dest, kind, table, rid, part, dim, copy, reply_to, flags, codec, via, arrays) -> None:
         header = self._stamp(
@@ -188,6 +222,17 @@ class Endpoint:
         """Answer the request `to` at its origin (ACK, PULL_REPLY, or a TRANSFER a HANDOVER causes),
         in the reply box it names, if any."""
         self.send(to.origin, self.reply_header(to, kind, n_keys), port=to.reply_to, **arrays)
+
+    def rows(self, to: Header, rows: np.ndarray) -> None:
+        """`reply(to, Kind.PULL_REPLY, n_keys=len(rows), values=rows)` of a pull part served whole here
+        (`rows` C-contiguous, sent zero-copy), its header packed at once."""
+        dest = to.origin
+        if self._holds.by_dest:
+            self._unhold(dest)
+        header = rows_header(
+            self._cluster(), self.rank, to, len(rows), rows.shape[1], dtype_code(rows.dtype), self._epoch()
+        )
+        self._transport.send(dest, [header, rows], port=to.reply_to)
 
     def reply_here(self, to: Header, kind: Kind, *, n_keys: int = 0, **arrays) -> None:
         """Answer a request of this very node without a message (the tail of a chain that wrote it)."""
@@ -344,6 +389,13 @@ class Endpoint:
     # ---- delivering a reply (pskv-server for the inbox, the waiting thread for its reply box) --------
     def on_reply(self, header: Header, frames: list) -> None:
         """A reply to one of this node's requests: complete its part in the tracker."""
+        if len(frames) == 2 and (frames[1] is LANDED or frames[1] is MISFIT):  # (received into its `out`: replybox)
+            if frames[1] is LANDED:
+                self.tracker.on_reply(header.request_id, header.n_keys, header.sender)
+            else:
+                error = ProtocolError(f"node {header.sender} answered {header!r} with a rows frame of another size")
+                self.tracker.on_reply(header.request_id, 0, header.sender, error=error)
+            return
         if header.kind == Kind.ERROR:
             message = frame_bytes(frames[1]).decode(errors="replace") if len(frames) > 1 else "?"
             self.tracker.on_reply(

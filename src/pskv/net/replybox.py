@@ -6,6 +6,17 @@ private directory). Its thread receives on it while it waits (net.endpoint.pump)
 may too, holding the box's `lock`: one that waits on the owner's request, and pskv-server's sweep
 (Transport.sweep) of boxes marked `swept` (threads that coalesce pulls, client.coalesce).
 A packed frame (net.outbox) becomes its messages, in order (`Unpacker`).
+
+Landing (issue 31): the owner of a box may name one reply it expects (`expect`: the request id and
+the caller's `out`) before it sends a plain PULL whose rows one node answers whole. When that
+reply comes, its rows are received straight into `out` (`recv_into`: one copy, made by libzmq
+without the GIL, no frame or array object), and the message is delivered as `[header, LANDED]`:
+net.endpoint admits it as any reply and completes its request without writing rows again. A
+reply that does not fit (another request, flags, positions, another size) is received as usual. The
+expectation is used once; a later request of the thread replaces it.
+
+A box's receive waits with the socket's RCVTIMEO (set when the timeout changes), not a poll and
+then a receive: a blocking pull's reply costs one call into libzmq, as raw pyzmq's does.
 """
 
 from __future__ import annotations
@@ -22,10 +33,16 @@ from ..errors import ProtocolError
 from .auth import ClusterKeys, bind_private, ipc_file
 from .drops import Drops, peer_of
 from .outbox import is_packed, split
+from .wire import HEADER_SIZE, lands
 
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
+_RCVMORE = int(zmq.RCVMORE)
+_RCVTIMEO = int(zmq.RCVTIMEO)
 _get = zmq.backend.Socket.get  # (not zmq.Socket.get: it wraps the result in an enum, microseconds per call)
+_set = zmq.backend.Socket.set
+LANDED = b"landed"  # frame 1 of a reply whose rows were received into the expected `out` (see the module docstring)
+MISFIT = b"misfit"  # ... of one whose rows frame had another size than `out`: what is there is garbage
 
 
 def recv_all(sock, flags: int = 0) -> list:
@@ -79,7 +96,7 @@ class ReplyBox:
     sweep of replies nobody waits for yet: net.dispatch); peers' server threads send to it. Closed
     by Transport.close()."""
 
-    __slots__ = ("port", "thread", "lock", "pumper", "swept", "_sock", "_poller", "_in", "_ipc")
+    __slots__ = ("port", "thread", "lock", "pumper", "swept", "_sock", "_in", "_ipc", "_timeo", "_into")
 
     def __init__(self, ctx: zmq.Context, host: str, keys: ClusterKeys | None, drops: Drops, ipc) -> None:
         self._sock = ctx.socket(zmq.PULL)
@@ -97,17 +114,27 @@ class ReplyBox:
         self.lock = threading.Lock()  # held while receiving (see the class docstring)
         self.pumper: Callable[..., None] | None = None  # net.endpoint's pump(seconds) bound to this box, made once
         self.swept = False  # replies may wait here unread while the owner works (Transport.sweep takes them)
-        self._poller = zmq.Poller()
-        self._poller.register(self._sock, zmq.POLLIN)
         self._in = Unpacker(drops)
+        self._timeo = -1  # the socket's RCVTIMEO, ms
+        self._into: tuple | None = None  # (request id, out, dim, dtype code): the reply to land in out (`expect`)
+
+    def expect(self, rid: int, out, dim: int, code: int) -> None:
+        """The owner thread, before it sends request `rid`: land its whole plain PULL_REPLY of
+        len(out) rows of `dim` values of dtype `code` in `out` (C-contiguous, writeable)."""
+        self._into = (rid, out, dim, code)
 
     def recv(self, timeout: float) -> list | None:
         """One message (its frames), or None after `timeout` seconds. Holding `lock`."""
         if self._in.queue:
             return self._in.queue.popleft()
-        if not self._poller.poll(int(timeout * 1000)):
+        ms = max(0, int(timeout * 1000))
+        if ms != self._timeo:
+            _set(self._sock, _RCVTIMEO, ms)
+            self._timeo = ms
+        try:
+            return self._take(0)
+        except zmq.Again:
             return None
-        return self._in.take(recv_all(self._sock))
 
     def recv_nowait(self) -> list | None:
         """One message if one is waiting, else None. Holding `lock`."""
@@ -115,7 +142,27 @@ class ReplyBox:
             return self._in.queue.popleft()
         if not waiting(self._sock):
             return None
-        return self._in.take(recv_all(self._sock, zmq.NOBLOCK))
+        return self._take(zmq.NOBLOCK)
+
+    def _take(self, flags: int) -> list | None:
+        """Receive one message: its rows into the expected `out` when it is that reply (module docstring)."""
+        sock = self._sock
+        frame = sock.recv(flags, copy=False)
+        into = self._into
+        if into is not None and frame.more and len(frame) == HEADER_SIZE and lands(frame.buffer, *into):
+            self._into = None  # (once)
+            out = into[1]
+            got = sock.recv_into(out, flags=flags)
+            if got == out.nbytes and not _get(sock, _RCVMORE):
+                return [frame, LANDED]
+            while _get(sock, _RCVMORE):  # (the rest of a malformed message)
+                sock.recv(flags, copy=False)
+            return [frame, MISFIT]
+        frames = [frame]
+        while frame.more:
+            frame = sock.recv(flags, copy=False)
+            frames.append(frame)
+        return self._in.take(frames)
 
     @property
     def dropped(self) -> int:

@@ -284,6 +284,57 @@ def unpack_header(frame: bytes | memoryview) -> Header:
     )
 
 
+_PULL, _PULL_REPLY = int(Kind.PULL), int(Kind.PULL_REPLY)
+
+
+def pull_header(cluster: int, sender: int, table: int, rid: int, n: int, dim: int, reply_to: int, epoch: int) -> bytes:
+    """Frame 0 of a plain PULL of `n` int64 keys, part 0, from `sender` for itself: what
+    `encode(Header(Kind.PULL, ...), keys=keys).pack()` makes, without the Header (a request's fast path)."""
+    return _STRUCT.pack(
+        MAGIC, VERSION, _PULL, 0, cluster, sender, table, rid, 0, n, dim, 0, KEY_CODE, sender, reply_to, epoch & 0xFFFF
+    )
+
+
+def rows_header(cluster: int, sender: int, to: Header, n: int, dim: int, code: int, epoch: int) -> bytes:
+    """Frame 0 of a PULL_REPLY of `n` rows (dim `dim`, dtype code `code`) that answers request part `to`
+    whole: what `encode(reply_header(to, Kind.PULL_REPLY, n), values=rows)` makes, without the Header."""
+    return _STRUCT.pack(
+        MAGIC,
+        VERSION,
+        _PULL_REPLY,
+        0,
+        cluster,
+        sender,
+        to.table,
+        to.request_id,
+        to.part,
+        n,
+        dim,
+        code,
+        0,
+        to.origin,
+        0,
+        epoch & 0xFFFF,
+    )
+
+
+def lands(frame, rid: int, out, dim: int, code: int) -> bool:
+    """Whether header `frame` (HEADER_SIZE bytes) is a plain PULL_REPLY to part 0 of request `rid` with
+    len(out) rows of `dim` values of dtype `code`, nothing but the values after it (net.replybox's landing)."""
+    magic, version, kind, flags, _, _, _, r, part, n, d, dtype, _, _, _, _ = _STRUCT.unpack(frame)
+    return (
+        r == rid
+        and kind == _PULL_REPLY
+        and not flags
+        and not part
+        and n == len(out)
+        and d == dim
+        and dtype == code
+        and magic == MAGIC
+        and version == VERSION
+    )
+
+
 class Payload(NamedTuple):
     keys: np.ndarray | None  # (n,) int, read-only view
     positions: np.ndarray | None  # (n,) int64 positions within the request part, or None: all, in order

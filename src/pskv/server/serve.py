@@ -257,6 +257,9 @@ class Server:
                     miss = shard.push(keys, values)
             else:
                 miss = shard.set(keys, values)
+        if not len(miss) and out is not None and p.positions is None and not header.flags:
+            self._endpoint.rows(header, out)  # (a plain pull served whole: the short path)
+            return
         served = len(keys) - len(miss)
         if served:
             self.reply_served(header, p.positions, miss, out, len(keys))
