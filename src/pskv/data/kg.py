@@ -1,5 +1,5 @@
-"""Knowledge graphs: loaders for the formats pskv's KGE app reads, a seeded random generator, and
-filtered ranking.
+"""Knowledge graphs: loaders for the formats pskv's KGE app reads and a seeded random generator; the
+triple files' text is read by data/kg_files.py, filtered ranking is data/kg_ranks.py (both re-exported).
 
     python -c "from pskv.data.kg import load; print(load('nations'))"
 
@@ -27,22 +27,37 @@ and line number.
 
 from __future__ import annotations
 
-import bz2
-import gzip
-import lzma
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
 from .fetch import DataError
+from .kg_files import empty, id_labels, line_of, lines, read_id_triples, read_label_triples
+from .kg_ranks import Filter, filtered_ranks, rank_metrics
+
+__all__ = [  # (the readers of kg_files and the ranking of kg_ranks too: they were this module's)
+    "KG",
+    "SPLITS",
+    "Filter",
+    "filtered_ranks",
+    "index_triples",
+    "load",
+    "load_lapse",
+    "load_libkge",
+    "load_path",
+    "load_pykeen",
+    "load_recbole_kg",
+    "load_tsv",
+    "random_kg",
+    "rank_metrics",
+    "read_id_triples",
+    "read_label_triples",
+]
 
 SPLITS = ("train", "valid", "test")
-_OPENERS: dict[str, Callable[..., Any]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 _RANDOM = re.compile(r"random:(\d+),(\d+),(\d+)")
 
 
@@ -76,70 +91,7 @@ class KG:
         )
 
 
-# ---- reading files -------------------------------------------------------------------------------------------
-
-
-def _lines(path: Path):
-    """(line number, text without the newline) for each line of a text file, decompressing by suffix."""
-    opener = _OPENERS.get(path.suffix, open)
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                yield number, line.rstrip("\r\n")
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file (a built-in data set: `pskv data fetch NAME` first)") from None
-    except (OSError, EOFError, UnicodeDecodeError, lzma.LZMAError) as exc:
-        raise DataError(
-            f"{path}: cannot read it as {'compressed ' if path.suffix in _OPENERS else ''}"
-            f"UTF-8 text ({exc}); the file may be truncated, fetch it again"
-        ) from exc
-
-
-def _empty(path: Path) -> DataError:
-    return DataError(f"{path}:1: the file has no triples; expected head<TAB>relation<TAB>tail lines")
-
-
-def _fields(path: Path, number: int, line: str, width: int = 3) -> list[str]:
-    fields = line.split("\t")
-    if len(fields) != width or not all(f.strip() for f in fields):
-        raise DataError(f"{path}:{number}: expected {width} non-empty tab-separated fields, got {line[:80]!r}")
-    return [f.strip() for f in fields]
-
-
-def read_label_triples(
-    path: Path, *, columns: tuple[int, int, int] = (0, 1, 2), header: bool = False, width: int = 3
-) -> list[tuple[str, str, str]]:
-    """(head, relation, tail) labels of a TSV file; `columns` picks them out of `width` fields.
-
-    Blank lines are skipped; `header` skips line 1. Raises DataError naming file and line, also for a
-    file with no triple."""
-    path = Path(path)
-    triples = []
-    h, r, t = columns
-    for number, line in _lines(path):
-        if (header and number == 1) or not line.strip():
-            continue
-        f = _fields(path, number, line, width)
-        triples.append((f[h], f[r], f[t]))
-    if not triples:
-        raise _empty(path)
-    return triples
-
-
-def read_id_triples(path: Path) -> np.ndarray:
-    """(n, 3) int64 of a TSV file of non-negative integer ids (Lapse's `.del`). Raises DataError."""
-    path = Path(path)
-    rows = []
-    for number, line in _lines(path):
-        if not line.strip():
-            continue
-        f = _fields(path, number, line)
-        if not all(x.isascii() and x.isdigit() for x in f):
-            raise DataError(f"{path}:{number}: expected three non-negative integer ids, got {line[:80]!r}")
-        rows.append([int(x) for x in f])
-    if not rows:
-        raise _empty(path)
-    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+# ---- the KG of label triples -----------------------------------------------------------------------------------
 
 
 def index_triples(name: str, splits: dict[str, list[tuple[str, str, str]]]) -> KG:
@@ -174,7 +126,7 @@ def load_pykeen(directory: Path, name: str | None = None) -> KG:
 
 
 def _recbole_columns(path: Path) -> tuple[tuple[int, int, int], int]:
-    for number, line in _lines(path):
+    for number, line in lines(path):
         names = [f.split(":")[0].strip() for f in line.split("\t")]
         try:
             return (names.index("head_id"), names.index("relation_id"), names.index("tail_id")), len(names)
@@ -200,9 +152,9 @@ def load_tsv(path: Path, *, seed: int = 0, held_out: float = 0.05, name: str | N
     header), split by `seed` as load_recbole_kg splits. A first line of column names
     (`head relation tail`, `subject predicate object`, `h r t`, any case) is a header."""
     path = Path(path)
-    first = next((line for _, line in _lines(path) if line.strip()), None)
+    first = next((line for _, line in lines(path) if line.strip()), None)
     if first is None:
-        raise _empty(path)
+        raise empty(path)
     if path.suffix == ".kg" or ":token" in first:
         return load_recbole_kg(path, seed=seed, held_out=held_out, name=name)
     header = tuple(f.strip().lower() for f in first.split("\t")) in _HEADERS
@@ -239,7 +191,7 @@ def load_libkge(directory: Path, name: str | None = None) -> KG:
     """LibKGE's layout: train/valid/test `.del` id triples, names from `entity_ids.del` and
     `relation_ids.del` (`index<TAB>label` lines, dense 0-based indices)."""
     directory = Path(directory)
-    entities, relations = _id_labels(directory / "entity_ids.del"), _id_labels(directory / "relation_ids.del")
+    entities, relations = id_labels(directory / "entity_ids.del"), id_labels(directory / "relation_ids.del")
     splits = {}
     for s in SPLITS:
         path = directory / f"{s}.del"
@@ -248,42 +200,10 @@ def load_libkge(directory: Path, name: str | None = None) -> KG:
             over = np.flatnonzero(splits[s][:, column] >= len(labels))
             if len(over):
                 raise DataError(
-                    f"{path}:{_line_of(path, over[0])}: {what} id {splits[s][over[0], column]} is not in "
+                    f"{path}:{line_of(path, over[0])}: {what} id {splits[s][over[0], column]} is not in "
                     f"{'entity' if column != 1 else 'relation'}_ids.del ({len(labels)} ids, 0-based)"
                 )
     return KG(name or directory.name, tuple(entities), tuple(relations), **splits)
-
-
-def _id_labels(path: Path) -> list[str]:
-    """The labels of a LibKGE `index<TAB>label` file, by index; DataError unless the indices are 0..n-1."""
-    labels = {}
-    for number, line in _lines(path):
-        if not line.strip():
-            continue
-        f = _fields(path, number, line, width=2)
-        if not (f[0].isascii() and f[0].isdigit()) or int(f[0]) in labels:
-            raise DataError(
-                f"{path}:{number}: expected a new non-negative integer index, then a tab and a label, got {line[:80]!r}"
-            )
-        labels[int(f[0])] = f[1]
-    if not labels:
-        raise DataError(f"{path}:1: the file has no ids; expected index<TAB>label lines")
-    if sorted(labels) != list(range(len(labels))):
-        raise DataError(
-            f"{path}: the indices are not 0..{len(labels) - 1} (missing: "
-            f"{min(set(range(len(labels))) - set(labels))}); LibKGE's ids are dense"
-        )
-    return [labels[i] for i in range(len(labels))]
-
-
-def _line_of(path: Path, row: int) -> int:
-    """The line number of the row-th (0-based) non-blank line of `path`."""
-    seen = -1
-    for number, line in _lines(path):
-        seen += bool(line.strip())
-        if seen == row:
-            return number
-    return 0
 
 
 def load_path(path: Path, *, seed: int = 0) -> KG:
@@ -394,60 +314,3 @@ def load(name: str, *, seed: int = 0) -> KG:
     if name == "lapse-toy":
         return load_lapse(lapse_toy_dir() / "kge", name=name)
     return load_path(Path(name), seed=seed)
-
-
-# ---- filtered ranking ----------------------------------------------------------------------------------------
-
-
-class Filter:
-    """The known answers of each query, from all splits: tails of (head, relation), heads of
-    (relation, tail). Used to drop the other true answers before ranking (filtered setting)."""
-
-    def __init__(self, triples: np.ndarray, num_entities: int, num_relations: int) -> None:
-        self._n_e, self._n_r = num_entities, num_relations
-        triples = np.asarray(triples, np.int64).reshape(-1, 3)  # duplicates are harmless: filtered twice
-        self._tails = self._index(triples[:, 0] * num_relations + triples[:, 1], triples[:, 2])
-        self._heads = self._index(triples[:, 2] * num_relations + triples[:, 1], triples[:, 0])
-
-    @staticmethod
-    def _index(query: np.ndarray, answer: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        order = np.argsort(query, kind="stable")
-        keys, starts = np.unique(query[order], return_index=True)
-        return keys, np.append(starts, len(order)), answer[order]
-
-    def answers(self, triples: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray]:
-        """CSR (offsets (n+1,), entities) of the known tails (side="tail") or heads of each triple."""
-        keys, starts, answer = self._tails if side == "tail" else self._heads
-        anchor = triples[:, 0] if side == "tail" else triples[:, 2]
-        q = anchor * self._n_r + triples[:, 1]
-        pos = np.clip(np.searchsorted(keys, q), 0, max(len(keys) - 1, 0))
-        hit = keys[pos] == q if len(keys) else np.zeros(len(q), bool)
-        lo = np.where(hit, starts[pos], 0)
-        hi = np.where(hit, starts[np.minimum(pos + 1, len(starts) - 1)], 0)
-        counts = hi - lo  # (n,) known answers per query
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        idx = np.arange(offsets[-1]) + np.repeat(lo - offsets[:-1], counts)  # positions in `answer`, query by query
-        return offsets, answer[idx]
-
-
-def filtered_ranks(scores: np.ndarray, targets: np.ndarray, offsets: np.ndarray, known: np.ndarray) -> np.ndarray:
-    """Filtered rank of `targets[i]` among `scores[i]` after dropping the other known answers
-    `known[offsets[i]:offsets[i+1]]`; ties count half ("realistic" rank, so a constant model is not
-    rewarded). `scores`: (n, num_entities). Returns (n,) float64, 1 is best."""
-    scores = np.array(scores, np.result_type(scores, np.float32))  # (n, E) a copy: filtered entries become -inf
-    n = len(targets)
-    rows = np.repeat(np.arange(n), np.diff(offsets))
-    true = scores[np.arange(n), targets]  # (n,)
-    scores[rows, known] = -np.inf
-    scores[np.arange(n), targets] = -np.inf  # so the target is not its own tie
-    higher = (scores > true[:, None]).sum(1)
-    ties = (scores == true[:, None]).sum(1)
-    return 1.0 + higher + 0.5 * ties
-
-
-def rank_metrics(ranks: np.ndarray) -> dict[str, float]:
-    """MRR and Hits@1/3/10 of filtered ranks."""
-    ranks = np.asarray(ranks, np.float64)
-    if not len(ranks):
-        return {"mrr": float("nan"), "hits@1": float("nan"), "hits@3": float("nan"), "hits@10": float("nan")}
-    return {"mrr": float(np.mean(1 / ranks)), **{f"hits@{k}": float(np.mean(ranks <= k)) for k in (1, 3, 10)}}
