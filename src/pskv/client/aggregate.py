@@ -50,7 +50,8 @@ repeats that round whole. From the checkpoint's first barrier to its second `hol
 round from being applied, so the files hold those applied before. (With backups the chain
 applies the sums, server.rounds: only this node's own hand-overs wait.)
 
-Level 1 lives here (`Aggregator`, client side); level 2 in pskv.server.aggregate (`Owner`), which
+Level 1 lives here (`Aggregator`, client side; its round results and the pulls waiting for them in
+client.round_results, `Results`, under the Aggregator's `_lock`); level 2 in pskv.server.aggregate (`Owner`), which
 the node hands in: this module does not import the server.
 
 Threads and ownership: `Aggregator` is shared by the node's worker threads (push, pull, leave)
@@ -78,39 +79,13 @@ from ..net.future import Future
 from ..net.wire import Header, Kind, Payload
 from . import backed
 from .context import Context
+from .round_results import Pull, Results, ThreadRounds
 from .table import Table
 
 if TYPE_CHECKING:
     from .worker import Worker
 
 log = logging.getLogger(__name__)
-
-
-class _ThreadRounds:
-    """One worker thread's position in the rounds of every key of a table."""
-
-    def __init__(self, start: np.ndarray) -> None:
-        self.round = start.copy()  # (rows,) int64 the round this thread is in, per key
-        self.pushed = np.zeros(len(start), bool)  # (rows,) pushed in its current round
-        self.pulling = np.zeros(len(start), bool)  # (rows,) a round pull is outstanding
-
-
-class _Pull:
-    """A pull waiting for its round results (and perhaps for a plain read of other keys)."""
-
-    __slots__ = ("thread", "keys", "rounds", "pos", "index", "out", "future", "parts", "error", "copied")
-
-    def __init__(self, thread, keys, rounds, pos, index, out, future, parts) -> None:
-        self.thread = thread  # _ThreadRounds of the puller
-        self.keys = keys  # (m,) distinct keys whose round results it waits for
-        self.rounds = rounds  # (m,) the round of each
-        self.pos = pos  # (j,) rows of out that get a round result
-        self.index = index  # (j,) which of `keys` each of those rows is
-        self.out = out  # (n, dim) the caller's result
-        self.future = future
-        self.parts = parts  # 1 (round results) + 1 if a plain read runs alongside
-        self.error: BaseException | None = None
-        self.copied = False  # its round results are in `out`
 
 
 class Aggregator:
@@ -128,12 +103,9 @@ class Aggregator:
         self._acc = np.zeros((2, rows, dim), spec.dtype)  # sums of round r in [r % 2], being collected
         self._count = np.zeros((2, rows), np.int64)  # open threads that pushed into _acc[r % 2]
         self._sent = np.zeros(rows, np.int64)  # rounds handed to level 2 = the round being collected
-        self._result = np.zeros((2, rows, dim), spec.dtype)  # rows after round r was applied, in [r % 2]
-        self._result_round = np.full((2, rows), -1, np.int64)  # which round each result slot holds
-        self._threads: dict[int, _ThreadRounds] = {}  # worker.thread -> its rounds
-        self._waiting: list[_Pull] = []
-        self._error: BaseException | None = None  # a level-2 failure; every later call raises it
-        self._lock = threading.Lock()  # guards all of the above; never held while resolving or sending
+        self._threads: dict[int, ThreadRounds] = {}  # worker.thread -> its rounds
+        self._lock = threading.Lock()  # guards all of the above and _results; never held while resolving or sending
+        self._results = Results(rows, dim, spec.dtype, self._lock)  # round results, the pulls waiting for them
         self._send_lock = threading.Lock()  # rounds of a key leave in order; taken before _lock
         self._table: Table | None = None  # with backups: a Table for client.backed requests (made at first use)
         self._held: list | None = None  # while a checkpoint writes: level-2 work waiting, in order (hold())
@@ -158,7 +130,7 @@ class Aggregator:
         uk, summed = _distinct(keys, updates)  # (m,) sorted, (m, dim)
         with self._send_lock:
             with self._lock:
-                self._raise_error()
+                self._results.raise_error()
                 th = self._thread(worker)
                 twice = uk[th.pushed[uk]]
                 if len(twice):
@@ -194,7 +166,7 @@ class Aggregator:
             ),
         )
         with self._lock:
-            self._raise_error()
+            self._results.raise_error()
             th = self._thread(worker) if worker.thread >= 0 else None
             if th is not None and th.pulling[uk].any():
                 again = uk[th.pulling[uk]]
@@ -214,15 +186,15 @@ class Aggregator:
             pos = np.flatnonzero(at)
             index = (np.cumsum(mine) - 1)[inv[pos]]
             reads = np.flatnonzero(~at)
-            p = _Pull(th, rk, rounds, pos, index, out, fut, 1 + bool(len(reads)))
-            finished = self._try_finish(p) if len(rk) else self._part_done_locked(p)
+            p = Pull(th, rk, rounds, pos, index, out, fut, 1 + bool(len(reads)))
+            finished = self._results.try_finish(p) if len(rk) else self._results.part_done(p)
             if not finished:
-                self._waiting.append(p)
+                self._results.waiting.append(p)
         if finished:
-            self._resolve(p)
+            self._results.resolve(p)
         if len(reads):
             read = worker.table(self.spec.name).request(Kind.PULL, keys[reads], None, out, copy=True, gpos=reads)
-            read.add_done_callback(lambda f: self._read_done(p, f.exception()))
+            read.add_done_callback(lambda f: self._results.read_done(p, f.exception()))
         return fut
 
     def leave(self, worker: Worker) -> None:
@@ -240,10 +212,10 @@ class Aggregator:
             self._level2(*done)
 
     # ---- level 1 ----------------------------------------------------------------------------------
-    def _thread(self, worker: Worker) -> _ThreadRounds:
+    def _thread(self, worker: Worker) -> ThreadRounds:
         th = self._threads.get(worker.thread)
         if th is None:
-            th = self._threads[worker.thread] = _ThreadRounds(self._sent)
+            th = self._threads[worker.thread] = ThreadRounds(self._sent)
         return th
 
     def _complete(self, keys: np.ndarray) -> tuple[list, list, list]:
@@ -283,14 +255,14 @@ class Aggregator:
     def _send_round(self, owner: int, keys: np.ndarray, rounds: np.ndarray, sums: np.ndarray) -> None:
         if owner == self._ctx.rank:
             for k, r, values in self.owner.apply(owner, 0, keys, rounds, sums):
-                self._deliver(k, r, values)
+                self._results.deliver(k, r, values)
             return
         rid, fut = self._ctx.tracker.new_request(
             len(keys),
             desc=f"aggregated push of table {self.spec.name!r}",
             on_part=lambda sender, payload: self._on_reply(keys, rounds, sender, payload),
         )
-        fut.add_done_callback(self._on_request_done)
+        fut.add_done_callback(self._results.on_request_done)
         self.messages += 1
         several = (rounds != rounds[0]).any()  # keys in different rounds: one round per key (8 bytes each)
         self._ctx.endpoint.request(
@@ -316,9 +288,11 @@ class Aggregator:
         else:
             fut = backed.request(self._table, Kind.PUSH, keys, sums, out, None, False, rows=True)
         self.messages += 1
-        fut.add_done_callback(lambda f: self._on_request_done(f) if f.exception() else self._deliver(keys, rounds, out))
+        fut.add_done_callback(
+            lambda f: self._results.on_request_done(f) if f.exception() else self._results.deliver(keys, rounds, out)
+        )
 
-    # ---- results (pskv-server, or a worker thread for this node's own keys) -----------------------
+    # ---- replies (pskv-server); their results go to `_results` (client.round_results) --------------
     def _on_reply(self, keys: np.ndarray, rounds: np.ndarray, sender: int, payload) -> None:
         _header, p = payload
         if p.positions is not None:
@@ -331,62 +305,7 @@ class Aggregator:
                 f"{None if p.values is None else p.values.shape}, expected ({len(keys)}, "
                 f"{self.spec.dim}) {self.spec.dtype}"
             )
-        self._deliver(keys, rounds, p.values)
-
-    def _deliver(self, keys: np.ndarray, rounds: np.ndarray, values: np.ndarray) -> None:
-        """The rounds of `keys` were applied at the owner; `values` (n, dim) are the rows after them."""
-        slot = rounds & 1
-        with self._lock:
-            self._result[slot, keys] = values
-            self._result_round[slot, keys] = rounds
-            ready = [p for p in self._waiting if self._try_finish(p)]
-            if ready:
-                self._waiting = [p for p in self._waiting if p not in ready]
-        for p in ready:
-            self._resolve(p)
-
-    def _try_finish(self, p: _Pull) -> bool:
-        """Under _lock: copy p's round results into its `out` if all are here; True if p is complete."""
-        if p.copied or not len(p.keys):
-            return False  # nothing (more) to copy: it waits for its plain read only
-        slot = p.rounds & 1
-        if not (self._result_round[slot, p.keys] == p.rounds).all():
-            return False
-        p.out[p.pos] = self._result[slot[p.index], p.keys[p.index]]  # (j, dim)
-        p.thread.pulling[p.keys] = False
-        p.copied = True
-        return self._part_done_locked(p)
-
-    def _part_done_locked(self, p: _Pull) -> bool:
-        p.parts -= 1
-        return p.parts == 0
-
-    def _read_done(self, p: _Pull, error: BaseException | None) -> None:
-        with self._lock:
-            if error is not None and p.error is None:
-                p.error = error
-            finished = self._part_done_locked(p)
-            if finished and p in self._waiting:
-                self._waiting.remove(p)
-        if finished:
-            self._resolve(p)
-
-    def _resolve(self, p: _Pull) -> None:
-        p.future.resolve(None if p.error else p.out, p.error)
-
-    def _on_request_done(self, fut: Future) -> None:
-        """A level-2 request failed (owner's ERROR, node failure): fail every waiting pull with it."""
-        error = fut.exception()
-        if error is not None:
-            self._fail(error)
-
-    def _fail(self, error: BaseException) -> None:
-        with self._lock:
-            if self._error is None:
-                self._error = error
-            failed, self._waiting = self._waiting, []
-        for p in failed:
-            p.future.resolve(None, error)
+        self._results.deliver(keys, rounds, p.values)
 
     # ---- owner side, pskv-server ------------------------------------------------------------------
     def serve(self, header: Header, payload: Payload) -> None:
@@ -397,7 +316,7 @@ class Aggregator:
             results = self.owner.serve(header, payload)
         # a remote node's sum may complete a BSP round that this node is part of: deliver ours
         for keys, r, values in results:
-            self._deliver(keys, r, values)
+            self._results.deliver(keys, r, values)
 
     # ---- checkpoints (the node's checkpointing thread) ---------------------------------------------
     def hold(self) -> None:
@@ -420,13 +339,9 @@ class Aggregator:
                         self._level2(*item)
                 except Exception as exc:  # noqa: BLE001 - fail the pulls waiting for these rounds, not the checkpoint
                     log.error("table %r: held aggregated sums failed after the checkpoint: %r", self.spec.name, exc)
-                    self._fail(exc)
+                    self._results.fail(exc)
         for keys, r, values in results:
-            self._deliver(keys, r, values)
-
-    def _raise_error(self) -> None:
-        if self._error is not None:
-            raise self._error
+            self._results.deliver(keys, r, values)
 
     def _check_table(self) -> None:
         moved = not self._state.shard.static and self._ctx.chains() is None  # (with backups: ranges taken over)
@@ -436,7 +351,7 @@ class Aggregator:
     def __repr__(self) -> str:
         return (
             f"<Aggregator table={self.spec.name!r} threads={len(self._threads)} rounds={self.rounds} "
-            f"messages={self.messages} waiting={len(self._waiting)}>"
+            f"messages={self.messages} waiting={len(self._results.waiting)}>"
         )
 
 
