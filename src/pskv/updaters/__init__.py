@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import ConfigError, ConfigTypeError
 from .linear import FTRL as FTRL, BlockProx as BlockProx, Prox as Prox
+from .rule_kernels import scatter_add as _scatter_add  # noqa: F401 - consistency/ imports it by this name
 from .rules import (
     SGD as SGD,
     Adagrad as Adagrad,
@@ -17,8 +18,6 @@ from .rules import (
     Assign as Assign,
     Custom as Custom,
     Updater as Updater,
-    _fma as _fma,
-    _scatter_add as _scatter_add,
     stable_order as stable_order,
 )
 

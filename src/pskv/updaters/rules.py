@@ -7,10 +7,10 @@ by scattering straight into `data` with no sort; the others sort `idx`, sum each
 run their kernel on the distinct rows.
 
 Threads and ownership: this module has no threads and no locks. The store calls `apply()` with the stripe
-locks of every touched row (and its state row) already held; the numba kernels release the GIL
-(`nogil=True`), so threads holding disjoint stripes update in parallel. Kernels compile on first use per
-dtype combination and are cached on disk (`cache=True`). Updater objects are immutable after construction
-and may be shared across threads.
+locks of every touched row (and its state row) already held; the numba kernels (updaters.rule_kernels)
+release the GIL (`nogil=True`), so threads holding disjoint stripes update in parallel. Kernels compile on
+first use per dtype combination and are cached on disk (`cache=True`). Updater objects are immutable after
+construction and may be shared across threads.
 """
 
 from __future__ import annotations
@@ -18,130 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numba
 import numpy as np
 
 from ..errors import ConfigError, ConfigTypeError, DTypeError, ShapeError
+from .rule_kernels import adagrad_rows, adam_rows, dedupe_sum, scatter_add, scatter_assign, scatter_sgd, sgd_rows
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-# ---- kernels: generic over float32/float64; numba specialises per dtype ----------------------------------------
-
-
-@numba.njit(nogil=True, cache=True)
-def _scatter_add(data, idx, upd, scale):  # pragma: no cover - compiled
-    """data[idx[i]] += scale * upd[i] for each i; duplicates accumulate in order."""
-    dim = data.shape[1]
-    if dim == 1:  # one value per row: a flat loop the compiler can unroll
-        d, u = data[:, 0], upd[:, 0]
-        for i in range(idx.shape[0]):
-            d[idx[i]] += scale * u[i]
-        return
-    for i in range(idx.shape[0]):
-        r = idx[i]
-        for j in range(dim):
-            data[r, j] += scale * upd[i, j]
-
-
-@numba.njit(nogil=True, cache=True)
-def _scatter_sgd(data, idx, upd, scale):  # pragma: no cover - compiled
-    """data[idx[i]] = fma(scale, upd[i], data[idx[i]]): plain SGD rounded as torch's p.add_(g, alpha=-lr)."""
-    dim = data.shape[1]
-    for i in range(idx.shape[0]):
-        r = idx[i]
-        for j in range(dim):
-            data[r, j] = _fma(scale, upd[i, j], data[r, j])
-
-
-@numba.njit(nogil=True, cache=True)
-def _scatter_assign(data, idx, upd):  # pragma: no cover - compiled
-    """data[r] = sum of upd rows with idx == r: zero every target row, then scatter-add."""
-    dim = data.shape[1]
-    for i in range(idx.shape[0]):
-        for j in range(dim):
-            data[idx[i], j] = 0.0
-    for i in range(idx.shape[0]):
-        r = idx[i]
-        for j in range(dim):
-            data[r, j] += upd[i, j]
-
-
-@numba.njit(nogil=True, cache=True)
-def dedupe_sum(idx, upd, order, rows, summed):  # pragma: no cover - compiled
-    """Sum runs of equal keys in sorted order into rows[:m], summed[:m]; return m, the distinct count."""
-    dim = upd.shape[1]
-    m = -1
-    prev = -1
-    for k in range(order.shape[0]):
-        i = order[k]
-        r = idx[i]
-        if m < 0 or r != prev:
-            m += 1
-            rows[m] = r
-            prev = r
-            for j in range(dim):
-                summed[m, j] = upd[i, j]
-        else:
-            for j in range(dim):
-                summed[m, j] += upd[i, j]
-    return m + 1
-
-
-@numba.njit(nogil=True, cache=True)
-def _adagrad(data, state, rows, summed, lr, eps):  # pragma: no cover - compiled
-    dim = data.shape[1]
-    for k in range(rows.shape[0]):
-        r = rows[k]
-        for j in range(dim):
-            g = summed[k, j]
-            acc = state[r, j] + g * g
-            state[r, j] = acc
-            data[r, j] -= lr * g / (np.sqrt(acc) + eps)
-
-
-@numba.njit(nogil=True, cache=True)
-def _sgd(data, state, rows, summed, lr, momentum, weight_decay, nesterov):  # pragma: no cover - compiled
-    """torch.optim.SGD's step on each distinct row (dampening 0): d = g + wd * w; b = m * b + d;
-    d = d + m * b (nesterov) or b; w -= lr * d. `state` is the momentum buffer b (unused if m == 0)."""
-    dim = data.shape[1]
-    for k in range(rows.shape[0]):
-        r = rows[k]
-        for j in range(dim):
-            d = summed[k, j]
-            if weight_decay != 0.0:
-                d = _fma(weight_decay, data[r, j], d)
-            if momentum != 0.0:
-                b = momentum * state[r, j] + d  # torch: buf.mul_(m).add_(d): two roundings
-                state[r, j] = b
-                d = _fma(momentum, b, d) if nesterov else b
-            data[r, j] = _fma(-lr, d, data[r, j])
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _fma(a, b, c):  # pragma: no cover - compiled
-    """a * b + c rounded once, as torch's CPU kernels compute `c.add(b, alpha=a)` (a fused multiply-add):
-    for float32 the product is exact in float64, so one float64 add and the cast to float32 round it
-    (a second rounding that differs from the fused one only in ties nobody meets)."""
-    return type(c)(np.float64(a) * np.float64(b) + np.float64(c))
-
-
-@numba.njit(nogil=True, cache=True)
-def _adam(data, state, rows, summed, lr, b1, b2, eps):  # pragma: no cover - compiled
-    dim = data.shape[1]
-    for k in range(rows.shape[0]):
-        r = rows[k]
-        t = state[r, 2 * dim] + 1.0  # per-row step count, stored as a float beside m and v
-        state[r, 2 * dim] = t
-        step = lr / (1.0 - b1**t)  # lr * mhat / m
-        vscale = 1.0 / np.sqrt(1.0 - b2**t)  # sqrt(vhat) / sqrt(v); hoisted, one sqrt and divide per element
-        for j in range(dim):
-            g = summed[k, j]
-            m = b1 * state[r, j] + (1.0 - b1) * g
-            v = b2 * state[r, dim + j] + (1.0 - b2) * g * g
-            state[r, j] = m
-            state[r, dim + j] = v
-            data[r, j] -= step * m / (np.sqrt(v) * vscale + eps)
 
 
 # ---- the rules --------------------------------------------------------------------------------------------------
@@ -261,7 +143,7 @@ class Add(Updater):
     in_order = True
 
     def _apply(self, data, state, idx, upd) -> None:
-        _scatter_add(data, idx, upd, data.dtype.type(1.0))
+        scatter_add(data, idx, upd, data.dtype.type(1.0))
 
 
 class Assign(Updater):
@@ -270,7 +152,7 @@ class Assign(Updater):
     name = "assign"
 
     def _apply(self, data, state, idx, upd) -> None:
-        _scatter_assign(data, idx, upd)
+        scatter_assign(data, idx, upd)
 
 
 class SGD(Updater):
@@ -315,11 +197,11 @@ class SGD(Updater):
 
     def _apply(self, data, state, idx, upd) -> None:
         if self.in_order:
-            _scatter_sgd(data, idx, upd, data.dtype.type(-self.lr))
+            scatter_sgd(data, idx, upd, data.dtype.type(-self.lr))
             return
         rows, summed = _dedupe(data, idx, upd)
         t = data.dtype.type  # torch computes in the parameters' dtype
-        _sgd(
+        sgd_rows(
             data,
             state if state is not None else data[:0],
             rows,
@@ -359,7 +241,7 @@ class Adagrad(Updater):
 
     def _apply(self, data, state, idx, upd) -> None:
         rows, summed = _dedupe(data, idx, upd)
-        _adagrad(data, state, rows, summed, self.lr, self.eps)
+        adagrad_rows(data, state, rows, summed, self.lr, self.eps)
 
 
 class Adam(Updater):
@@ -387,7 +269,7 @@ class Adam(Updater):
 
     def _apply(self, data, state, idx, upd) -> None:
         rows, summed = _dedupe(data, idx, upd)
-        _adam(data, state, rows, summed, self.lr, self.beta1, self.beta2, self.eps)
+        adam_rows(data, state, rows, summed, self.lr, self.beta1, self.beta2, self.eps)
 
 
 class Custom(Updater):
