@@ -156,5 +156,5 @@ def test_the_checks_see_bad_imports():
     assert _upward({"pskv.client.table": {"pskv.client.worker", "pskv.net.wire"}}) == []
     assert _cycles({"pskv.a": {"pskv.b"}, "pskv.b": {"pskv.c"}, "pskv.c": {"pskv.a"}}) == [["pskv.a", "pskv.b", "pskv.c"]]
     assert _cycles({"pskv.a": {"pskv.b"}, "pskv.b": set()}) == []
-    found = _imports(SRC / "client" / "table.py")
+    found = _imports(SRC / "client" / "route.py")
     assert "pskv.net.wire" in found and "pskv.placement.route" in found

@@ -44,7 +44,8 @@ from ..net.future import Future, both
 from ..net.wire import Kind
 from . import compat, front, intent_sync, stages
 from .context import Context
-from .table import Route, Table
+from .route import Route
+from .table import Table
 
 
 class Path:

@@ -22,7 +22,7 @@ A request stage serves what it can of a request and hands the rest to the stage 
     Owned    keys this node owns, from its shard, under its stripe locks (the Lapse fast path)
     Shared   keys of a co-located node, from its shard in shared memory (store.peer; issue 31)
     Route    the rest to where each key lives: its manager, or the owner a location cache names
-             (client.table.Route: a dense table's send, the data path's last step)
+             (client.route.Route: a dense table's send, the data path's last step)
     HeldRanges  a sparse table with backups: pulls of the ranges served here, from memory
     Heads    with backups: every write to its range's head, kept and sent again (client.backed)
     Ranges   a sparse table: each key to the node of its uint64 range
@@ -53,7 +53,7 @@ from ..updaters import rules
 from . import backed, slices
 from .context import Context
 from .request import Request
-from .table import serve_local
+from .route import serve_local
 
 
 class Stage:
@@ -123,7 +123,7 @@ class Replica(Stage):
 class Owned(Stage):
     """Keys this node owns, served from its shard in memory. `probe`: try only when the first key
     is owned here (one locked pass when all probably are; routing serves stragglers), else always.
-    With `route` (client.table.Route), a pull or push of keys of several ranges is cut into a slice
+    With `route` (client.route.Route), a pull or push of keys of several ranges is cut into a slice
     per range first, when it can be (client.slices): this node's slice served, the others sent."""
 
     name = "local"
