@@ -42,7 +42,7 @@ from typing import Any
 from ..catalog import TableState
 from ..net.future import Future, both
 from ..net.wire import Kind
-from . import compat, front, intent_sync, stages
+from . import compat, front, intent_sync, shared, stages
 from .context import Context
 from .route import Route
 from .table import Table
@@ -142,7 +142,7 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
     sparse = state.spec.sparse
     refused = compat.call_refusals(state.spec.name, features(state, backups=backups))
     agg, buffer = state.aggregator, state.buffer
-    # the stages of each call (any stage: client.stages, client.front, client.intent_sync, Route)
+    # the stages of each call (any stage: client.stages, client.shared, client.front, client.intent_sync, Route)
     request: Any
     pull: Any
     push: Any
@@ -158,7 +158,7 @@ def compose(state: TableState, ctx: Context, *, backups: bool) -> Path:
         request = stages.HeldRows(state, stages.Heads())
     else:
         route = Route(state, ctx)
-        request = stages.Owned(state, stages.Shared(state, ctx, route), route=route)
+        request = stages.Owned(state, shared.Shared(state, ctx, route), route=route)
     if not sparse and agg is None:  # copies of keys several nodes intend (client.intent_sync; with backups too)
         copies = state.copies = intent_sync.Copies(state, ctx, request)
         request = intent_sync.Stage(copies, request)
