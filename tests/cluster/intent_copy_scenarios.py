@@ -190,7 +190,9 @@ def copies_failover(node: pskv.Node, threads: int, mode: str) -> None:
     node 2 pushes into its own column. Node 2 dies by SIGKILL: from the test (`test`), or from itself
     as its server takes node 1's 10th sync push, before applying it (`self`: a round left unanswered).
     After a barrier each survivor's column holds its pushes exactly: the promoted backup held every
-    round its chain had answered, and the rest came again to the new head and were applied once."""
+    round its chain had answered, and the rest came again to the new head and were applied once. Then
+    windows of more keys come and go (node 2's to their range's new head, no INTENT to the dead node,
+    which nothing would answer: the barrier would wait for it), with pushes: exact again."""
     faulthandler.dump_traceback_later(150, exit=True)
     victim, n, me = 2, node.num_nodes, node.rank
     node.table("f", rows=ROWS, dim=n, placement=pskv.Relocate(intent_sync=0.02))
@@ -246,6 +248,17 @@ def copies_failover(node: pskv.Node, threads: int, mode: str) -> None:
     rows = t.pull(keys)
     assert (rows[:, me] == pushes).all(), (pushes, rows[:, me], node.stats()["tables"]["f"])
     assert (t.pull(np.setdiff1d(np.arange(ROWS), keys))[:, me] == 0).all()
+    # intents go on after the failover: windows of other keys of node 2's range (their manager is dead:
+    # no verdict comes) and of node 0's (its manager alive), pushed while they come and go
+    more = np.concatenate([np.arange(victim * per + 4, (victim + 1) * per, 10), np.arange(5, 25)])
+    for i in range(20):
+        if i % 4 == 0:
+            t.intent(more, w.intent_clock + 1, w.intent_clock + 4)
+        t.push(more, ones[:1].repeat(len(more), 0))
+        w.advance_clock()
+    w.barrier()
+    assert (t.pull(more)[:, me] == 20).all(), t.pull(more)[:, me]
+    assert (t.pull(keys)[:, me] == pushes).all()
     s = node.stats()["tables"]["f"]
     assert s["intent_copies_made"] >= len(keys) and s["intent_copy_keys_synced"] > 0, s
     w.barrier()

@@ -69,7 +69,8 @@ def test_a_faster_sync_rate_shows_another_nodes_pushes_sooner(cluster_factory):
 def test_copies_pushes_survive_their_owners_death(cluster_factory, mode):
     """backups=1 on 3 nodes: nodes 0 and 1 push ones into copies of 20 keys node 2 heads; node 2 is
     SIGKILLed (by the test once both push; or by itself as its server takes node 1's 10th sync push,
-    unapplied). Each survivor's column holds exactly its pushes after failover and a barrier."""
+    unapplied). Each survivor's column holds exactly its pushes after failover and a barrier; then
+    intents go on (those of node 2's keys to their range's new head, none to the dead node), exactly."""
     cluster = cluster_factory(3, [sys.executable, SCENARIOS, "copies_failover", mode], backups=1,
                               failure_timeout=3.0)
     if mode == "test":
@@ -80,3 +81,4 @@ def test_copies_pushes_survive_their_owners_death(cluster_factory, mode):
     for rank in (0, 1):
         assert f"copies_failover ok {mode} node {rank}" in cluster.output(rank), cluster.logs_tail()
         assert "members [0, 1]" in cluster.output(rank), cluster.logs_tail()
+        assert "made no progress" not in cluster.output(rank), cluster.logs_tail()  # (no INTENT to the dead)

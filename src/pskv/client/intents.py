@@ -90,8 +90,11 @@ class NodeIntents:
 
     def _send(self, starts: np.ndarray, ends: np.ndarray, seq: int) -> None:
         st, ctx = self.state, self.ctx
-        ms, me = st.ranges.manager_of(starts), st.ranges.manager_of(ends)
+        members = ctx.members
+        before = members()
+        ms, me = self._managers(starts, before), self._managers(ends, before)
         dests = np.union1d(ms, me).astype(np.int64)
+        dests = dests[dests >= 0]
         told = time.monotonic()
         asked = {int(d): starts[ms == d] for d in dests}
 
@@ -104,7 +107,6 @@ class NodeIntents:
                     self.verdicts += len(pos)
             return Credit(1)
 
-        members = ctx.members
         done: set[int] = set()
 
         def retry() -> None:  # a membership change: a manager that died will not answer
@@ -121,6 +123,23 @@ class NodeIntents:
             ctx.endpoint.request(
                 d, Kind.INTENT, st.spec.table_id, rid, part=len(starting), dim=seq & 0xFFFFFFFF, keys=keys
             )
+        if members() != before:  # a membership change came while we sent: its retry may have run first
+            retry()
+
+    def _managers(self, keys: np.ndarray, alive: list[int]) -> np.ndarray:
+        """(n,) the node to tell of each of `keys`: its manager; when that one died (backups: the ranges
+        keep their managers), its range's head now, whose board counts the starts told from then on;
+        -1 (no one) with no chains. Without a message to a dead node, nothing waits for its answer
+        (a barrier drains the node's requests)."""
+        dest = self.state.ranges.manager_of(keys)
+        if not alive or not len(keys):
+            return dest
+        dead = ~np.isin(dest, alive)
+        if dead.any():
+            chains = self.ctx.chains()
+            dest = np.array(dest, np.int64)
+            dest[dead] = -1 if chains is None else chains.heads[self.state.ranges.range_of(keys[dead])]
+        return dest
 
     def take_moves(self) -> tuple[float, np.ndarray]:
         """(when the oldest was told, keys) the managers said move here that are still intended and

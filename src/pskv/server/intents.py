@@ -26,7 +26,9 @@ keeps no account of copies: a copy's pushes reach it as plain pushes.
 
 A node that dies keeps its intents counted here (nothing moves to a sole other intender of its
 keys until the table is declared again); keys the manager does not manage (a range handed on by
-a leaving node) get no verdict: they stay.
+a leaving node) get no verdict: they stay. A manager that dies (backups: ranges keep their
+managers) takes its counts along; the nodes tell its keys' starts and ends to each key's range
+head from then on (client.intents), whose board counts what it hears from then on.
 
 Threads and ownership: everything here runs in pskv-server, which alone touches `_count` and `_held`.
 """
