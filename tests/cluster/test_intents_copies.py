@@ -45,11 +45,11 @@ def test_a_checkpoint_taken_while_copies_hold_unsent_pushes_has_them_all(cluster
     assert values[np.setdiff1d(np.arange(ROWS), SHARED)].sum() == 0
 
 
-@pytest.mark.parametrize("nodes", [2, 3])
-def test_copies_with_backups_push_through_the_chain_exactly_once(cluster_factory, nodes):
+@pytest.mark.parametrize(("nodes", "variant"), [(2, "async"), (3, "async"), (3, "bsp")])
+def test_copies_with_backups_push_through_the_chain_exactly_once(cluster_factory, nodes, variant):
     """backups=1: every worker intends the same 30 keys; each node's copies sync through the keys'
     chains (a push to the head, passed down to the tail, then a pull): exact sums after a barrier."""
-    _run(cluster_factory, nodes, 2, "copies", "async", backups=1)
+    _run(cluster_factory, nodes, 2, "copies", variant, backups=1)
 
 
 def test_a_set_of_copied_keys_comes_after_the_pushes_a_round_took(cluster_factory):
