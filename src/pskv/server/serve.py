@@ -16,14 +16,9 @@ in a reply: its answer, or an ERROR naming what failed (also for an unexpected e
 even that cannot be sent, the origin's request_timeout reports it.
 
 Runs (issue 31): the dispatcher hands a burst's consecutive server messages over in one call
-(`handle_many`). A run of plain requests (`wire.plain`) of one table and kind is served in one
-step: its key frames joined into one array, checked once, one shard operation (its kernels
-release the GIL once per run, not per message), then each message answered as alone (its
-positions; keys not owned here go on per message, as in `_serve`). Pushes join only under an
-updater whose concatenated apply equals the one-by-one applies (`Updater.in_order`), sets always
-(the last one wins either way); a run with anything irregular (a bad frame, keys out of range, a
-foreign origin, backups for a write, a sparse table, a test hook) is handled message by message,
-so errors, order and exactly-once application are those of `handle`.
+(`handle_many`, server.runs' `Runs`, Server's base class): a run of plain requests of one table
+and kind is served in one step. A plain pull served whole is answered on the endpoint's short
+path (`Endpoint.rows`).
 """
 
 from __future__ import annotations
@@ -46,10 +41,7 @@ from ..net.wire import (
     Header,
     Kind,
     Payload,
-    dtype_code,
     fused_halves,
-    plain,
-    plain_buffers,
     split,
     unpack,
 )
@@ -62,6 +54,7 @@ from .backups import Backups
 from .hops import Hops
 from .intents import IntentBoard
 from .relocate import Relocation
+from .runs import Runs
 
 log = logging.getLogger(__name__)
 HANDLES = (
@@ -82,7 +75,7 @@ HANDLES = (
 )
 
 
-class Server:
+class Server(Runs):
     def __init__(
         self,
         store: Store,
@@ -175,27 +168,6 @@ class Server:
             except Exception as exc:  # noqa: BLE001 - answered with an ERROR to that write's origin
                 self.reject(one, exc)
 
-    def handle_many(self, items: list) -> None:
-        """Consecutive messages in arrival order, (header, frames) each: runs of plain requests of one
-        table and kind in one step (`_serve_run`), the rest one by one."""
-        i, n = 0, len(items)
-        while i < n:
-            header = items[i][0]
-            j = i + 1
-            if plain(header) and not _hooks.points:
-                while (
-                    j < n
-                    and items[j][0].kind == header.kind
-                    and items[j][0].table == header.table
-                    and plain(items[j][0])
-                ):
-                    j += 1
-            if j - i > 1:
-                self._serve_run(items[i:j])
-            else:
-                self._handle_one(*items[i])
-            i = j
-
     def reject(self, header: Header, exc: Exception) -> None:
         """Answer a request that failed here with ERROR (or fail our own localize for a TRANSFER)."""
         self.errors += 1
@@ -265,83 +237,6 @@ class Server:
             self.reply_served(header, p.positions, miss, out, len(keys))
         if len(miss):
             self.pass_on(header, p, keys, miss, shard)
-
-    def _serve_run(self, run: list) -> None:
-        """Plain requests of one table and kind (see the module docstring): one shard operation."""
-        header = run[0][0]
-        kind = header.kind
-        joined = self._join(run)
-        if joined is None:  # irregular: one by one, as if they had come alone
-            for one in run:
-                self._handle_one(*one)
-            return
-        shard, keys, values, bounds, positions = joined
-        self.requests += len(run)
-        self.runs += 1
-        out = None
-        try:
-            if kind == Kind.PULL:
-                out = np.empty((len(keys), shard.spec.dim), dtype=shard.spec.dtype)  # (n, dim) replies are views
-                miss = shard.pull(keys, out)
-            elif kind == Kind.PUSH:
-                miss = shard.push(keys, values)
-            else:
-                miss = shard.set(keys, values)
-        except Exception as exc:  # noqa: BLE001 - answered with an ERROR each, as handle would
-            for h, _ in run:
-                self.reject(h, exc)
-            return
-        misses = np.split(miss, np.searchsorted(miss, bounds[1:-1])) if len(miss) else None
-        for m, (h, _) in enumerate(run):
-            a, b = bounds[m], bounds[m + 1]
-            try:
-                mine = kernels.NONE if misses is None else misses[m] - a  # (k,) positions in this message
-                if b - a > len(mine):
-                    self.reply_served(h, positions[m], mine, None if out is None else out[a:b], b - a)
-                if len(mine):
-                    part = Payload(keys[a:b], positions[m], None if values is None else values[a:b], None)
-                    self.pass_on(h, part, keys[a:b], mine, shard)
-            except Exception as exc:  # noqa: BLE001 - answered with an ERROR, never dropped
-                self.reject(h, exc)
-
-    def _join(self, run: list):
-        """(shard, keys, values, bounds, positions) of a run of plain requests, the keys and values of
-        all its messages in one array each (message m: [bounds[m], bounds[m + 1])); None when any of
-        it is irregular (then each message goes through `handle` and gets its own answer)."""
-        header = run[0][0]
-        shard = self._store.get(header.table)
-        if shard is None:
-            return None
-        spec = shard.spec
-        kind = header.kind
-        if spec.sparse or (
-            kind != Kind.PULL and (self.backups is not None or (kind == Kind.PUSH and not spec.updater.in_order))
-        ):
-            return None
-        ranges = self._ranges(header.table)
-        code = dtype_code(spec.dtype)
-        row_bytes = spec.dim * spec.dtype.itemsize
-        key_bufs, value_bufs, positions, bounds = [], [], [], [0]
-        try:
-            for h, frames in run:
-                if h.dim != spec.dim or (kind != Kind.PULL and h.dtype != code) or not ranges.is_node(h.origin):
-                    return None
-                k, pos, v = plain_buffers(h, frames, row_bytes)
-                key_bufs.append(k)
-                value_bufs.append(v)
-                positions.append(None if pos is None else np.frombuffer(pos, np.int64))
-                bounds.append(bounds[-1] + h.n_keys)
-        except ProtocolError:
-            return None
-        keys = np.frombuffer(b"".join(key_bufs), np.int64)  # (n,) one copy of the run's keys
-        if len(keys):
-            lo, hi = kernels.key_range(keys)
-            if lo < 0 or hi >= spec.rows:
-                return None
-        values = (
-            None if kind == Kind.PULL else np.frombuffer(b"".join(value_bufs), spec.dtype).reshape(len(keys), spec.dim)
-        )  # (n, dim)
-        return shard, keys, values, np.asarray(bounds, np.int64), positions
 
     def _range(self, header: Header, p: Payload, shard) -> None:
         """RANGE: every written key of a sparse table in [lo, hi) with its row, sorted (store.sparse)."""
