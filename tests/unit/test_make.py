@@ -32,12 +32,16 @@ def test_make_stress_collects_its_tests():
 
 
 def test_make_test_lints_and_type_checks_first_with_pinned_tools():
-    """`make test` depends on `lint` (ruff, then mypy, as pyproject.toml configures them), and the
+    """`make test` depends on `lint` (ruff check, ruff format --check, then mypy, as pyproject.toml configures them), and the
     dev extra pins both exactly: a new release must not fail CI by itself."""
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^test: lint$", makefile, re.M), "make test must run the lint target first"
     lint = re.search(r"^lint:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
-    assert [line.strip() for line in lint.splitlines()] == ["$(PY) -m ruff check src", "$(PY) -m mypy"]
+    assert [line.strip() for line in lint.splitlines()] == [
+        "$(PY) -m ruff check src",
+        "$(PY) -m ruff format --check src",
+        "$(PY) -m mypy",
+    ]
     pyproject = (ROOT / "pyproject.toml").read_text()
     pins = re.findall(r'"(ruff|mypy)==(\d+(?:\.\d+)*)"', pyproject)
     assert sorted(name for name, _ in pins) == ["mypy", "ruff"], pins
