@@ -37,7 +37,7 @@ def test_the_wheel_installs_in_a_clean_venv_and_runs_the_demo(tmp_path):
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     wheel, = (tmp_path / "dist").glob("pskv-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "pskv/py.typed" in names and "pskv/cli.py" in names and "pskv/apps/mf.py" in names
+    assert "pskv/py.typed" in names and "pskv/cli/__init__.py" in names and "pskv/apps/mf.py" in names
     assert not [n for n in names if n.startswith("tests/") or "__pycache__" in n]
 
     venv.create(tmp_path / "venv", with_pip=True, clear=True)  # no system site-packages: only what the wheel pulls
