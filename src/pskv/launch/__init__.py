@@ -6,7 +6,7 @@ Try it: `pskv launch -n 3 -- python -c "import os; print(os.environ['PSKV_RANK']
 node processes, each with PSKV_COORDINATOR, PSKV_NUM_NODES, PSKV_RANK, PSKV_HOST and
 PSKV_THREADS in its environment (this module is the only writer of PSKV_*; config.py reads
 them). With a hostfile, node i runs on hosts[i % len(hosts)] through
-`ssh -o BatchMode=yes HOST 'cd CWD && env PSKV_...=... COMMAND'`, with PSKV_HOST=HOST.
+`ssh -o BatchMode=yes HOST 'cd CWD && env PSKV_...=... COMMAND'`, with PSKV_HOST=HOST (launch.ssh).
 The coordinator binds `coordinator_host`: by default 127.0.0.1, or, when a hostfile names a
 host that is not loopback, the address of this machine's hostname
 (socket.gethostbyname(socket.gethostname())); pass coordinator_host= when that is wrong.
@@ -33,21 +33,18 @@ import contextlib
 import dataclasses
 import logging
 import os
-import shlex
 import shutil
 import signal
 import socket
 import sys
-import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 from ..config import ConfigError, NodeConfig
-from ..net.auth import new_secret
-from . import hosts as emulation, verdict
-from .cluster import BAR_TAG, LOOPBACK, POLL_INTERVAL, Cluster, terminal
+from . import console, hosts as emulation, ssh, verdict
+from .cluster import BAR_TAG, POLL_INTERVAL, Cluster, terminal
+from .ssh import read_hostfile
 
 __all__ = ["BAR_TAG", "Cluster", "launch", "node_env", "read_hostfile", "start_local"]
 
@@ -69,37 +66,6 @@ def node_env(config: NodeConfig) -> dict[str, str]:
         if value is not None:
             env["PSKV_" + name.upper()] = str(value)
     return env
-
-
-def read_hostfile(path: Path) -> list[str]:
-    """Hosts of a hostfile: one per line, `#` comments and blank lines ignored, an optional
-    ` slots=K` accepted and ignored. Raises ConfigError naming the file and line."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read hostfile {str(path)!r}: {exc.strerror}; pass a file with one host per line"
-        ) from None
-    hosts = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        host, *rest = line.split("#", 1)[0].split() or [""]
-        if not host:
-            continue
-        bad = [word for word in rest if not _is_slots(word)]
-        if host.startswith("-") or bad:
-            raise ConfigError(
-                f"hostfile {str(path)!r} line {lineno}: {line.strip()!r} is not "
-                "'HOST' or 'HOST slots=K'; write one host per line"
-            )
-        hosts.append(host)
-    if not hosts:
-        raise ConfigError(f"hostfile {str(path)!r} names no host; write one host per line")
-    return hosts
-
-
-def _is_slots(word: str) -> bool:
-    key, _, value = word.partition("=")
-    return key == "slots" and value.isdigit() and int(value) > 0
 
 
 def start_local(
@@ -133,35 +99,10 @@ def start_local(
     port metrics + r (PSKV_METRICS_PORT). `emulated_hosts`: run the nodes as that many hosts of this
     machine, network namespaces whose links `link` limits (e.g. "1gbit"; launch.hosts; needs root).
     Raises ConfigError for bad arguments or hostfile."""
-    if not isinstance(nodes, int) or nodes < 1:
-        raise ConfigError(f"nodes is {nodes!r}; launch at least 1 node")
-    if not command:
-        raise ConfigError("the command to launch is empty; give it after `--`")
-    if isinstance(coordinator, str) and coordinator != "node0":
-        raise ConfigError(
-            f'coordinator={coordinator!r}: use True, False, "node0" (node 0\'s process runs it) or a '
-            "factory called like pskv.membership.coordinator.Coordinator"
-        )
-    hosts = read_hostfile(hostfile) if hostfile is not None else None
-    if emulated_hosts is not None or link is not None:  # before anything starts: root, ip, tc
-        emulation.check(
-            emulated_hosts,
-            nodes,
-            link,
-            conflicts={
-                "--hostfile": hostfile,
-                "--join": join,
-                "--coordinator-host": coordinator_host,
-                "a coordinator in node 0": coordinator == "node0" or None,
-            },
-        )
-    parent_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    if echo and terminal():  # the apps' "auto" progress draws a bar, which we relay (Cluster._bar)
-        parent_env.update(PSKV_TERMINAL="1", COLUMNS=str(shutil.get_terminal_size().columns))
-    for name in _PER_NODE_VARS:
-        parent_env.pop(name, None)
-    base = NodeConfig.from_env(
-        {k: v for k, v in parent_env.items() if k.startswith("PSKV_")},
+    hosts = _check(nodes, command, coordinator, hostfile, emulated_hosts, link, join, coordinator_host)
+    parent_env, base = _environment(
+        env,
+        echo,
         threads=threads,
         failure_timeout=failure_timeout,
         backups=backups,
@@ -188,50 +129,127 @@ def start_local(
     cluster.metrics_port = base.metrics_port
     insecure = os.environ.get("PSKV_INSECURE") == "1"  # the user's choice: no secret, no CURVE (trusted networks)
     if not base.secret_file and not insecure and (coordinator is True or coordinator == "node0"):  # ours
-        cluster.secret_file = _new_secret(hosts)  # (its directory goes at shutdown)
+        cluster.secret_file = ssh.local_secret(hosts)  # (its directory goes at shutdown)
         base = dataclasses.replace(base, secret_file=cluster.secret_file)
     try:
         if emulated_hosts is not None:
             cluster.hosts = emulated = emulation.Hosts(emulated_hosts, nodes, link)  # shutdown() removes them
             emulated.start()
             coordinator_host = emulated.coordinator_host
-        in_node = coordinator == "node0"
-        address: str | None = None
-        if in_node:  # node 0's process runs it, as under a launcher that runs none (e.g. slurm)
-            host = coordinator_host or (hosts[0] if hosts else "127.0.0.1")
-            address = f"{host}:{_free_port(host)}"
-        elif coordinator is True or callable(coordinator):
-            host = coordinator_host or _coordinator_host(hosts)
-            coord_config = dataclasses.replace(base, num_nodes=nodes, host=host)
-            cluster.coordinator = _start_coordinator(coordinator, coord_config)
-        if not in_node:
-            address = cluster.coordinator.address if cluster.coordinator is not None else None
+        address = _start_coordinator(cluster, coordinator, base, nodes, hosts, coordinator_host)
         cluster.coordinator_address = join or address or ""
-        for rank in range(nodes):
-            host = hosts[rank % len(hosts)] if hosts else "127.0.0.1"
-            if cluster.hosts is not None:
-                host = cluster.hosts.node_host(rank)
-            if join is not None:  # rank and size come from the running cluster
-                config = dataclasses.replace(base, host=host)
-            else:
-                config = dataclasses.replace(
-                    base,
-                    coordinator=address,
-                    num_nodes=nodes,
-                    rank=rank,
-                    host=host,
-                    external_coordinator=address is not None and not in_node,
-                )
-            child_env = {**parent_env, **node_env(config)}
-            argv = _ssh_argv(host, command, child_env) if hosts else list(command)
-            if cluster.hosts is not None:
-                argv = cluster.hosts.argv(rank, argv, path=child_env.get("PATH"))
-            cluster.start_node(rank, host, argv, child_env)
+        _start_nodes(
+            cluster, nodes, command, base, parent_env, hosts, address, in_node=coordinator == "node0", join=join
+        )
         cluster.watch()
     except BaseException:
         cluster.shutdown()
         raise
     return cluster
+
+
+def _start_nodes(
+    cluster: Cluster,
+    nodes: int,
+    command: list[str],
+    base: NodeConfig,
+    parent_env: dict[str, str],
+    hosts: list[str] | None,
+    address: str | None,
+    *,
+    in_node: bool,
+    join: str | None,
+) -> None:
+    """Node i's process: its host (the hostfile's, an emulated host's, or this machine), its PSKV_*, its
+    argv (through ssh or a network namespace)."""
+    for rank in range(nodes):
+        host = hosts[rank % len(hosts)] if hosts else "127.0.0.1"
+        if cluster.hosts is not None:
+            host = cluster.hosts.node_host(rank)
+        if join is not None:  # rank and size come from the running cluster
+            config = dataclasses.replace(base, host=host)
+        else:
+            config = dataclasses.replace(
+                base,
+                coordinator=address,
+                num_nodes=nodes,
+                rank=rank,
+                host=host,
+                external_coordinator=address is not None and not in_node,
+            )
+        child_env = {**parent_env, **node_env(config)}
+        argv = ssh.ssh_argv(host, command, child_env) if hosts else list(command)
+        if cluster.hosts is not None:
+            argv = cluster.hosts.argv(rank, argv, path=child_env.get("PATH"))
+        cluster.start_node(rank, host, argv, child_env)
+
+
+def _check(
+    nodes: int,
+    command: list[str],
+    coordinator: bool | str | CoordinatorFactory,
+    hostfile: Path | None,
+    emulated_hosts: int | None,
+    link: str | None,
+    join: str | None,
+    coordinator_host: str | None,
+) -> list[str] | None:
+    """start_local's arguments checked before anything starts (ConfigError); the hostfile's hosts, or None."""
+    if not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"nodes is {nodes!r}; launch at least 1 node")
+    if not command:
+        raise ConfigError("the command to launch is empty; give it after `--`")
+    if isinstance(coordinator, str) and coordinator != "node0":
+        raise ConfigError(
+            f'coordinator={coordinator!r}: use True, False, "node0" (node 0\'s process runs it) or a '
+            "factory called like pskv.membership.coordinator.Coordinator"
+        )
+    hosts = read_hostfile(hostfile) if hostfile is not None else None
+    if emulated_hosts is not None or link is not None:  # before anything starts: root, ip, tc
+        emulation.check(
+            emulated_hosts,
+            nodes,
+            link,
+            conflicts={
+                "--hostfile": hostfile,
+                "--join": join,
+                "--coordinator-host": coordinator_host,
+                "a coordinator in node 0": coordinator == "node0" or None,
+            },
+        )
+    return hosts
+
+
+def _environment(env: dict | None, echo: bool, **settings) -> tuple[dict[str, str], NodeConfig]:
+    """The nodes' common environment (os.environ and `env`, without the per-node PSKV_*), and the
+    NodeConfig it and `settings` make."""
+    parent_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    if echo and terminal():  # the apps' "auto" progress draws a bar, which we relay (Cluster._bar)
+        parent_env.update(PSKV_TERMINAL="1", COLUMNS=str(shutil.get_terminal_size().columns))
+    for name in _PER_NODE_VARS:
+        parent_env.pop(name, None)
+    base = NodeConfig.from_env({k: v for k, v in parent_env.items() if k.startswith("PSKV_")}, **settings)
+    return parent_env, base
+
+
+def _start_coordinator(
+    cluster: Cluster,
+    coordinator: bool | str | CoordinatorFactory,
+    base: NodeConfig,
+    nodes: int,
+    hosts: list[str] | None,
+    coordinator_host: str | None,
+) -> str | None:
+    """The coordinator's address: started here (`cluster.coordinator`), or a free port for node 0's
+    process to run it at ("node0"), or None (no coordinator: `join`, or False)."""
+    if coordinator == "node0":  # node 0's process runs it, as under a launcher that runs none (e.g. slurm)
+        host = coordinator_host or (hosts[0] if hosts else "127.0.0.1")
+        return f"{host}:{_free_port(host)}"
+    if coordinator is True or callable(coordinator):
+        host = coordinator_host or ssh.coordinator_host(hosts)
+        config = dataclasses.replace(base, num_nodes=nodes, host=host)
+        cluster.coordinator = _coordinator(coordinator, config)
+    return cluster.coordinator.address if cluster.coordinator is not None else None
 
 
 def launch(
@@ -262,7 +280,7 @@ def launch(
     address and the secret file's path)."""
     if emulated_hosts is None and link is None:
         emulated_hosts, link = emulation.from_environ(os.environ)
-    with _interrupt_on_sigterm():
+    with console.interrupt_on_sigterm():
         try:
             with (
                 start_local(
@@ -279,11 +297,11 @@ def launch(
                     emulated_hosts=emulated_hosts,
                     link=link,
                 ) as cluster,
-                _dump_on_sigusr1(cluster),
+                console.dump_on_sigusr1(cluster),
             ):
-                for line in _start_lines(cluster, nodes, threads, verbose=verbose, joining=join is not None):
+                for line in console.start_lines(cluster, nodes, threads, verbose=verbose, joining=join is not None):
                     print(f"[launcher] {line}", file=sys.stderr, flush=True)
-                run_file = _register(cluster, command)
+                run_file = console.register(cluster, command)
                 try:
                     while True:
                         # bounded waits: a signal the OS delivers to another of our threads runs its
@@ -303,72 +321,6 @@ def launch(
             return 128 + signum
 
 
-def _start_lines(cluster: Cluster, nodes: int, threads: int, *, verbose: bool, joining: bool) -> list[str]:
-    """What launch() says at the start: nodes and coordinator; the emulated hosts; metrics; how to join."""
-    where = ("joining the cluster at " if joining else "coordinator at ") + (cluster.coordinator_address or "?")
-    lines = [
-        f"{nodes} node{'s' if nodes != 1 else ''} x {threads} thread{'s' if threads != 1 else ''}, {where}"
-        + (f", backups {cluster.backups}" if cluster.backups else "")
-    ]
-    if cluster.hosts is not None:
-        lines.append(cluster.hosts.describe())
-    if cluster.metrics_port:
-        urls, host = cluster.metrics_urls(), cluster.node_host(0)
-        watch = f"pskv top --metrics-port {cluster.metrics_port}" + (f" --host {host}" if host != "127.0.0.1" else "")
-        spread = f" (node r at port {cluster.metrics_port} + r)" if len(urls) > 1 else ""
-        lines.append(f"metrics at {urls[0]}{spread}; watch them with `pskv top` (or `{watch} --nodes {len(urls)}`)")
-    if verbose and nodes > 1 and cluster.coordinator is not None and not cluster.backups and cluster.hosts is None:
-        secret = f"PSKV_SECRET_FILE={shlex.quote(cluster.secret_file)} " if cluster.secret_file else ""
-        lines.append(
-            f"add nodes while it runs with `{secret}pskv launch -n K --join {cluster.coordinator_address} -- CMD`"
-        )
-    return lines
-
-
-def _register(cluster: Cluster, command: list[str]) -> Path | None:
-    """The run file that lets a bare `pskv top` find these nodes (with metrics on), or None."""
-    if not cluster.metrics_port:
-        return None
-    from ..monitor import runs
-
-    return runs.register(cluster.metrics_urls(), shlex.join(command), cluster.metrics_port)
-
-
-@contextlib.contextmanager
-def _interrupt_on_sigterm():
-    """Turn SIGTERM into KeyboardInterrupt(SIGTERM), as Ctrl-C is, so `with` cleans up."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt(signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def _dump_on_sigusr1(cluster: Cluster):
-    """`kill -USR1 <launcher>`: every node logs its outstanding requests and collectives."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        asked = cluster.dump()
-        print(f"[launcher] SIGUSR1: asked {asked} node(s) to log what they wait for", file=sys.stderr, flush=True)
-
-    previous = signal.signal(signal.SIGUSR1, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
-
-
 def _free_port(host: str) -> int:
     """A port that is free on `host` now (for node 0's coordinator; a race with other programs is unlikely)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -377,7 +329,7 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-def _start_coordinator(coordinator: Literal[True] | CoordinatorFactory, config: NodeConfig) -> Any:
+def _coordinator(coordinator: Literal[True] | CoordinatorFactory, config: NodeConfig) -> Any:
     factory: CoordinatorFactory
     if coordinator is True:
         from ..membership.coordinator import Coordinator  # lazily: process tests need no coordinator
@@ -392,40 +344,3 @@ def _start_coordinator(coordinator: Literal[True] | CoordinatorFactory, config: 
         coord.close()
         raise
     return coord
-
-
-def _new_secret(hosts: list[str] | None) -> str:
-    """A new cluster secret in a private directory (mode 0700, file 0600) of this machine."""
-    if hosts and not all(host in LOOPBACK for host in hosts):
-        raise ConfigError(
-            "the hostfile names other machines, which cannot read a secret this launcher keeps in "
-            "its own /tmp; make one with `pskv secret new FILE`, copy it to the same path on every "
-            "host, and set PSKV_SECRET_FILE=FILE"
-        )
-    return str(new_secret(Path(tempfile.mkdtemp(prefix="pskv-")) / "secret"))
-
-
-def _coordinator_host(hosts: list[str] | None) -> str:
-    """127.0.0.1 unless a hostfile names a remote host; then this machine's address."""
-    if not hosts or all(host in LOOPBACK for host in hosts):
-        return "127.0.0.1"
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot resolve this machine's hostname {socket.gethostname()!r} "
-            f"({exc}); pass --coordinator-host with an address the hosts can reach"
-        ) from None
-
-
-def _ssh_argv(host: str, command: list[str], env: dict[str, str]) -> list[str]:
-    ssh = shutil.which("ssh", path=env.get("PATH"))
-    if ssh is None:
-        raise ConfigError(
-            "a hostfile was given but `ssh` is not on PATH; install an ssh client or launch without --hostfile"
-        )
-    remote_env = {k: v for k, v in env.items() if k.startswith("PSKV_")}
-    remote_env["PYTHONUNBUFFERED"] = "1"
-    assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(remote_env.items()))
-    remote = f"cd {shlex.quote(os.getcwd())} && env {assignments} {shlex.join(command)}"
-    return [ssh, "-o", "BatchMode=yes", host, remote]
