@@ -21,9 +21,7 @@ except ImportError:  # pragma: no cover - the extra is installed by make test
     raise ConfigError("pskv.torch needs PyTorch: pip install 'pskv[torch]' (torch 2.13.0, CPU wheel)") from None
 
 from .embedding import Embedding as Embedding
-from .parallel import (
-    DataParallel as DataParallel,
-    load_weights as load_weights,
-)
+from .layout import load_weights as load_weights
+from .parallel import DataParallel as DataParallel
 
 __all__ = ["DataParallel", "Embedding", "load_weights"]

@@ -1,7 +1,7 @@
 """DataParallel: a torch.nn.Module trained data-parallel through one pskv table (mshadow-ps style).
 
-Layout. Every trainable parameter tensor is a key range of one table of `row`-wide rows (its
-numel rounded up to whole rows). The parameters' data and gradients become views into two flat
+Layout (torch/layout.py). Every trainable parameter tensor is a key range of one table of `row`-wide
+rows (its numel rounded up to whole rows). The parameters' data and gradients become views into two flat
 buffers shaped like those rows, so a layer's rows go out and come in without a copy: a push
 sends the gradient's memory, a pull writes straight into the parameter's memory.
 
@@ -46,8 +46,6 @@ in each thread of node.run().
 
 from __future__ import annotations
 
-import hashlib
-import math
 import time
 import warnings
 from typing import TYPE_CHECKING
@@ -55,89 +53,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..errors import ConfigError, DTypeError, PskvError, ShapeError, UnknownTable, WaitTimeout
+from ..errors import ConfigError, UnknownTable, WaitTimeout
 from ..node import Node
-from ..options import BSP, Async, NodeAggregate, as_consistency
+from ..options import Async
 from ..updaters import SGD, Updater
+from .layout import BUCKET, BUFFER_ROW, ROW, buckets, buffers, layout, mode_of
 
 if TYPE_CHECKING:
     from ..client.table import Table
 
-_ROW = 256  # floats per row: few keys per layer, little padding
-_BUCKET = 4 << 20  # bytes of gradients per push: few messages, some overlap with backprop in big models
-_BUFFER_ROW = 64  # buffer values per row of the buffers table (+ 1 column: the step they are of)
 _BUFFER_WAIT = 600.0  # seconds a worker waits for the first worker's buffers of a step (sync), by default
-
-
-def _layout(model: torch.nn.Module, row: int):
-    """(params, [(first row, end row)], rows, name suffix): the key range of every trainable tensor."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ConfigError(f"DataParallel: {type(model).__name__} has no trainable parameters")
-    for p in params:
-        if p.device.type != "cpu":
-            raise DTypeError(
-                f"DataParallel: a parameter of shape {tuple(p.shape)} is on {p.device}; pskv trains CPU "
-                "models only (GPU tensors are not supported): call model.cpu() first"
-            )
-        if p.dtype != torch.float32:
-            raise DTypeError(
-                f"DataParallel: a parameter of shape {tuple(p.shape)} is {p.dtype}; pskv.torch trains "
-                "float32 parameters: call model.float() first"
-            )
-    ranges, first = [], 0
-    for p in params:
-        n = math.ceil(p.numel() / row)
-        ranges.append((first, first + n))
-        first += n
-    shapes = repr([tuple(p.shape) for p in params]).encode()
-    return params, ranges, first, hashlib.sha1(shapes).hexdigest()[:8]
-
-
-def _buffers(model: torch.nn.Module) -> tuple[list[torch.Tensor], int, str]:
-    """(the model's buffers, rows of the buffers table, name suffix): their values packed in order,
-    _BUFFER_ROW per row. No buffers: ([], 0, "")."""
-    named = list(model.named_buffers())
-    for name, b in named:
-        if b.device.type != "cpu":
-            raise DTypeError(
-                f"DataParallel: buffer {name!r} is on {b.device}; pskv trains CPU models only: call model.cpu() first"
-            )
-    total = sum(b.numel() for _, b in named)
-    if not total:
-        return [], 0, ""
-    layout = repr([(name, tuple(b.shape), str(b.dtype)) for name, b in named]).encode()
-    return [b for _, b in named], math.ceil(total / _BUFFER_ROW), hashlib.sha1(layout).hexdigest()[:8]
-
-
-def _buckets(params, ranges, row: int, limit: int) -> list[tuple[list[int], int, int]]:
-    """Parameters in backward order (the last first) grouped into runs of about `limit` bytes: each
-    bucket is pushed as one message (per owner) once all its gradients are ready (as DDP's buckets)."""
-    out: list[tuple[list[int], int, int]] = []
-    members: list[int] = []
-    for i in reversed(range(len(params))):
-        members.append(i)
-        a, b = ranges[i][0], ranges[members[0]][1]
-        if (b - a) * row * 4 >= limit or i == 0:
-            out.append((members, a, b))
-            members = []
-    return out
-
-
-def _mode(mode):
-    """(consistency, aggregate, clocked) of a mode: "sync", "async", "ssp:S", or a pskv consistency."""
-    if mode == "sync":
-        return BSP(), NodeAggregate(), False
-    try:
-        consistency = as_consistency(mode)
-    except PskvError:
-        consistency = None
-    if consistency is None or consistency.staleness == 0:
-        raise ConfigError(
-            f"DataParallel mode={mode!r}: use 'sync' (aggregated BSP rounds), 'async', or pskv.SSP(s) "
-            "/ 'ssp:S' with S >= 1"
-        ) from None
-    return consistency, None, consistency.synchronous
 
 
 class DataParallel(torch.nn.Module):
@@ -152,8 +77,8 @@ class DataParallel(torch.nn.Module):
         mode="sync",
         updater: Updater | None = None,
         name: str = "model",
-        row: int = _ROW,
-        bucket_bytes: int = _BUCKET,
+        row: int = ROW,
+        bucket_bytes: int = BUCKET,
         torch_threads: int | None = 1,
         broadcast_buffers: bool = True,
     ) -> None:
@@ -162,10 +87,10 @@ class DataParallel(torch.nn.Module):
             torch.set_num_threads(torch_threads)  # 2-core machine were measured 10-20x slower per epoch
         self.module = model
         self.mode = mode
-        params, ranges, rows, digest = _layout(model, row)
+        params, ranges, rows, digest = layout(model, row)
         self._params, self._ranges = params, ranges
         self.row = row  # floats per table row (a checkpoint's rows reshape to the parameters with it)
-        self._clocked = _mode(mode)[2]
+        self._clocked = mode_of(mode)[2]
         self._tname = f"{name}/{digest}"
         self._own_worker = isinstance(where, Node)
         if self._own_worker:
@@ -181,40 +106,48 @@ class DataParallel(torch.nn.Module):
                 "DataParallel.declare(node, model, ...) in the node's main thread first, with the "
                 "same model layout on every node"
             ) from None
-        # the flat buffers: parameters and gradients become views into them
-        self._w = torch.zeros(rows * row)  # (rows * row,) float32
-        self._g = torch.zeros(rows * row)
-        self._buckets = _buckets(params, ranges, row, bucket_bytes)  # [(param indices, first row, end row)]
+        self._flat_buffers(rows)
+        self._buckets = buckets(params, ranges, row, bucket_bytes)  # [(param indices, first row, end row)]
         self._bucket_of = {i: k for k, (members, _, _) in enumerate(self._buckets) for i in members}
         self._all = np.arange(rows, dtype=np.int64)
-        for p, (a, _) in zip(params, ranges, strict=True):
-            view = self._w[a * row : a * row + p.numel()].view_as(p)
-            view.copy_(p.data)
-            p.data = view
-            p.grad = self._g[a * row : a * row + p.numel()].view_as(p)
         self._waiting = [len(members) for members, _, _ in self._buckets]  # params of each bucket not ready yet
         self._scale = 1.0
         self._fired = [0] * len(params)  # per parameter: backward passes that reached it since the last step
         self._warned = False  # this step's backward-twice warning was given
         self._sync = mode == "sync"
-        self._buffer_list, brows, bdigest = _buffers(model)
         self._btable: Table | None = None  # the buffers table (None: no buffers, or broadcast_buffers=False)
+        self._buffer_list, brows, bdigest = buffers(model)
         if broadcast_buffers and brows:
-            try:
-                self._btable = where.table(f"{self._tname}/buffers/{bdigest}")
-            except UnknownTable:
-                raise ConfigError(
-                    f"DataParallel over worker {where!r}: the buffers table of {type(model).__name__} "
-                    "is not declared; declare with DataParallel.declare(node, model, ...) for this "
-                    "model (same buffers on every node)"
-                ) from None
-            self._bkeys = np.arange(brows, dtype=np.int64)
-            self._bflat = np.zeros((brows, _BUFFER_ROW + 1))  # (brows, _BUFFER_ROW + 1) float64, staging
+            self._buffers_table(model, brows, bdigest)
         self._steps = 0
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(params)]
         self._start(counter)
         if self._own_worker:  # only this thread uses it: its barriers stand for it (membership.barrier)
             self.worker.bind_thread()
+
+    def _flat_buffers(self, rows: int) -> None:
+        """The flat buffers of weights and gradients: the parameters' data and grads become views into them."""
+        row = self.row
+        self._w = torch.zeros(rows * row)  # (rows * row,) float32
+        self._g = torch.zeros(rows * row)
+        for p, (a, _) in zip(self._params, self._ranges, strict=True):
+            view = self._w[a * row : a * row + p.numel()].view_as(p)
+            view.copy_(p.data)
+            p.data = view
+            p.grad = self._g[a * row : a * row + p.numel()].view_as(p)
+
+    def _buffers_table(self, model: torch.nn.Module, brows: int, bdigest: str) -> None:
+        """The table the first worker's buffers travel through, and the staging rows for them."""
+        try:
+            self._btable = self.worker.table(f"{self._tname}/buffers/{bdigest}")
+        except UnknownTable:
+            raise ConfigError(
+                f"DataParallel over worker {self.worker!r}: the buffers table of {type(model).__name__} "
+                "is not declared; declare with DataParallel.declare(node, model, ...) for this "
+                "model (same buffers on every node)"
+            ) from None
+        self._bkeys = np.arange(brows, dtype=np.int64)
+        self._bflat = np.zeros((brows, BUFFER_ROW + 1))  # (brows, BUFFER_ROW + 1) float64, staging
 
     @staticmethod
     def declare(
@@ -224,17 +157,17 @@ class DataParallel(torch.nn.Module):
         mode="sync",
         updater: Updater | None = None,
         name: str = "model",
-        row: int = _ROW,
+        row: int = ROW,
     ) -> None:
         """Declare the tables of `model` on `node` (a collective: every node, same model layout)."""
-        _, _, rows, digest = _layout(model, row)
-        consistency, aggregate, _ = _mode(mode)
+        _, _, rows, digest = layout(model, row)
+        consistency, aggregate, _ = mode_of(mode)
         tname = f"{name}/{digest}"
         node.table(tname, rows, row, updater=updater or SGD(lr=0.01), consistency=consistency, aggregate=aggregate)
         node.table(tname + "/workers", 1, 1)
-        _, brows, bdigest = _buffers(model)
+        _, brows, bdigest = buffers(model)
         if brows:  # declared either way: broadcast_buffers is each DataParallel's own choice
-            node.table(f"{tname}/buffers/{bdigest}", brows, _BUFFER_ROW + 1, "float64", consistency=Async())
+            node.table(f"{tname}/buffers/{bdigest}", brows, BUFFER_ROW + 1, "float64", consistency=Async())
 
     def _start(self, counter) -> None:
         """Count the workers (every one pushes a 1) and give every one the first worker's weights."""
@@ -266,11 +199,11 @@ class DataParallel(torch.nn.Module):
     def _send_buffers(self):
         """The first worker: its buffers, stamped with this step, into the buffers table (a Future)."""
         flat, at = self._bflat, 0
-        values = flat[:, :_BUFFER_ROW].reshape(-1)  # (brows * _BUFFER_ROW,) float64 view
+        values = flat[:, :BUFFER_ROW].reshape(-1)  # (brows * BUFFER_ROW,) float64 view
         for b in self._buffer_list:
             values[at : at + b.numel()] = b.detach().reshape(-1).to(torch.float64).numpy()
             at += b.numel()
-        flat[:, _BUFFER_ROW] = self._steps
+        flat[:, BUFFER_ROW] = self._steps
         assert self._btable is not None  # (the caller checks)
         return self._btable.set(self._bkeys, flat)
 
@@ -281,18 +214,18 @@ class DataParallel(torch.nn.Module):
         pause = 0.0005
         assert self._btable is not None  # (the caller checks)
         while True:
-            rows = self._btable.pull(self._bkeys, timeout=timeout)  # (brows, _BUFFER_ROW + 1) float64
-            if step is None or rows[:, _BUFFER_ROW].min() >= step:
+            rows = self._btable.pull(self._bkeys, timeout=timeout)  # (brows, BUFFER_ROW + 1) float64
+            if step is None or rows[:, BUFFER_ROW].min() >= step:
                 break
             if time.monotonic() > deadline:
                 raise WaitTimeout(
                     f"DataParallel step {step}: the first worker's buffers of this step did not come "
                     f"within {timeout or _BUFFER_WAIT:g} s (rows hold step "
-                    f"{rows[:, _BUFFER_ROW].min():g}); is the first worker still running?"
+                    f"{rows[:, BUFFER_ROW].min():g}); is the first worker still running?"
                 )
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
-        values, at = rows[:, :_BUFFER_ROW].reshape(-1), 0
+        values, at = rows[:, :BUFFER_ROW].reshape(-1), 0
         with torch.no_grad():
             for b in self._buffer_list:
                 b.copy_(torch.from_numpy(values[at : at + b.numel()]).view_as(b))
@@ -386,19 +319,3 @@ class DataParallel(torch.nn.Module):
             h.remove()
         if self._own_worker:
             self.worker.close()
-
-
-def load_weights(model: torch.nn.Module, rows: np.ndarray, row: int = _ROW) -> None:
-    """Copy a DataParallel table's rows (a checkpoint's `.values`, (rows, row)) into `model`'s
-    trainable parameters, in place: for an evaluator, without a cluster. Raises ShapeError if the
-    rows do not fit the model's layout."""
-    params, ranges, total, _ = _layout(model, row)
-    if rows.shape != (total, row):
-        raise ShapeError(
-            f"load_weights: rows of shape {rows.shape} do not fit {type(model).__name__}, whose "
-            f"parameters take ({total}, {row}); is it the model the run trained?"
-        )
-    flat = np.ascontiguousarray(rows, np.float32).reshape(-1)
-    with torch.no_grad():
-        for p, (a, _) in zip(params, ranges, strict=True):
-            p.copy_(torch.from_numpy(flat[a * row : a * row + p.numel()]).view_as(p))
