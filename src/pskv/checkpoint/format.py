@@ -13,7 +13,8 @@ each node owned), a crc32 and size per file, and `extra` (what an app saved with
 its RNG state). A checkpoint without manifest.json is incomplete: it is never read, and `keep=`
 removes it once a newer one is complete.
 
-Everything here is plain files and numpy: `load(path)` needs no cluster. Errors are
+Everything here is plain files and numpy (checkpoint/npy.py writes and reads each file): `load(path)`
+needs no cluster. Errors are
 CheckpointError naming the file and what to do.
 """
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
 import time
@@ -31,11 +31,35 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CheckpointError
+from .npy import CHUNK, open_array, read_rows, sync_dir, write_array, write_json
+
+__all__ = [  # (and npy.py's writers and readers, which were this module's)
+    "FORMAT",
+    "MANIFEST",
+    "VERSION",
+    "CheckpointInfo",
+    "CheckpointTable",
+    "coverage",
+    "describe",
+    "info",
+    "load",
+    "open_array",
+    "prune",
+    "pskv_version",
+    "read_manifest",
+    "resolve",
+    "step_dir",
+    "steps",
+    "sync_dir",
+    "table_parts",
+    "verify",
+    "write_array",
+    "write_json",
+]
 
 FORMAT, VERSION = "pskv-checkpoint", 1
 MANIFEST = "manifest.json"
 _NAME = re.compile(r"^checkpoint-(\d{6,})$")
-_CHUNK = 64 << 20  # bytes written (and checksummed) at a time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,56 +132,7 @@ def resolve(path) -> Path:
     return complete[-1]
 
 
-# ---- writing --------------------------------------------------------------------------------------------------
-def write_array(path: Path, array: np.ndarray, after_chunk=None) -> dict:
-    """Write `array` as .npy at `path` (fsynced); returns {"crc32", "bytes"} of the whole file.
-    `after_chunk()` runs after each chunk is written (a disk table drops the pages it read)."""
-    array = np.ascontiguousarray(array)
-    header = _npy_header(array)
-    crc = zlib.crc32(header)
-    with open(path, "wb") as f:
-        f.write(header)
-        flat = array.reshape(-1).view(np.uint8).data if array.size else memoryview(b"")  # (bytes, no copy)
-        step = _CHUNK if after_chunk is None else _CHUNK // 16  # (4 MiB: what a disk table holds at once)
-        for lo in range(0, len(flat), step):
-            chunk = flat[lo : lo + step]
-            crc = zlib.crc32(chunk, crc)
-            f.write(chunk)
-            if after_chunk is not None:
-                after_chunk()
-        f.flush()
-        os.fsync(f.fileno())
-    return {"crc32": crc, "bytes": len(header) + array.nbytes}
-
-
-def _npy_header(array: np.ndarray) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(array))
-    return buf.getvalue()
-
-
-def write_json(path: Path, payload: dict) -> None:
-    """Write JSON to a temporary name, fsync it, rename it into place, fsync the directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    sync_dir(path.parent)
-
-
-def sync_dir(path: Path) -> None:
-    """fsync directory `path`: the names created in it (files, renames, subdirectories) survive a crash."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
+# ---- writing: whole checkpoints --------------------------------------------------------------------------------
 def prune(directory: Path, keep: int) -> list[Path]:
     """Remove all but the `keep` newest complete checkpoints (and incomplete ones older than the
     newest complete one); returns what was removed.
@@ -220,23 +195,13 @@ def verify(path: Path, manifest: dict) -> None:
             )
         crc = 0
         with open(file, "rb") as f:
-            while chunk := f.read(_CHUNK):
+            while chunk := f.read(CHUNK):
                 crc = zlib.crc32(chunk, crc)
         if crc != meta["crc32"]:
             raise CheckpointError(
                 f"{file} fails its checksum (crc32 {crc:#010x}, manifest {meta['crc32']:#010x}); the "
                 "checkpoint is damaged: use an older one (pskv checkpoint list DIR)"
             )
-
-
-def open_array(path: Path, name: str) -> np.ndarray:
-    """A checkpoint file, memory-mapped read-only (verify() checked it)."""
-    try:
-        return np.load(Path(path) / name, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(
-            f"{Path(path) / name} cannot be read as .npy ({exc}); the checkpoint is damaged"
-        ) from None
 
 
 def coverage(path: Path, name: str, entry: dict, window: int = 1 << 22) -> str | None:
@@ -302,40 +267,9 @@ def table_parts(path: Path, entry: dict, key_range: tuple[int, int] | None = Non
                 raise CheckpointError(f"{Path(path) / part['keys']} is not sorted; the checkpoint is damaged")
             take = slice(*np.searchsorted(keys, key_range))
         dest_rows, dest_state = into(keys[take]) if into is not None else (None, None)
-        rows = _read_rows(path, part["rows"], take, dest_rows, after_chunk)
-        state = _read_rows(path, part["state"], take, dest_state, after_chunk) if part.get("state") else None
+        rows = read_rows(path, part["rows"], take, dest_rows, after_chunk)
+        state = read_rows(path, part["state"], take, dest_state, after_chunk) if part.get("state") else None
         yield keys[take], rows, state
-
-
-def _read_rows(path: Path, name: str, take: slice, out: np.ndarray | None = None, after_chunk=None) -> np.ndarray:
-    """Rows `take` of a 2-D .npy file, read straight into memory (faster than faulting in a memmap),
-    into `out` if it fits; with `after_chunk`, 4 MiB at a time, calling it after each."""
-    file = Path(path) / name
-    damaged = "; the checkpoint is damaged: use an older one"
-    try:
-        with open(file, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read_header = (
-                np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            )
-            shape, fortran, dtype = read_header(f)
-            if fortran or len(shape) != 2:
-                raise CheckpointError(f"{file} holds shape {shape} (fortran order {fortran}), not rows{damaged}")
-            lo, hi, _ = take.indices(shape[0])
-            hi = max(lo, hi)
-            f.seek(lo * shape[1] * dtype.itemsize, 1)
-            if out is None or out.shape != (hi - lo, shape[1]) or out.dtype != dtype:
-                out = np.empty((hi - lo, shape[1]), dtype)
-            flat = out.reshape(-1).view(np.uint8).data if out.size else memoryview(bytearray())
-            step = len(flat) if after_chunk is None else _CHUNK // 16
-            for lo in range(0, len(flat), max(step, 1)):
-                if f.readinto(flat[lo : lo + step]) != len(flat[lo : lo + step]):
-                    raise CheckpointError(f"{file} ends early{damaged}")
-                if after_chunk is not None:
-                    after_chunk()
-            return out
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{file} cannot be read as .npy ({exc}){damaged}") from None
 
 
 def load(path) -> dict[str, CheckpointTable]:
