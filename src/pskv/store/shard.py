@@ -35,6 +35,7 @@ import numpy as np
 from .. import kernels
 from ..errors import ProtocolError
 from . import rowlock, shm
+from .arrivals import INCOMING, Arrivals
 from .disk import DiskRows
 from .replicas import Replicas
 from .sparse import SparseShard
@@ -44,7 +45,6 @@ from .spin import Held
 STRIPES = 16  # a handful of threads rarely collide on 16; taking each lock costs ~0.5 us of Python
 _ALL_STRIPES_FROM = 64  # above this many keys nearly every stripe is touched: take all, skip the mask
 _MASKS_KEPT = 1024  # stripe masks whose lock lists a shard keeps made (the most common come first)
-INCOMING = -2
 
 
 class Shard(shm.Published):
@@ -107,8 +107,7 @@ class Shard(shm.Published):
             self._publish(stripes)
         self._all = Held(self._locks, self._words, (1 << stripes) - 1, self._check)
         self._some: dict[int, Held] = {}  # stripe bitmask -> its locks (made once each)
-        self._waiters: list[tuple[int, np.ndarray]] = []  # localize requests: (request id, keys incoming for it)
-        self._waiters_lock = threading.Lock()  # guards _waiters; checked against slot under it
+        self.arrivals = Arrivals(self.slot)  # localize requests waiting for incoming keys
 
     # ---- the data path (any thread) -------------------------------------------------------------
     def pull(self, keys: np.ndarray, out: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
@@ -277,35 +276,14 @@ class Shard(shm.Published):
         return back
 
     def await_keys(self, keys: np.ndarray, rid: int) -> int:
-        """Register request `rid` (distinct `keys`) to hear when they land here; returns how many need no wait.
-
-        A key that is not incoming any more has landed (and may even have moved on since)."""
-        with self._waiters_lock:
-            incoming = self.slot[keys] == INCOMING  # (m,)
-            if incoming.any():
-                self._waiters.append((rid, keys[incoming]))
-        return len(keys) - int(incoming.sum())
+        """Register request `rid` (distinct `keys`) to hear when they land here; returns how many need
+        no wait (store.arrivals)."""
+        return self.arrivals.wait(keys, rid)
 
     def arrived(self) -> dict[int, int]:
         """After insert() or unmark_incoming() (pskv-server): request id -> number of its waited-for keys
-        not incoming any more.
-
-        Only insert() (landed) and unmark_incoming() (declined: they stay elsewhere) end INCOMING,
-        in this call or an earlier one that raced with await_keys; each is counted once. Vectorised
-        per request: a per-key loop here and in await_keys held the GIL for up to 0.1 s on
-        6,700-key localizes."""
-        counts: dict[int, int] = {}
-        with self._waiters_lock:
-            still = []
-            for rid, keys in self._waiters:
-                landed = self.slot[keys] != INCOMING  # (m,)
-                n = int(landed.sum())
-                if n:
-                    counts[rid] = counts.get(rid, 0) + n
-                if n < len(keys):
-                    still.append((rid, keys[~landed] if n else keys))
-            self._waiters = still
-        return counts
+        not incoming any more (store.arrivals)."""
+        return self.arrivals.arrived()
 
     def _allocate(self, n: int) -> np.ndarray:
         take = min(n, self._n_free)
