@@ -27,12 +27,14 @@ numpy's speed).
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import importlib.util
 import json
 import os
 import re
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -61,14 +63,15 @@ class App:
     items: str  # regex on the output: group 1 is the training items of one epoch
     unit: str
     epochs: tuple[int, int] = (2, 6)  # short and long run, unless --epochs
+    quality: tuple[tuple[str, str], ...] = ()  # (name, regex): group 1 of the last match in the long run's output
 
 
 APPS = (
     App("mf", ("--data", "zipf:20000x10000x2000000"), ("--data", "zipf:2000x1000x40000", "--rank", "16"),
-        r"([\d,]+) train / [\d,]+ test ratings", "ratings"),
+        r"([\d,]+) train / [\d,]+ test ratings", "ratings", quality=(("test RMSE", r"test RMSE ([\d.]+)"),)),
     App("kge", ("--data", "random:20000,20,40000", "--eval-every", "0"),  # training only, as the issue's runs
         ("--data", "random:2000,10,4000", "--dim", "32", "--neg", "4", "--eval-every", "0"), r"train=(\d+)",
-        "triples"),
+        "triples", quality=(("loss", r"epoch +\d+ +loss ([\d.]+)"), ("test MRR", r"test MRR ([\d.]+)"))),
     App("word2vec", ("--data", "head500"), ("--data", "head500", "--data-words", "20000"),
         r"\(([\d,]+) per epoch\)", "words"),
     App("lr", ("--data", "census"), ("--data", "census", "--rows", "5000"), r"on ([\d,]+) train", "examples",
@@ -88,6 +91,8 @@ class Setup:
     hosts: int = 0  # emulated hosts (`pskv run --hosts`); 0: all nodes on this host
     flags: tuple[str, ...] = ()  # of `pskv run`
     baseline: bool = False  # the row the ratios divide by
+    key: str = ""  # its name for --rows
+    app_flags: tuple[str, ...] = ()  # more of the app's own (a --variant's)
 
 
 @dataclasses.dataclass
@@ -100,32 +105,66 @@ class Row:
     cpu_ratio: float = float("nan")
     speedup: float = float("nan")
     failed: str = ""  # why the row has no figures
+    quality: str = ""  # the app's quality figures at the end of the long run (App.quality)
 
     @property
     def items_per_s(self) -> float:
         return self.items / self.wall if self.wall > 0 else float("nan")
 
 
-def setups(shared_memory: str, hosts: bool, insecure: tuple[str, ...] = ("--insecure",)) -> list[Setup]:
+ROW_KEYS = ("1x2", "2p", "2p-noshm", "hosts", "hosts-insecure")  # --rows; the baseline (1 process x 1 thread) always
+
+
+def setups(shared_memory: str, hosts: bool, insecure: tuple[str, ...] = ("--insecure",), keys: tuple[str, ...] = (),
+           variants: tuple[tuple[str, tuple[str, ...]], ...] = (), io_threads: int = 0) -> list[Setup]:
     """The rows of one app, in the order they run; the first is the baseline. `insecure`: the run flag of
-    the insecure row (PSKV_INSECURE=1 does the same where `pskv run` has no --insecure)."""
+    the insecure row (PSKV_INSECURE=1 does the same where `pskv run` has no --insecure). `keys`: only these
+    rows besides the baseline (ROW_KEYS; none: all). Each of `variants` (label, app flags) repeats the
+    chosen rows but the baseline with those flags; `io_threads` > 1 the emulated-host rows with that many
+    ZeroMQ I/O threads per context (PYTHONPATH's sitecustomize: see _io_threads_dir)."""
     on, off = (("PSKV_SHARED_MEMORY", "1"),), (("PSKV_SHARED_MEMORY", "0"),)
     mine = off if shared_memory == "off" else on
-    rows = [Setup("1 process x 1 thread", 1, 1, mine, baseline=True), Setup("1 process x 2 threads", 1, 2, mine),
-            Setup("2 processes x 1 thread", 2, 1, mine)]
+    rows = [Setup("1 process x 2 threads", 1, 2, mine, key="1x2"),
+            Setup("2 processes x 1 thread", 2, 1, mine, key="2p")]
     if shared_memory == "both":
-        rows.append(Setup("2 processes x 1 thread, PSKV_SHARED_MEMORY=0", 2, 1, off))
+        rows.append(Setup("2 processes x 1 thread, PSKV_SHARED_MEMORY=0", 2, 1, off, key="2p-noshm"))
     if hosts:
-        env = mine if insecure else mine + (("PSKV_INSECURE", "1"),)
-        rows += [Setup("2 emulated hosts x 1 process", 2, 1, mine, hosts=2),
-                 Setup("2 emulated hosts x 1 process, --insecure", 2, 1, env, hosts=2, flags=insecure)]
-    return rows
+        env = mine if insecure else (*mine, ("PSKV_INSECURE", "1"))
+        rows += [Setup("2 emulated hosts x 1 process", 2, 1, mine, hosts=2, key="hosts"),
+                 Setup("2 emulated hosts x 1 process, --insecure", 2, 1, env, hosts=2, flags=insecure,
+                       key="hosts-insecure")]
+    rows = [r for r in rows if not keys or r.key in keys]
+    if io_threads > 1:
+        io = (("PYTHONPATH", str(_io_threads_dir(io_threads))),)
+        rows += [dataclasses.replace(r, label=f"{r.label}, {io_threads} ZeroMQ I/O threads", env=r.env + io)
+                 for r in rows if r.hosts]
+    rows += [dataclasses.replace(r, label=f"{r.label}, {label}", app_flags=flags) for label, flags in variants
+             for r in rows]
+    return [Setup("1 process x 1 thread", 1, 1, mine, baseline=True), *rows]
+
+
+_IO_DIRS: dict[int, Path] = {}
+
+
+def _io_threads_dir(n: int) -> Path:
+    """A directory whose sitecustomize.py makes every zmq.Context of the process start `n` I/O threads (pskv
+    makes its context with the default, 1): on a row's PYTHONPATH after the pskv under test (child_env)."""
+    if n not in _IO_DIRS:
+        d = Path(tempfile.mkdtemp(prefix=f"pskv-bencheff-io{n}-"))
+        (d / "sitecustomize.py").write_text(
+            "import zmq\n\n_init = zmq.Context.__init__\n\n\n"
+            f"def _with_io_threads(self, io_threads=1, *args, **kwargs):\n"
+            f"    _init(self, {n} if io_threads == 1 else io_threads, *args, **kwargs)\n\n\n"
+            "zmq.Context.__init__ = _with_io_threads\n")
+        atexit.register(shutil.rmtree, d, True)
+        _IO_DIRS[n] = d
+    return _IO_DIRS[n]
 
 
 def run_flags() -> set[str]:
     """The options `pskv run --help` lists (--hosts: emulated hosts, network namespaces)."""
     proc = subprocess.run([sys.executable, "-m", "pskv", "run", "--help"], capture_output=True, text=True,
-                          env=child_env(()), timeout=60)
+                          env=child_env(()), timeout=60, check=False)
     return set(re.findall(r"(--[a-z][a-z-]*)", proc.stdout))
 
 
@@ -134,7 +173,10 @@ def child_env(extra: tuple[tuple[str, str], ...]) -> dict[str, str]:
     keep = ("PSKV_DATA_DIR", "PSKV_LAPSE_TOY")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PSKV_") or k in keep}
     env["PYTHONPATH"] = os.pathsep.join([str(SRC)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env.update(extra)
+    more = dict(extra)
+    if "PYTHONPATH" in more:  # after the pskv under test
+        more["PYTHONPATH"] = env["PYTHONPATH"] + os.pathsep + more["PYTHONPATH"]
+    env.update(more)
     return env
 
 
@@ -172,8 +214,8 @@ def _tail(out: str, lines: int = 15) -> str:
 def app_argv(app: App, setup: Setup, epochs: int, quick: bool) -> list[str]:
     hosts = ["--hosts", str(setup.hosts)] if setup.hosts else []
     return [sys.executable, "-m", "pskv", "run", app.name, "--nodes", str(setup.nodes), *hosts, *setup.flags,
-            "--threads", str(setup.threads), "--", *(app.quick if quick else app.flags), "--epochs", str(epochs),
-            "--progress", "none"]
+            "--threads", str(setup.threads), "--", *(app.quick if quick else app.flags), *setup.app_flags,
+            "--epochs", str(epochs), "--progress", "none"]
 
 
 def measure(app: App, setup: Setup, epochs: tuple[int, int], quick: bool, cwd: str) -> Row:
@@ -189,7 +231,13 @@ def measure(app: App, setup: Setup, epochs: tuple[int, int], quick: bool, cwd: s
         got.append((cpu, wall, int(found.group(1).replace(",", ""))))
     (cpu0, wall0, items), (cpu1, wall1, _) = got
     span = epochs[1] - epochs[0]
-    return Row(app, setup, (cpu1 - cpu0) / span, (wall1 - wall0) / span, items)
+    return Row(app, setup, (cpu1 - cpu0) / span, (wall1 - wall0) / span, items, quality=_quality(app, out))
+
+
+def _quality(app: App, out: str) -> str:
+    """The app's quality figures (App.quality) as the run's output last shows them, e.g. "test RMSE 0.9210"."""
+    shown = [f"{name} {found[-1]}" for name, pattern in app.quality if (found := re.findall(pattern, out))]
+    return ", ".join(shown)
 
 
 def ratios(rows: list[Row]) -> None:
@@ -202,14 +250,15 @@ def ratios(rows: list[Row]) -> None:
 
 
 def app_table(rows: list[Row]) -> str:
-    lines = ["| app | run | CPU-s / epoch | wall-s / epoch | CPU ratio vs 1 process | speedup vs 1 process | items/s |",
-             "| --- | --- | --: | --: | --: | --: | --: |"]
+    lines = ["| app | run | CPU-s / epoch | wall-s / epoch | CPU ratio vs 1 process | speedup vs 1 process | items/s "
+             "| at the end of the long run |",
+             "| --- | --- | --: | --: | --: | --: | --: | --- |"]
     for r in rows:
         if r.failed:
-            lines.append(f"| {r.app.name} | {r.setup.label} | failed: {r.failed} | | | | |")
+            lines.append(f"| {r.app.name} | {r.setup.label} | failed: {r.failed} | | | | | |")
             continue
         lines.append(f"| {r.app.name} | {r.setup.label} | {r.cpu:.2f} | {r.wall:.2f} | {r.cpu_ratio:.2f} | "
-                     f"{r.speedup:.2f} | {r.items_per_s:,.0f} {r.app.unit} |")
+                     f"{r.speedup:.2f} | {r.items_per_s:,.0f} {r.app.unit} | {r.quality} |")
     return "\n".join(lines)
 
 
@@ -319,6 +368,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=1, help="runs of each row; the median is reported (default 1)")
     p.add_argument("--hosts", choices=("auto", "off"), default="auto",
                    help="auto: the emulated-host rows when `pskv run --help` lists --hosts (default); off: never")
+    p.add_argument("--rows", type=_rows, default=(),
+                   help="comma-separated, of " + ",".join(ROW_KEYS) + ": only these rows beside the baseline "
+                        "(1 process x 1 thread); e.g. hosts,hosts-insecure (default all; 2p-noshm with "
+                        "--shared-memory both, hosts* when emulated hosts are there)")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL=FLAGS", type=_variant,
+                   help="the chosen rows but the baseline again with the app's FLAGS added, labelled LABEL, e.g. "
+                        "--variant 'dsgd=--schedule dsgd --localize' (repeatable)")
+    p.add_argument("--app-flags", default="", help="more of the app's flags in every row, the baseline's too")
+    p.add_argument("--io-threads", type=int, default=0,
+                   help="N > 1: the emulated-host rows again with N ZeroMQ I/O threads per context")
     p.add_argument("--kv", action="store_true", help="also the pull/push part: own and co-located shard vs numpy")
     p.add_argument("--kv-keys", type=int, help="keys per pull/push (default 100,000; quick 10,000)")
     p.add_argument("--reps", type=int, help="kv rounds (default 15; quick 3)")
@@ -337,6 +396,21 @@ def _apps(text: str) -> list[str]:
     return names
 
 
+def _rows(text: str) -> tuple[str, ...]:
+    keys = tuple(x.strip() for x in text.split(",") if x.strip())
+    unknown = [x for x in keys if x not in ROW_KEYS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{','.join(unknown)}: expected some of {','.join(ROW_KEYS)}")
+    return keys
+
+
+def _variant(text: str) -> tuple[str, tuple[str, ...]]:
+    label, sep, flags = text.partition("=")
+    if not sep or not label.strip() or not flags.split():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LABEL=FLAGS, e.g. 'dsgd=--schedule dsgd --localize'")
+    return label.strip(), tuple(flags.split())
+
+
 def _epochs(text: str) -> tuple[int, int]:
     try:
         short, long = (int(x) for x in text.split(","))
@@ -350,6 +424,7 @@ def _epochs(text: str) -> tuple[int, int]:
 def _median_row(rows: list[Row]) -> Row:
     mid = dataclasses.replace(rows[0])
     mid.cpu, mid.wall = statistics.median(r.cpu for r in rows), statistics.median(r.wall for r in rows)
+    mid.quality = "; ".join(dict.fromkeys(r.quality for r in rows if r.quality))  # (same seed: the same, as a rule)
     return mid
 
 
@@ -357,7 +432,8 @@ def _version() -> str:
     """Which pskv the runs import: its directory, and `git describe --dirty` when that is this checkout."""
     if SRC != ROOT / "src":
         return str(SRC)
-    proc = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    proc = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True,
+                          check=False)
     return f"{SRC} ({proc.stdout.strip() or 'not a git checkout'})"
 
 
@@ -378,7 +454,7 @@ def measure_row(app: App, setup: Setup, epochs: tuple[int, int], args: argparse.
 
 def main(argv: list[str] | None = None) -> int:
     """Exit status 0, or 1 when a row or the kv part failed (the others are still measured and printed)."""
-    global SRC
+    global SRC  # noqa: PLW0603 - the children's PYTHONPATH (child_env) and bench_exchange read it
     args = _parser().parse_args(argv)
     if args.kv_node:
         return kv_node(args.kv_node)
@@ -387,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
             raise BenchError(f"--src {args.src}: no pskv/__init__.py there; give the src/ directory of a pskv tree")
         SRC = args.src.resolve()
     apps = [BY_NAME[n] for n in args.apps]
+    if args.app_flags:
+        apps = [dataclasses.replace(a, flags=(*a.flags, *args.app_flags.split()),
+                                    quick=(*a.quick, *args.app_flags.split())) for a in apps]
     if "mnist" in args.apps and importlib.util.find_spec("torch") is None:
         print("mnist: skipped, torch is not importable (pip install 'pskv[torch]')", flush=True)
         apps = [a for a in apps if a.name != "mnist"]
@@ -409,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
                     run_measured(app_argv(app, setups("on", False)[0], 1, True), child_env(()), cwd, "warm-up")
                 except BenchError as exc:
                     _say(f"bench_efficiency: {exc}")
-            for setup in setups(args.shared_memory, hosts, insecure):
+            for setup in setups(args.shared_memory, hosts, insecure, args.rows, tuple(args.variant), args.io_threads):
                 _say(f"  {app.name}: {setup.label}, epochs {epochs[0]} and {epochs[1]}")
                 rows.append(measure_row(app, setup, epochs, args, cwd))
         if rows:

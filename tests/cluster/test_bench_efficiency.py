@@ -58,7 +58,34 @@ def test_per_epoch_figures_and_ratios(be):
     assert "| mf | 2 processes x 1 thread | failed: exit status 1 |" in table
 
 
-@pytest.mark.parametrize("argv", [["--epochs", "6,2"], ["--epochs", "0,2"], ["--epochs", "x"], ["--apps", "mf,svm"]])
+def test_rows_chosen_variants_and_io_threads(be):
+    """--rows keeps the baseline and the rows named; each --variant repeats them (not the baseline) with the app's
+    flags added; --io-threads N repeats the emulated-host rows with a sitecustomize that gives every zmq.Context N
+    I/O threads, on PYTHONPATH after the pskv under test."""
+    got = be.setups("on", hosts=True, keys=("hosts-insecure",), variants=(("dsgd", ("--schedule", "dsgd")),),
+                    io_threads=2)
+    assert [(s.label, s.app_flags) for s in got] == [
+        ("1 process x 1 thread", ()), ("2 emulated hosts x 1 process, --insecure", ()),
+        ("2 emulated hosts x 1 process, --insecure, 2 ZeroMQ I/O threads", ()),
+        ("2 emulated hosts x 1 process, --insecure, dsgd", ("--schedule", "dsgd")),
+        ("2 emulated hosts x 1 process, --insecure, 2 ZeroMQ I/O threads, dsgd", ("--schedule", "dsgd"))]
+    env = be.child_env(got[2].env)
+    paths = env["PYTHONPATH"].split(":")
+    assert paths[0] == str(be.SRC) and (Path(paths[-1]) / "sitecustomize.py").is_file()
+    code = "import zmq; print(zmq.Context().io_threads, zmq.Context(3).io_threads)"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.stdout.split() == ["2", "3"], done.stderr
+    argv = be.app_argv(be.BY_NAME["mf"], got[3], 2, quick=False)
+    assert argv[-7:] == ["zipf:20000x10000x2000000", "--schedule", "dsgd", "--epochs", "2", "--progress", "none"]
+    assert be._quality(be.BY_NAME["kge"], "epoch   1  loss 3.2296\nepoch   2  loss 2.7503  test_mrr 0.0031\n"
+                                         "test MRR 0.0031\n") == "loss 2.7503, test MRR 0.0031"
+    args = be._parser().parse_args(["--rows", "hosts,2p", "--variant", "d=--schedule dsgd --localize"])
+    assert args.rows == ("hosts", "2p") and args.variant == [("d", ("--schedule", "dsgd", "--localize"))]
+
+
+@pytest.mark.parametrize("argv", [["--epochs", "6,2"], ["--epochs", "0,2"], ["--epochs", "x"], ["--apps", "mf,svm"],
+                                  ["--rows", "hosts,3p"], ["--variant", "dsgd"], ["--variant", "=--x"]])
 def test_bad_options_are_refused(be, argv, capsys):
     with pytest.raises(SystemExit) as exc:
         be._parser().parse_args(argv)
@@ -72,12 +99,15 @@ def test_quick_run_prints_every_row_and_the_kv_table():
     """--quick on MF: the three one-host rows with figures, and the kv table of pulls and pushes (own,
     co-located, numpy). Shared memory off and no emulated hosts: the script is under test here, not them."""
     proc = subprocess.run([sys.executable, str(PATH), "--quick", "--apps", "mf", "--shared-memory", "off",
-                           "--hosts", "off", "--kv", "--kv-keys", "2000"], capture_output=True, text=True, timeout=110)
+                           "--hosts", "off", "--kv", "--kv-keys", "2000"], capture_output=True, text=True, timeout=110,
+                          check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     num = r"-?\d+\.\d\d"
     ratio = rf"(?:{num}|nan)"  # a 1-epoch difference on tiny data can be noise below 0: no ratio then
-    rows = re.findall(rf"^\| mf \| (.+?) \| {num} \| {num} \| {ratio} \| {ratio} \| .* ratings \|$", out, re.M)
+    rmse = r"test RMSE \d\.\d+"
+    rows = re.findall(rf"^\| mf \| (.+?) \| {num} \| {num} \| {ratio} \| {ratio} \| .* ratings \| {rmse} \|$", out,
+                      re.M)
     assert rows == ["1 process x 1 thread", "1 process x 2 threads", "2 processes x 1 thread"], out
     kv = re.findall(rf"^\| (pull|push) \| (numpy|own shard|co-located shard) \| off \| {num} \| {num} \| {num} \|$",
                     out, re.M)
