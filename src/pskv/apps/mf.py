@@ -17,7 +17,10 @@ distinct items of the batch once, runs sequential SGD over the batch on that loc
 numba nogil kernel, so threads run in parallel), and pushes the change of each row (or, with
 `--item-updater adagrad`, the batch's gradient to a server-side Adagrad: concurrent changes of a
 very hot item otherwise add up and diverge). `--schedule dsgd` is Lapse's DSGD: item blocks
-rotate over the workers, so with `--localize` every item access is local. `--intent` signals each
+rotate over the workers, so with `--localize` every item access is local. The default, `--schedule
+auto`, is dsgd with --localize (lease 0) on more than one node and free on one (auto_schedule): across
+hosts an item row then crosses the network once per sub-epoch instead of once per batch, at the same
+test RMSE (benchmarks/RESULTS.md, "Efficiency across 2 emulated hosts"). `--intent` signals each
 batch's items `--ahead` batches early (pskv.data.Lookahead): those one node intends move there. Train RMSE is
 measured during the epoch, test RMSE after it; sums go through common.Reducer. `--schedule ccd`
 is model-parallel instead: CCD++ on the STRADS-style scheduler (apps.mf_ccd).
@@ -89,12 +92,15 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--batch", type=int, default=1000, help="ratings per pull/push round")
     g.add_argument(
         "--schedule",
-        choices=["free", "dsgd", "ccd"],
-        default="free",
+        choices=["auto", "free", "dsgd", "ccd"],
+        default="auto",
         help="free: each worker its ratings in random order (Hogwild-like); dsgd: item blocks "
         "rotate over the workers, one barrier per block (Lapse's MF; with --localize every "
         "item access is local); ccd: model-parallel CCD++ on the STRADS-style scheduler, one "
-        "latent column at a time, item blocks per round (apps.mf_ccd)",
+        "latent column at a time, item blocks per round (apps.mf_ccd); auto: dsgd with --localize "
+        "on more than one node (an item row then crosses the network once per block, not once per "
+        "batch: the same test RMSE at a fraction of the CPU), unless --backups, --intent, "
+        "--replicate, --storage disk or --consistency bsp/ssp ask for free, which auto is on one node",
     )
     g.add_argument("--ccd-blocks", type=int, default=16, help="ccd: item blocks (the scheduler's coordinates)")
     g.add_argument("--ccd-per-round", type=int, default=8, help="ccd: item blocks updated in parallel per round")
@@ -367,9 +373,34 @@ class _Run:
     users: pskv.Table | None  # --out only
 
 
+def auto_schedule(args: argparse.Namespace, nodes: int, backups: int) -> None:
+    """Resolve `--schedule auto` in `args` for a run of `nodes` nodes: dsgd with --localize on more than
+    one node (each sub-epoch a worker's item block moves to its node once, and every access in it is
+    local: no item row crosses the network per batch), free on one node or where dsgd does not go
+    (backups: dsgd does not survive a dead node; --intent, --replicate and --storage disk place the rows
+    their own way; bsp/ssp keep the per-batch clocks of the free order). --schedule dsgd --localize with no
+    --lease gets lease 0 (Lapse's: every localize moves): a block that moved here in one sub-epoch is
+    another worker's in the next, and a lease would keep it here, every access to it remote."""
+    if args.schedule == "auto":
+        free = (
+            nodes < 2
+            or backups
+            or getattr(args, "intent", False)
+            or args.replicate
+            or args.storage != "memory"
+            or args.consistency != "async"
+        )
+        args.schedule = "free" if free else "dsgd"
+        args.localize = args.localize or args.schedule == "dsgd"
+    if args.schedule == "dsgd" and args.localize and args.lease is None:
+        args.lease = 0.0
+
+
 def _setup(s: common.Session, problem: Problem) -> _Run:
     """Declare the tables (collective); node 0 prints what runs."""
     args, node = s.args, s.node
+    auto = args.schedule == "auto"
+    auto_schedule(args, node.num_nodes, node.config.backups)
     if node.config.backups and args.schedule == "dsgd":
         raise ConfigError(
             "mf: --schedule dsgd rotates item blocks over a fixed set of workers and does not "
@@ -397,7 +428,9 @@ def _setup(s: common.Session, problem: Problem) -> _Run:
     if node.rank == 0 and not s.report.json:
         print(
             f"mf: {problem.name}, {len(problem.train):,} train / {len(problem.test):,} test ratings, "
-            f"rank {args.rank}, {node.num_nodes} node(s) x {s.threads} thread(s), {args.epochs} epochs",
+            f"rank {args.rank}, {node.num_nodes} node(s) x {s.threads} thread(s), {args.epochs} epochs, "
+            f"schedule {args.schedule}{' with --localize' if args.localize else ''}"
+            f"{' (auto; --schedule free for the Hogwild order)' if auto and args.schedule == 'dsgd' else ''}",
             flush=True,
         )
     return _Run(s, problem, items, users)
