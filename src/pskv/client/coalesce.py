@@ -34,7 +34,6 @@ sweep of the boxes (net.dispatch) within about _SWEEP.
 from __future__ import annotations
 
 import threading
-import weakref
 
 import numpy as np
 
@@ -50,7 +49,8 @@ CAP_KEYS = 512  # ... or this many keys (4 KiB of int64): a call with more is ne
 
 
 class _Local(threading.local):
-    holds: weakref.WeakSet | None = None  # every Hold of the calling thread (any node's: tests run several)
+    holds: list | None = None  # every Hold of the calling thread (any node's: tests run several); the
+    # endpoint keeps them too (net.endpoint's holds), so a list costs no lifetime, and a wait reads it fast
 
 
 _local = _Local()
@@ -63,15 +63,15 @@ def pull(h, ctx, dest: int, keys: np.ndarray, out: np.ndarray, gpos, fresh: bool
     if hold is None:
         hold = Hold(ctx, h, dest)
         if _local.holds is None:
-            _local.holds = weakref.WeakSet()
+            _local.holds = []
             futures.holding.flush = _flush_thread
-        _local.holds.add(hold)
+        _local.holds.append(hold)
     return hold.pull(h, keys, out, gpos, fresh)
 
 
 def _flush_thread() -> None:
     """Send every hold of the calling thread (it is about to block on a Future)."""
-    for hold in list(_local.holds or ()):
+    for hold in _local.holds or ():  # (a flush only sends: no hold is added meanwhile)
         if hold.calls:
             hold.flush()
 
@@ -134,9 +134,9 @@ class Hold:
         """Send what is held as one request (any thread; a no-op when nothing is). The lock is held
         while it leaves: a message of the owner that follows it waits (net.endpoint), so keeps its place."""
         with self.lock:
-            calls, self.calls, self.n_keys = self.calls, [], 0
-            if not calls:
+            if not self.calls:  # (the common kick: what it waits for left already)
                 return
+            calls, self.calls, self.n_keys = self.calls, [], 0
             if len(calls) == 1:
                 c = calls[0]
                 fut = self._send_one(self.table, c.keys, c.out, c.gpos, False)
