@@ -76,7 +76,7 @@ class Copies:
     def __init__(self, state: TableState, ctx: Context, below: Any) -> None:
         self.state, self.ctx, self.below = state, ctx, below  # (below: the request stage after the copies')
         self.replicas: IntentReplicas | None = None
-        self.rate = 0.0  # sync rounds a second (0: flushes only): `every`, when the node made the table
+        self.rate = 2.0  # sync rounds a second (0: flushes only): the node's, `every`, once it made the table
         self.next_sync = 0.0  # when the pskv-replica thread syncs them next (its own bookkeeping)
         self._last: list[Future] = []  # the last round's requests: a round starts when they are done
         self._sent: list[Future] = []  # every round's requests not known to be done (a set waits for them)
