@@ -366,6 +366,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--shared-memory", choices=("on", "off", "both"), default="on",
                    help="PSKV_SHARED_MEMORY=1, =0, or the 2-process rows with both (default on)")
     p.add_argument("--repeats", type=int, default=1, help="runs of each row; the median is reported (default 1)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="rounds of all the rows of an app, one row after the other (on a loaded machine: the load "
+                        "drifts across every row alike); medians are reported, and each round's CPU ratios")
     p.add_argument("--hosts", choices=("auto", "off"), default="auto",
                    help="auto: the emulated-host rows when `pskv run --help` lists --hosts (default); off: never")
     p.add_argument("--rows", type=_rows, default=(),
@@ -428,6 +431,17 @@ def _median_row(rows: list[Row]) -> Row:
     return mid
 
 
+def _round_ratios(got: list[list[Row]]) -> list[str]:
+    """With several rounds, a line per row but the first (the baseline): its CPU over the baseline's, round by round."""
+    if len(got[0]) < 2:
+        return []
+    lines = []
+    for runs in got[1:]:
+        per = [r.cpu / b.cpu for r, b in zip(runs, got[0], strict=True) if not r.failed and not b.failed and b.cpu > 0]
+        lines.append(f"- {runs[0].setup.label}: {', '.join(f'{x:.2f}' for x in per)}")
+    return lines
+
+
 def _version() -> str:
     """Which pskv the runs import: its directory, and `git describe --dirty` when that is this checkout."""
     if SRC != ROOT / "src":
@@ -481,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     started, failed = time.monotonic(), False
     with tempfile.TemporaryDirectory(prefix="pskv-bencheff-") as cwd:
         rows: list[Row] = []
+        per_round: dict[str, list[str]] = {}
         for app in apps:
             epochs = (1, 2) if args.quick and not args.epochs else args.epochs or app.epochs
             if not args.quick:  # untimed: numba compiles what its cache lacks, the page cache gets the data
@@ -488,12 +503,22 @@ def main(argv: list[str] | None = None) -> int:
                     run_measured(app_argv(app, setups("on", False)[0], 1, True), child_env(()), cwd, "warm-up")
                 except BenchError as exc:
                     _say(f"bench_efficiency: {exc}")
-            for setup in setups(args.shared_memory, hosts, insecure, args.rows, tuple(args.variant), args.io_threads):
-                _say(f"  {app.name}: {setup.label}, epochs {epochs[0]} and {epochs[1]}")
-                rows.append(measure_row(app, setup, epochs, args, cwd))
+            plan = setups(args.shared_memory, hosts, insecure, args.rows, tuple(args.variant), args.io_threads)
+            got: list[list[Row]] = [[] for _ in plan]
+            for r in range(max(1, args.rounds)):  # each round every row once, in turn: the load drifts alike
+                for i, setup in enumerate(plan):
+                    _say(f"  {app.name}{f' round {r + 1}' if args.rounds > 1 else ''}: {setup.label}, epochs "
+                         f"{epochs[0]} and {epochs[1]}")
+                    got[i].append(measure_row(app, setup, epochs, args, cwd))
+            rows += [next((x for x in runs if x.failed), None) or _median_row(runs) for runs in got]
+            per_round[app.name] = _round_ratios(got)
         if rows:
             ratios(rows)
             print(app_table(rows) + "\n", flush=True)
+            for name, lines in per_round.items():
+                if lines:
+                    print(f"{name}, CPU ratio vs 1 process in each round (medians above):\n" + "\n".join(lines) + "\n",
+                          flush=True)
             failed = any(r.failed for r in rows)
         if args.kv:
             failed = not kv_report(args, cwd) or failed

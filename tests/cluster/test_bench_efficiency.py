@@ -84,6 +84,15 @@ def test_rows_chosen_variants_and_io_threads(be):
     assert args.rows == ("hosts", "2p") and args.variant == [("d", ("--schedule", "dsgd", "--localize"))]
 
 
+def test_rounds_give_medians_and_each_rounds_ratios(be):
+    """With --rounds every row runs once per round; each round's CPU ratio divides rows of that round."""
+    mf, plan = be.BY_NAME["mf"], be.setups("on", hosts=False, keys=("2p",))
+    got = [[be.Row(mf, plan[0], c, 1.0, 10) for c in (1.0, 2.0, 4.0)],
+           [be.Row(mf, plan[1], c, 1.0, 10) for c in (1.5, 2.0, 6.0)]]
+    assert be._round_ratios(got) == ["- 2 processes x 1 thread: 1.50, 1.00, 1.50"]
+    assert (be._median_row(got[1]).cpu, be._round_ratios([got[0][:1], got[1][:1]])) == (2.0, [])
+
+
 @pytest.mark.parametrize("argv", [["--epochs", "6,2"], ["--epochs", "0,2"], ["--epochs", "x"], ["--apps", "mf,svm"],
                                   ["--rows", "hosts,3p"], ["--variant", "dsgd"], ["--variant", "=--x"]])
 def test_bad_options_are_refused(be, argv, capsys):
