@@ -43,175 +43,28 @@ gensim's KeyedVectors.load_word2vec_format) reads back.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import importlib.util
 import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import pskv
 
-from ..data.fetch import DataError, cache_dir, fetch, lapse_toy_dir
+from ..data.fetch import DataError
 from ..data.lookahead import Lookahead
-from ..data.text import (
-    Corpus,
-    Score,
-    Unigram,
-    Vocab,
-    analogy_accuracy,
-    keep_probabilities,
-    read_analogies,
-    read_corpus_path,
-    read_vectors,
-    read_wordsim,
-    wordsim_spearman,
-    write_vectors,
-)
-from . import common
+from ..data.text import Corpus, Unigram, Vocab, keep_probabilities, write_vectors
+from . import common, word2vec_args
 from .negatives import Negatives
 from .skipgram import Step, ahead, batches, num_batches, warm_up
+from .word2vec_args import check
+from .word2vec_data import EvalSets, evaluate, load_tests, load_text, load_vectors  # noqa: F401 - the app's loader
+from .word2vec_gensim import compare_gensim, gensim_available, train_gensim  # noqa: F401 - benchmarks' and tests'
 
-_GENSIM_FILES = {"head500": "head500.noblanks.cor", "lee": "lee_background.cor"}
-
-
-def _parser():
-    p = common.parser(
-        "word2vec", "word2vec: skip-gram with negative sampling", epochs=5, techniques=True, resumable=True
-    )
-    g = p.add_argument_group("word2vec")
-    g.add_argument(
-        "--data",
-        default="head500",
-        help="head500, lee (gensim's test corpora), lapse-toy, or a "
-        "text file with one sentence of space-separated tokens per line, "
-        "or a directory of such files",
-    )
-    g.add_argument("--clean", action="store_true", help="lower-case and drop punctuation (always on for lee)")
-    g.add_argument("--dim", type=int, default=100, help="vector size")
-    g.add_argument("--window", type=int, default=5, help="max distance between centre and context word")
-    g.add_argument("--neg", type=int, default=5, help="negative samples per (centre, context) pair")
-    g.add_argument("--min-count", type=int, default=5, help="drop words seen fewer times")
-    g.add_argument("--alpha", type=float, default=0.025, help="initial step size, decays linearly")
-    g.add_argument("--min-alpha", type=float, default=0.0001, help="step size at the end of training")
-    g.add_argument("--sample", type=float, default=1e-3, help="subsampling threshold for frequent words (0: off)")
-    g.add_argument("--batch-words", type=int, default=2000, help="corpus words per minibatch and worker")
-    g.add_argument(
-        "--data-words",
-        type=int,
-        default=None,
-        metavar="N",
-        help="train on about N corpus words per epoch in all (Lapse's --data_words)",
-    )
-    g.add_argument("--reuse", type=int, default=1, help="--sampling pool: times each drawn negative is used")
-    # off by default: on one host it was no faster (2 nodes, head500), and the other workers' pushes
-    # reach a batch's rows a batch later (epoch 1 loss 2.83 vs 2.77; epoch 3 2.521 vs 2.517)
-    common.add_prefetch(g, default=False)
-    g.add_argument(
-        "--out",
-        type=Path,
-        metavar="FILE",
-        help="write the input vectors in word2vec's text format (pskv.apps.word2vec.load_vectors reads it)",
-    )
-    g.add_argument(
-        "--wordsim",
-        type=Path,
-        metavar="FILE",
-        help="word pairs with a human score (word1<TAB>word2<TAB>"
-        "score) to report Spearman on (default: WordSim-353, "
-        "if `pskv data fetch gensim-text` cached it)",
-    )
-    g.add_argument(
-        "--analogies",
-        type=Path,
-        metavar="FILE",
-        help="analogy questions (': section' lines, then "
-        "'a b c d' lines) (default: gensim's "
-        "questions-words.txt, if cached)",
-    )
-    g.add_argument(
-        "--compare-gensim",
-        action="store_true",
-        help="then train gensim's Word2Vec alike and print both (needs gensim: pip install 'pskv[compare]')",
-    )
-    return p
-
-
-# ---- data ---------------------------------------------------------------------------------------
-def load_text(args) -> tuple[Vocab, Corpus]:
-    """The vocabulary and the encoded corpus of --data (every node builds the same)."""
-    if args.data in _GENSIM_FILES:
-        path, clean = fetch("gensim-text", quiet=True) / _GENSIM_FILES[args.data], args.clean or args.data == "lee"
-    elif args.data == "lapse-toy":
-        path, clean = lapse_toy_dir() / "lm" / "small.txt", args.clean
-    else:
-        path, clean = Path(args.data), args.clean
-        if not path.exists():
-            raise DataError(f"--data {args.data!r} is neither head500, lee, lapse-toy nor a file or directory")
-    sentences = read_corpus_path(path, clean=clean)
-    vocab = Vocab.build(sentences, min_count=args.min_count)
-    return vocab, vocab.encode(sentences)
-
-
-@dataclass(frozen=True)
-class EvalSets:
-    """The word-vector tests of a run: word pairs and analogy questions (None: not to be had) and
-    node 0's notes on what is missing."""
-
-    pairs: list | None
-    questions: list | None
-    wordsim_name: str  # how the summary names the pairs' test
-    notes: tuple[str, ...] = ()
-
-
-def load_tests(wordsim: Path | None, analogies: Path | None) -> EvalSets:
-    """The files given, else those `pskv data fetch gensim-text` cached; never downloads (a missing
-    cached file makes a note that names the command). Raises DataError for a given file that is
-    missing or malformed."""
-    cached = cache_dir() / "gensim-text"
-    found: list[list | None] = []
-    notes: list[str] = []
-    for given, name, read in (
-        (wordsim, "wordsim353.tsv", read_wordsim),
-        (analogies, "questions-words.txt", read_analogies),
-    ):
-        path = given or cached / name
-        if given is None and not path.is_file():
-            notes.append(
-                f"word2vec: no {'WordSim-353' if read is read_wordsim else 'analogy'} score: {path} is not "
-                "there; `pskv data fetch gensim-text` installs it (or give your own file with "
-                f"--{'wordsim' if read is read_wordsim else 'analogies'} FILE)"
-            )
-            found.append(None)
-            continue
-        found.append(read(path))  # DataError for a given file that is missing or malformed
-    return EvalSets(found[0], found[1], f"word similarity ({wordsim.name})" if wordsim else "WordSim-353", tuple(notes))
-
-
-def evaluate(
-    vectors: np.ndarray, vocab: Vocab, tests: EvalSets | None = None, *, analogies: bool = True
-) -> dict[str, Score]:
-    """Spearman on the word pairs and (unless `analogies` is False) 3CosAdd analogy accuracy of
-    `vectors`, for those of `tests` that are there (default: the cached WordSim-353 and analogies)."""
-    tests = tests or load_tests(None, None)
-    scores = {}
-    if tests.pairs is not None:
-        scores["wordsim"] = wordsim_spearman(vectors, vocab, tests.pairs)
-    if analogies and tests.questions is not None:
-        scores["analogy"] = analogy_accuracy(vectors, vocab, tests.questions)
-    return scores
-
-
-def load_vectors(path: Path) -> tuple[Vocab, np.ndarray]:
-    """What `word2vec --out FILE` wrote, in any process: (the words as a Vocab, most frequent first,
-    counts unknown: all 1) and their (V, dim) float32 vectors. Raises DataError naming file and line."""
-    words, vectors = read_vectors(path)
-    return Vocab(words, np.ones(len(words), np.int64)), vectors
+_parser = word2vec_args.parser  # (benchmarks/bench_app_word2vec.py uses it)
 
 
 # ---- distributed training -----------------------------------------------------------------------
@@ -426,100 +279,6 @@ def _result(run: _Run, vectors: np.ndarray, wall: float) -> dict:
     return result
 
 
-# ---- gensim, side by side -----------------------------------------------------------------------
-def gensim_available() -> bool:
-    return importlib.util.find_spec("gensim") is not None
-
-
-def train_gensim(args, vocab: Vocab, shards: list[Corpus], workers: int) -> tuple[np.ndarray, float]:
-    """gensim's Word2Vec on the same sentences and vocabulary with the same hyperparameters:
-    ((V, dim) float32 vectors in our word order, seconds of model.train())."""
-    from gensim.models import Word2Vec
-
-    words = np.array(vocab.words, dtype=object)
-    sentences = [list(words[c.tokens[c.offsets[i] : c.offsets[i + 1]]]) for c in shards for i in range(c.num_sentences)]
-    model = Word2Vec(
-        sg=1,
-        hs=0,
-        negative=args.neg,
-        window=args.window,
-        vector_size=args.dim,
-        alpha=args.alpha,
-        min_alpha=args.min_alpha,
-        sample=args.sample,
-        min_count=1,
-        workers=workers,
-        seed=args.seed,
-    )
-    model.build_vocab(sentences)  # min_count=1: the sentences hold only our vocabulary's words already
-    start = time.monotonic()
-    model.train(sentences, total_examples=len(sentences), epochs=args.epochs)
-    seconds = time.monotonic() - start
-    vectors = np.zeros((len(vocab), args.dim), np.float32)  # a word of no shard (--data-words) stays 0
-    known = [i for i, w in enumerate(vocab.words) if w in model.wv.key_to_index]
-    vectors[known] = model.wv[[vocab.words[i] for i in known]]
-    return vectors, seconds
-
-
-def _compare_gensim(run: _Run, lines: list[str]) -> list[str]:
-    """Node 0, after the cluster is gone: gensim's run beside ours (node 0's `run.result`), above `lines`."""
-    args, ours, workers = run.session.args, run.result, run.session.workers
-    assert ours is not None  # (_finish made it)
-    vectors, seconds = train_gensim(args, run.vocab, [run.shard(i) for i in range(workers)], workers)
-    theirs = {
-        "seconds": seconds,
-        "words_per_s": args.epochs * run.epoch_words / max(seconds, 1e-9),
-        **evaluate(vectors, run.vocab, run.tests),
-    }
-    rows = [
-        ("train seconds", "{:.2f}", "seconds"),
-        ("words/s", "{:,.0f}", "words_per_s"),
-        ("WordSim-353 Spearman", "{}", "wordsim"),
-        ("analogy accuracy", "{}", "analogy"),
-    ]
-    table = [f"{'':<22}{'pskv':<36}gensim, {workers} worker thread(s)"]
-    table += [
-        f"{name:<22}{fmt.format(ours.get(key, '-')):<36}{fmt.format(theirs.get(key, '-'))}"
-        for name, fmt, key in rows
-        if key in ours or key in theirs
-    ]
-    return table + lines
-
-
-def check(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse and check word2vec's arguments (`pskv run word2vec` calls it before any node starts): a mistake
-    in a flag, a --data that names no corpus or path, or a --resume checkpoint of another --dim ends the run
-    in one line with status 2 (common.arguments); a resumed run already at --epochs exits 0."""
-    return common.arguments("word2vec", _parser(), argv, _check)
-
-
-def _check(args: argparse.Namespace) -> str | None:
-    common.at_least(
-        args,
-        1,
-        "--dim",
-        "--neg",
-        "--batch-words",
-        "--epochs",
-        "--reuse",
-        "--data-words",
-        "--checkpoint-every",
-        "--keep",
-    )
-    common.at_least(args, 0, "--window")
-    if args.compare_gensim and not gensim_available():
-        raise pskv.ConfigError(
-            "--compare-gensim needs gensim, which is not installed: pip install 'pskv[compare]' (or pip install gensim)"
-        )
-    if args.data not in (*_GENSIM_FILES, "lapse-toy") and not Path(args.data).exists():
-        raise DataError(f"--data {args.data!r} is neither head500, lee, lapse-toy nor a file or directory")
-    for flag, path in (("--wordsim", args.wordsim), ("--analogies", args.analogies)):
-        if path is not None and not path.is_file():
-            raise DataError(f"{flag} {str(path)!r}: no such file")
-    dim = (args.dim, f"--dim {args.dim}")
-    return common.check_resume(args, lambda tables: common.dims(tables, {"syn0": dim, "syn1neg": dim}))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run word2vec on this node (or as a 1-node cluster); returns the exit status."""
     args = check(argv)
@@ -534,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             setup=lambda s: _setup(s, vocab, corpus, tests),
             train=_train,
             finish=_finish,
-            then=_compare_gensim if args.compare_gensim else None,
+            then=compare_gensim if args.compare_gensim else None,
         )
     except DataError as exc:  # the same on every node: the data, not the cluster, is wrong
         print(f"pskv run word2vec: error: {exc}", file=sys.stderr, flush=True)
