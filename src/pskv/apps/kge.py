@@ -35,11 +35,9 @@ relations.tsv, meta.json: pskv.data.trained); `load_embeddings(DIR)` reads them 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,74 +46,14 @@ import pskv
 
 from ..data.fetch import DataError
 from ..data.kg import KG, Filter, load
-from ..data.lookahead import Lookahead
 from ..data.trained import Embeddings, load_embeddings, write_json, write_labelled  # noqa: F401 - the app's loader
-from . import common
+from . import common, kge_args, kge_train
+from .kge_args import check
 from .kge_model import batch_grads, compose, evaluate  # noqa: F401 - compose: the app's model, for users
+from .kge_train import Rows, train_epoch
 from .negatives import Negatives
 
-_LOSSES = ("ce", "softplus")
-_REGS = {"none": 0, "l2": 1, "n3": 2}
-
-
-def _parser():
-    p = common.parser(
-        "kge",
-        "knowledge-graph embeddings (ComplEx, DistMult) with negative sampling",
-        epochs=30,
-        techniques=True,
-        resumable=True,
-    )
-    g = p.add_argument_group("kge")
-    g.add_argument(
-        "--data",
-        default="nations",
-        help="nations, umls, ml-100k-kg, lapse-toy, random:E,R,T, or a path: a directory of train/valid/"
-        "test triples (pykeen's train.txt..., LibKGE's train.del... with entity_ids.del and "
-        "relation_ids.del) or one file of head<TAB>relation<TAB>tail lines, split by --seed",
-    )
-    g.add_argument(
-        "--out",
-        type=Path,
-        metavar="DIR",
-        help="write the trained embeddings with their names here (entities.npy/.tsv, relations.npy/.tsv, meta.json)",
-    )
-    g.add_argument(
-        "--model",
-        choices=["complex", "distmult"],
-        default="complex",
-        help="score of a triple: ComplEx (Re<h, r, conj t>, complex rows) or DistMult (<h, r, t>, real rows)",
-    )
-    g.add_argument("--dim", type=int, default=200, help="floats per row (ComplEx: dim/2 complex numbers)")
-    g.add_argument("--lr", type=float, default=0.1, help="Adagrad step size")
-    g.add_argument("--neg", type=int, default=32, help="negative samples per positive, for each side")
-    g.add_argument("--batch", type=int, default=100, help="positive triples per batch and worker")
-    g.add_argument(
-        "--loss",
-        choices=_LOSSES,
-        default="ce",
-        help="ce: cross-entropy over 1 positive + negatives; softplus: logistic loss",
-    )
-    g.add_argument("--reg", choices=list(_REGS), default="n3", help="regulariser of each positive's h, r, t")
-    g.add_argument("--reg-weight", type=float, default=0.01, help="weight of --reg")
-    g.add_argument("--init-std", type=float, default=0.1, help="std of the normal initial values")
-    g.add_argument("--eval-every", type=int, default=5, metavar="K", help="valid MRR every K epochs (0: never)")
-    g.add_argument(
-        "--eval-triples",
-        type=int,
-        default=5000,
-        metavar="N",
-        help="evaluate on at most N triples of a split (a seeded sample of larger ones)",
-    )
-    g.add_argument("--reuse", type=int, default=1, help="--sampling pool: each drawn negative is used this often")
-    # off by default: its Adagrad rows cannot take this worker's last push back in (mf's and word2vec's
-    # `add` rows can), and one batch of staleness cost 1.5% training loss (random:20000,20,40000, 3 epochs,
-    # 0.760 vs 0.749) for no speed on one host
-    common.add_prefetch(g, default=False)
-    common.add_exchange(g)
-    g.add_argument("--train-file", default="train.del", help="lapse-toy only: e.g. train.partitioned.2x2.del")
-    return p
-
+_parser, _REGS, _epoch = kge_args.parser, kge_args.REGS, kge_train.train_epoch  # (tests and benchmarks use them)
 
 # ---- distributed training ------------------------------------------------------------------------------------
 
@@ -233,12 +171,14 @@ def _train(w: pskv.Worker, run: _Run) -> None:
         pieces = shares.pieces()
         done = [mine] + [of(piece) for piece in pieces]
         loss = sum(
-            _epoch(args, tri, ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs, exchange=exchange)
+            train_epoch(
+                args, tri, ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs, exchange=exchange
+            )
             for tri in done
         )
         for piece in shares.late(w, pieces):  # a node died during this epoch
             done.append(of(piece))
-            loss += _epoch(
+            loss += train_epoch(
                 args, done[-1], ent, rel, negatives, rng, progress, clock, more=epoch < args.epochs, exchange=exchange
             )
         clock.pad(epoch * most)  # every worker clocks as often before the barriers below
@@ -279,119 +219,6 @@ def _sample(split: np.ndarray, args) -> np.ndarray:
     return split[np.sort(np.random.default_rng(args.seed).choice(len(split), args.eval_triples, replace=False))]
 
 
-def _epoch(
-    args,
-    mine: np.ndarray,
-    ent,
-    rel,
-    negatives: Negatives,
-    rng,
-    progress,
-    clock: common.Clock,
-    *,
-    more: bool,
-    exchange: bool = False,
-) -> float:
-    """One pass of a worker over its triples `mine`, in batches; returns the summed loss. `clock`
-    ticks once per batch (Worker.clock under --consistency bsp/ssp). Each batch prepares the next
-    one's negatives (with `more`, the last prepares those of the next epoch's first batch); with
-    prefetch (`Rows.prefetch`) it pulls the next batch's rows before it trains on its own; with
-    `exchange` (common.exchanges) it pushes its gradients with the next batch's pulls, one exchange
-    per table and node (table.exchange: those rows hold the push, as a pull after it would)."""
-    n, cplx, ce, reg = args.neg, args.model == "complex", args.loss == "ce", _REGS[args.reg]
-    order = rng.permutation(len(mine))
-    batches = [mine[order[lo : lo + args.batch]] for lo in range(0, len(order), args.batch)]  # (b, 3) int64 each
-    if args.localize and batches:
-        _localize(ent, rel, batches[0])
-    loss, coming = 0.0, None
-    stream = (
-        Lookahead(batches, lambda t: _intended(ent, rel, t, negatives, n), ahead=args.ahead) if args.intent else batches
-    )
-    for i, tri in enumerate(stream):
-        if args.localize and i + 1 < len(batches):
-            _localize(ent, rel, batches[i + 1])  # Lapse's pre-localization: the next batch moves here meanwhile
-        if i + 1 < len(batches) or more:  # every epoch's batches have the same sizes
-            negatives.ahead(len(batches[(i + 1) % len(batches)]) * 2 * n)
-        rows = coming or Rows(ent, rel, tri, negatives, n)
-        coming = (
-            Rows(ent, rel, batches[i + 1], negatives, n)
-            if Rows.prefetch(args, negatives) and i + 1 < len(batches)
-            else None
-        )  # one batch ahead at most: none pending when the epoch ends
-        pos, r, neg = rows.wait()  # (2b, dim), (b, dim), (b*2n, dim) float32
-        g_pos, g_rel, g_neg = np.empty_like(pos), np.empty_like(r), np.empty_like(neg)
-        loss += batch_grads(
-            pos, r, neg, rows.pos_ids, rows.neg_ids, n, cplx, ce, reg, args.reg_weight, g_pos, g_rel, g_neg
-        )
-        pushes = ((np.concatenate([rows.pos_ids, rows.neg_ids]), np.concatenate([g_pos, g_neg])), (tri[:, 1], g_rel))
-        if exchange and coming is None and i + 1 < len(batches):  # (fresh arrays: nobody writes them afterwards)
-            coming = Rows(ent, rel, batches[i + 1], negatives, n, pushes)
-        else:
-            ent.push(*pushes[0], copy=False)
-            rel.push(*pushes[1], copy=False)
-        progress.update(len(tri))
-        clock.tick()
-    return loss
-
-
-class Rows:
-    """The rows of one batch (b triples), asked for when made: the positives' and, when the app draws
-    the negatives (no --sampling), the negatives' entities in one pull of the distinct keys, the
-    relations in another; from pskv's sampling API, the negatives' rows come when wait() draws them."""
-
-    def __init__(self, ent, rel, tri: np.ndarray, negatives: Negatives, n: int, pushes: tuple | None = None) -> None:
-        """`pushes`: ((keys, updates) of `ent`, of `rel`) to push first, each with the pulls of its table
-        (table.exchange)."""
-        b = len(tri)
-        self.pos_ids = np.concatenate([tri[:, 0], tri[:, 2]])  # (2b,) heads then tails
-
-        def pull(table, keys):
-            if pushes is None:
-                return table.pull_async(keys)
-            return table.exchange(*(pushes[1] if table is rel else pushes[0]), keys, copy=False)
-
-        self._rel = pull(rel, tri[:, 1])
-        self._negatives, self._draws = negatives, b * 2 * n
-        self.neg_ids: np.ndarray | None = None
-        self._inverse: np.ndarray | None = None
-        if negatives.scheme is None:  # the app draws: one pull of every entity the batch needs
-            self.neg_ids = negatives.draw(self._draws)[0]  # (b*2n,) int64
-            keys, self._inverse = np.unique(np.concatenate([self.pos_ids, self.neg_ids]), return_inverse=True)
-            self._ent = pull(ent, keys)
-        else:
-            self._ent = pull(ent, self.pos_ids)
-
-    @staticmethod
-    def prefetch(args, negatives: Negatives) -> bool:
-        """Whether the next batch's rows are pulled before this one trains: common.prefetches, with the
-        negatives drawn by the app (pskv's sampling schemes draw when the batch comes: preloc and pool
-        have localized its keys by then)."""
-        return common.prefetches(args) and negatives.scheme is None
-
-    def wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(positives (2b, dim), relations (b, dim), negatives (b*2n, dim)), float32 arrays of their own."""
-        if self._inverse is None:  # pskv's sampling API: its draw pulls the negatives' rows
-            self.neg_ids, neg = self._negatives.draw(self._draws)
-            assert neg is not None  # (pskv's sampling API draws rows too)
-            return self._ent.wait(), self._rel.wait(), neg
-        rows = self._ent.wait()[self._inverse]  # (2b + b*2n, dim)
-        cut = len(self.pos_ids)
-        return rows[:cut], self._rel.wait(), rows[cut:]
-
-
-def _intended(ent, rel, tri: np.ndarray, negatives: Negatives, n: int) -> dict:
-    """--intent: the keys a coming batch will use (pskv.data.Lookahead calls it `--ahead` batches early):
-    its entities, with the negatives the app draws for it drawn now, and its relations."""
-    negs = negatives.predraw(len(tri) * 2 * n) if negatives.scheme is None else np.zeros(0, np.int64)
-    return {ent: np.concatenate([tri[:, 0], tri[:, 2], negs]), rel: tri[:, 1]}
-
-
-def _localize(ent, rel, tri: np.ndarray) -> None:
-    """Move the rows of a batch's entities and relations to this node; returns at once."""
-    ent.localize(np.concatenate([tri[:, 0], tri[:, 2]]))
-    rel.localize(tri[:, 1])
-
-
 def _summary(run: _Run, wall: float) -> list[str] | None:
     """Node 0's summary lines (the last one is the headline)."""
     f, args = run.final, run.session.args
@@ -428,31 +255,6 @@ def _finish(run: _Run, wall: float) -> list[str] | None:
         )
         lines = [f"embeddings: {args.out}/ (pskv.apps.kge.load_embeddings)"] + (lines or [])
     return lines
-
-
-_NAMED = ("nations", "umls", "ml-100k-kg", "lapse-toy")  # --data sets by name; else random:E,R,T or a path
-
-
-def check(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse and check kge's arguments (`pskv run kge` calls it before any node starts): a mistake in a
-    flag, a --data that names no data set or path, or a --resume checkpoint of another --dim ends the run
-    in one line with status 2 (common.arguments); a resumed run already at --epochs exits 0."""
-    return common.arguments("kge", _parser(), argv, _check)
-
-
-def _check(args: argparse.Namespace) -> str | None:
-    if args.dim < 1 or (args.model == "complex" and args.dim % 2):
-        raise pskv.ConfigError(f"--dim {args.dim}: ComplEx needs an even dim >= 2 (real | imaginary)")
-    common.at_least(
-        args, 1, "--epochs", "--neg", "--batch", "--eval-triples", "--reuse", "--checkpoint-every", "--keep"
-    )
-    if args.data not in _NAMED and not args.data.startswith("random:") and not Path(args.data).exists():
-        raise DataError(
-            f"--data {args.data!r}: no such file or directory; --data takes nations, umls, ml-100k-kg, "
-            "lapse-toy, random:E,R,T, a directory of train/valid/test triples or one file of triples"
-        )
-    dims = {"entities": (args.dim, f"--dim {args.dim}"), "relations": (args.dim, f"--dim {args.dim}")}
-    return common.check_resume(args, lambda tables: common.dims(tables, dims))
 
 
 def main(argv: list[str] | None = None) -> int:
