@@ -79,7 +79,27 @@ def uses(path: Path, root: Path = SRC) -> list[tuple[str, str, int]]:
         if isinstance(node.value, ast.Name) and (node.value.id in ("self", "cls") or node.value.id in outside):
             continue
         found.append((path.relative_to(root).as_posix(), f"{ast.unparse(node.value)}.{node.attr}", node.lineno))
+    for node in ast.walk(tree):  # `from .mod import _name`: the same read, spelled as an import
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "pskv"):
+            where = _package(path, node, root)
+            for alias in node.names:
+                if _private(alias.name) and not (where / alias.name).with_suffix(".py").exists() \
+                        and not (where / alias.name).is_dir():  # (a private module, e.g. pskv._hooks, is one)
+                    found.append((path.relative_to(root).as_posix(), f"{node.module or '.'}.{alias.name}",
+                                  node.lineno))
     return found
+
+
+def _package(path: Path, node: ast.ImportFrom, root: Path) -> Path:
+    """The directory whose modules `from ... import` names (a module's file: its own path without .py)."""
+    if node.level:
+        base = path.parent
+        for _ in range(node.level - 1):
+            base = base.parent
+    else:
+        base, node_module = root, (node.module or "").split(".", 1)
+        return base.joinpath(*node_module[1].split(".")) if len(node_module) > 1 else base
+    return base.joinpath(*node.module.split(".")) if node.module else base
 
 
 def exceptions() -> dict[tuple[str, str], str]:
@@ -117,8 +137,12 @@ def test_the_rule_catches_reads_and_writes_and_leaves_own_names_alone(tmp_path):
                     "        os._exit\n"                      # an outside module: fine
                     "        other.__dict__\n"                # a dunder: fine
                     "        other._theirs\n"                 # a read: caught
-                    "        other._set = 1\n")               # a write: caught
-    assert uses(path, tmp_path) == [("probe.py", "other._theirs", 7), ("probe.py", "other._set", 8)]
+                    "        other._set = 1\n"               # a write: caught
+                    "from .mod import _hidden, shown\n"      # an import of a private name: caught
+                    "from . import _private_module\n")       # a private module: fine
+    (tmp_path / "_private_module.py").write_text("")
+    assert uses(path, tmp_path) == [("probe.py", "other._theirs", 7), ("probe.py", "other._set", 8),
+                                    ("probe.py", "mod._hidden", 9)]
 
 
 def test_headers_are_built_in_net_only():

@@ -40,7 +40,7 @@ import time
 from .cells import Plan
 from .floor import Floor, floor_table
 from .nodes import run
-from .report import _load, _revision, auth_table, machine, table, targets
+from .report import auth_table, load_average, machine, revision, table, targets
 
 __all__ = ["machine", "main", "run"]
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         copy=not args.no_copy,
     )
     print(
-        f"# pskv bench  {time.strftime('%Y-%m-%d %H:%M')}  (pskv {_revision()})\n\nmachine: {machine()}\n"
+        f"# pskv bench  {time.strftime('%Y-%m-%d %H:%M')}  (pskv {revision()})\n\nmachine: {machine()}\n"
         f"sizes {sizes}, dims {args.dims}, window {plan.window}, budget {plan.budget} s, "
         f"remote push copy={plan.copy}\n",
         flush=True,
@@ -126,5 +126,5 @@ def main(argv: list[str] | None = None) -> int:
     if floors:
         print(f"\n## the floor: raw pyzmq and pskv, {len(floors[0].raw)} paired rounds, medians\n")
         print(floor_table(floors))
-    print(f"\ntotal time {time.perf_counter() - t0:.0f} s; load average at the end {_load()}")
+    print(f"\ntotal time {time.perf_counter() - t0:.0f} s; load average at the end {load_average()}")
     return 0

@@ -114,13 +114,13 @@ def machine() -> str:
     except OSError:
         pass
     return (
-        f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}; load {_load()}; python "
+        f"{os.cpu_count()} CPUs ({cpu}), {platform.system()} {platform.release()}; load {load_average()}; python "
         f"{platform.python_version()}, numpy {np.__version__}, pyzmq {zmq.__version__} (libzmq "
         f"{zmq.zmq_version()}), numba {numba.__version__}"
     )
 
 
-def _load() -> str:
+def load_average() -> str:
     """The 1-minute load average: other busy processes make every figure here slower and noisier."""
     try:
         return Path("/proc/loadavg").read_text().split()[0]
@@ -128,7 +128,7 @@ def _load() -> str:
         return "?"
 
 
-def _revision() -> str:
+def revision() -> str:
     try:
         here = Path(__file__).resolve().parent
         out = subprocess.run(

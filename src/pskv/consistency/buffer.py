@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..net.future import Future
-from ..updaters import _scatter_add
+from ..updaters.rule_kernels import scatter_add
 
 
 class PushBuffer:
@@ -76,7 +76,7 @@ class PushBuffer:
             uniq, inverse = np.unique(keys, return_inverse=True)
             if len(uniq) < len(keys):
                 summed = np.zeros((len(uniq), self._dim), self._dtype)  # (m, dim) duplicates summed
-                _scatter_add(summed, inverse.astype(np.int64), np.ascontiguousarray(values), summed.dtype.type(1))
+                scatter_add(summed, inverse.astype(np.int64), np.ascontiguousarray(values), summed.dtype.type(1))
                 keys, values = uniq, summed
             self.flushes += 1
             self.rows_out += len(keys)

@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from ..updaters import _scatter_add
+from ..updaters.rule_kernels import scatter_add
 
 
 class RowCache:
@@ -101,7 +101,7 @@ class RowCache:
             if not len(at):
                 return
             if self._additive and updates is not None:
-                _scatter_add(
+                scatter_add(
                     self._values,
                     slots[at],
                     np.ascontiguousarray(updates[at], self._values.dtype),

@@ -33,7 +33,7 @@ import numpy as np
 from .. import kernels, updaters
 from ..updaters import rules
 from . import shm
-from .spin import _DEAD_AFTER, _NAP, _SPINS, _YIELDS, STRIDE, _cas, _store_release, free_if_dead, still_waiting
+from .spin import DEAD_AFTER, NAP, SPINS, STRIDE, YIELDS, cas, free_if_dead, still_waiting, store_release
 
 DONE, BUSY, MOVED = 0, 1, 2
 WHOLE_FROM = 8192
@@ -42,7 +42,7 @@ WHOLE_FROM = 8192
 @numba.njit(nogil=True, cache=True, inline="always")
 def _lock(words, s, me, spins):
     n = 0
-    while _cas(words, s * STRIDE, np.int32(0), me) != 0:
+    while cas(words, s * STRIDE, np.int32(0), me) != 0:
         n += 1
         if n >= spins:
             return False
@@ -63,7 +63,7 @@ def _pull(data, slot, keys, out, pos, has_pos, miss, words, stripes, meta, gen, 
         if not _lock(words, s, me, spins):
             return k, BUSY
         if not _current(meta, gen):
-            _store_release(words, s * STRIDE, np.int32(0))
+            store_release(words, s * STRIDE, np.int32(0))
             return k, MOVED
         r = slot[key]
         if r < 0:
@@ -72,7 +72,7 @@ def _pull(data, slot, keys, out, pos, has_pos, miss, words, stripes, meta, gen, 
             o = pos[k] if has_pos else k
             for j in range(dim):
                 out[o, j] = data[r, j]
-        _store_release(words, s * STRIDE, np.int32(0))
+        store_release(words, s * STRIDE, np.int32(0))
     return keys.shape[0], DONE
 
 
@@ -85,7 +85,7 @@ def _add(data, slot, keys, upd, miss, words, stripes, meta, gen, me, spins, k0):
         if not _lock(words, s, me, spins):
             return k, BUSY
         if not _current(meta, gen):
-            _store_release(words, s * STRIDE, np.int32(0))
+            store_release(words, s * STRIDE, np.int32(0))
             return k, MOVED
         r = slot[key]
         if r < 0:
@@ -93,7 +93,7 @@ def _add(data, slot, keys, upd, miss, words, stripes, meta, gen, me, spins, k0):
         else:
             for j in range(dim):
                 data[r, j] += upd[k, j]
-        _store_release(words, s * STRIDE, np.int32(0))
+        store_release(words, s * STRIDE, np.int32(0))
     return keys.shape[0], DONE
 
 
@@ -106,7 +106,7 @@ def _adagrad(data, state, slot, keys, summed, lr, eps, miss, words, stripes, met
         if not _lock(words, s, me, spins):
             return k, BUSY
         if not _current(meta, gen):
-            _store_release(words, s * STRIDE, np.int32(0))
+            store_release(words, s * STRIDE, np.int32(0))
             return k, MOVED
         r = slot[key]
         if r < 0:
@@ -117,7 +117,7 @@ def _adagrad(data, state, slot, keys, summed, lr, eps, miss, words, stripes, met
                 acc = state[r, j] + g * g
                 state[r, j] = acc
                 data[r, j] -= lr * g / (np.sqrt(acc) + eps)
-        _store_release(words, s * STRIDE, np.int32(0))
+        store_release(words, s * STRIDE, np.int32(0))
     return keys.shape[0], DONE
 
 
@@ -144,7 +144,7 @@ def _run(shard, kernel, keys: np.ndarray, miss: np.ndarray, args) -> None:
     k, rounds, since = 0, 0, None
     while True:
         gen = shard.generation  # (before the arrays: _grow sets the arrays first, then the generation)
-        k, why = kernel(*args(), miss, words, stripes, shard.meta, gen, me, _SPINS, k)
+        k, why = kernel(*args(), miss, words, stripes, shard.meta, gen, me, SPINS, k)
         if why == DONE:
             return
         if why == MOVED:
@@ -153,13 +153,13 @@ def _run(shard, kernel, keys: np.ndarray, miss: np.ndarray, args) -> None:
                 return
             continue
         rounds += 1
-        if rounds <= _YIELDS:
+        if rounds <= YIELDS:
             os.sched_yield()
         else:
-            time.sleep(_NAP)
+            time.sleep(NAP)
         now = time.monotonic()
         since = now if since is None else since
-        if now - since > _DEAD_AFTER:
+        if now - since > DEAD_AFTER:
             free_if_dead(words, int(keys[k]) % stripes, me)
             since = now
             still_waiting()  # (the node failed: a stopped holder may hold the stripe for good)

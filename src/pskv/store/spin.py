@@ -30,10 +30,10 @@ from numba.extending import intrinsic
 
 STRIDE = 16  # int32 words per stripe: one 64-byte cache line each, so two processes taking
 # different stripes do not pass one line back and forth
-_SPINS = 2000  # CAS tries per stripe before the kernel returns to yield (a row op holds a lock ~1-50 us)
-_YIELDS = 4  # rounds of spinning that yield the core in between; then each round naps first
-_NAP = 50e-6  # seconds (Linux wakes a sleeper ~50-100 us later): a preempted holder needs ms
-_DEAD_AFTER = 1.0  # seconds of waiting before checking whether the holder still lives
+SPINS = 2000  # CAS tries per stripe before the kernel returns to yield (a row op holds a lock ~1-50 us)
+YIELDS = 4  # rounds of spinning that yield the core in between; then each round naps first
+NAP = 50e-6  # seconds (Linux wakes a sleeper ~50-100 us later): a preempted holder needs ms
+DEAD_AFTER = 1.0  # seconds of waiting before checking whether the holder still lives
 
 
 @intrinsic
@@ -65,8 +65,8 @@ def _store_release_intrinsic(typingctx, arr, idx, value):
 
 
 # as kernels call them (numba's annotations keep the typing context in an intrinsic's call signature)
-_cas = cast(Callable[[np.ndarray, int, np.int32, np.int32], int], _cas_intrinsic)
-_store_release = cast(Callable[[np.ndarray, int, np.int32], None], _store_release_intrinsic)
+cas = cast(Callable[[np.ndarray, int, np.int32, np.int32], int], _cas_intrinsic)
+store_release = cast(Callable[[np.ndarray, int, np.int32], None], _store_release_intrinsic)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -77,7 +77,7 @@ def _acquire_from(words, mask, first, me, spins):
         if not (mask >> s) & 1:
             continue
         n = 0
-        while _cas(words, s * STRIDE, np.int32(0), me) != 0:
+        while cas(words, s * STRIDE, np.int32(0), me) != 0:
             n += 1
             if n >= spins:
                 return s
@@ -88,12 +88,12 @@ def _acquire_from(words, mask, first, me, spins):
 def _release(words, mask):
     for s in range(64):
         if (mask >> s) & 1:
-            _store_release(words, s * STRIDE, np.int32(0))
+            store_release(words, s * STRIDE, np.int32(0))
 
 
 @numba.njit(nogil=True, cache=True)
 def _swap(words, s, expected, desired):
-    return _cas(words, s, expected, desired)
+    return cas(words, s, expected, desired)
 
 
 def alive(pid: int) -> bool:
@@ -143,21 +143,21 @@ def free_if_dead(words: np.ndarray, s: int, me) -> None:
 
 def acquire(words: np.ndarray, mask: int, me: int) -> None:
     """Take the shared words of `mask`'s stripes (see the module docstring); returns when all are held."""
-    s = _acquire_from(words, mask, 0, me, _SPINS)
+    s = _acquire_from(words, mask, 0, me, SPINS)
     waited_since = None
     rounds = 0
     while s < 64:
         rounds += 1
-        if rounds <= _YIELDS:
+        if rounds <= YIELDS:
             os.sched_yield()
         else:  # the holder is off its core (preempted): sleep, do not burn ours
-            time.sleep(_NAP)
-        s = _acquire_from(words, mask, s, me, _SPINS)
+            time.sleep(NAP)
+        s = _acquire_from(words, mask, s, me, SPINS)
         if s < 64:
             now = time.monotonic()
             if waited_since is None:
                 waited_since = now
-            elif now - waited_since > _DEAD_AFTER:
+            elif now - waited_since > DEAD_AFTER:
                 free_if_dead(words, s, me)
                 waited_since = now
                 try:

@@ -9,7 +9,6 @@ from typing import Any
 
 from ..errors import ConfigError, ConfigTypeError
 from .linear import FTRL as FTRL, BlockProx as BlockProx, Prox as Prox
-from .rule_kernels import scatter_add as _scatter_add  # noqa: F401 - consistency/ imports it by this name
 from .rules import (
     SGD as SGD,
     Adagrad as Adagrad,

@@ -14,12 +14,12 @@ import numba
 import numpy as np
 
 from ..errors import ConfigError, ShapeError
-from .rules import Updater, _dedupe, _positive, _who
+from .rules import Updater, dedupe_rows, positive, updater_name
 
 
 def _non_negative(owner: object, name: str, value: float) -> float:
     if not value >= 0:  # also rejects nan
-        raise ConfigError(f"{_who(owner)}({name}={value!r}): {name} must be >= 0")
+        raise ConfigError(f"{updater_name(owner)}({name}={value!r}): {name} must be >= 0")
     return float(value)
 
 
@@ -85,7 +85,7 @@ class Prox(Updater):
     name = "prox"
 
     def __init__(self, lr: float = 0.1, l1: float = 0.0, l2: float = 0.0) -> None:
-        self.lr = _positive(self, "lr", lr)
+        self.lr = positive(self, "lr", lr)
         self.l1 = _non_negative(self, "l1", l1)
         self.l2 = _non_negative(self, "l2", l2)
 
@@ -93,7 +93,7 @@ class Prox(Updater):
         return {"lr": self.lr, "l1": self.l1, "l2": self.l2}
 
     def _apply(self, data, state, idx, upd) -> None:
-        rows, summed = _dedupe(data, idx, upd)
+        rows, summed = dedupe_rows(data, idx, upd)
         _prox(data, rows, summed, self.lr, self.l1, self.l2)
 
 
@@ -106,7 +106,7 @@ class FTRL(Updater):
     name = "ftrl"
 
     def __init__(self, alpha: float = 0.1, beta: float = 1.0, l1: float = 0.0, l2: float = 0.0) -> None:
-        self.alpha = _positive(self, "alpha", alpha)
+        self.alpha = positive(self, "alpha", alpha)
         self.beta = _non_negative(self, "beta", beta)
         self.l1 = _non_negative(self, "l1", l1)
         self.l2 = _non_negative(self, "l2", l2)
@@ -124,7 +124,7 @@ class FTRL(Updater):
         state.fill(0.0)
 
     def _apply(self, data, state, idx, upd) -> None:
-        rows, summed = _dedupe(data, idx, upd)
+        rows, summed = dedupe_rows(data, idx, upd)
         _ftrl(data, state, rows, summed, self.alpha, self.beta, self.l1, self.l2)
 
 
@@ -140,7 +140,7 @@ class BlockProx(Updater):
     def __init__(self, l1: float = 0.0, l2: float = 0.0, eta: float = 1.0, eps: float = 1e-12) -> None:
         self.l1 = _non_negative(self, "l1", l1)
         self.l2 = _non_negative(self, "l2", l2)
-        self.eta = _positive(self, "eta", eta)
+        self.eta = positive(self, "eta", eta)
         self.eps = _non_negative(self, "eps", eps)
 
     def _params(self) -> dict[str, Any]:
@@ -149,5 +149,5 @@ class BlockProx(Updater):
     def _apply(self, data, state, idx, upd) -> None:
         if data.shape[1] != 2:
             raise ShapeError(f"BlockProx needs a table of dim 2 (rows are (w, h)), not dim {data.shape[1]}")
-        rows, summed = _dedupe(data, idx, upd)
+        rows, summed = dedupe_rows(data, idx, upd)
         _block_prox(data, rows, summed, self.eta, self.l1, self.l2, self.eps)

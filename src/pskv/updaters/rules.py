@@ -40,7 +40,7 @@ def stable_order(idx: np.ndarray, n_rows: int) -> np.ndarray:
     return keys % n
 
 
-def _dedupe(data: np.ndarray, idx: np.ndarray, upd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def dedupe_rows(data: np.ndarray, idx: np.ndarray, upd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct keys of `idx` in ascending order and the summed update of each.
 
     Sums in float64 if `data` or `upd` is float64, so duplicates lose nothing before the rule runs."""
@@ -52,20 +52,20 @@ def _dedupe(data: np.ndarray, idx: np.ndarray, upd: np.ndarray) -> tuple[np.ndar
     return rows[:m], summed[:m]
 
 
-def _positive(owner: object, name: str, value: float) -> float:
+def positive(owner: object, name: str, value: float) -> float:
     """`value` as a float; ConfigError naming the updater (`owner`: it or its class name) unless > 0."""
     if not value > 0:  # also rejects nan
-        raise ConfigError(f"{_who(owner)}({name}={value!r}): {name} must be > 0")
+        raise ConfigError(f"{updater_name(owner)}({name}={value!r}): {name} must be > 0")
     return float(value)
 
 
 def _check_beta(owner: object, name: str, beta: float) -> float:
     if not 0 <= beta < 1:
-        raise ConfigError(f"{_who(owner)}({name}={beta!r}): {name} must be in [0, 1)")
+        raise ConfigError(f"{updater_name(owner)}({name}={beta!r}): {name} must be in [0, 1)")
     return float(beta)
 
 
-def _who(owner: object) -> str:
+def updater_name(owner: object) -> str:
     """The name a config error gives its object: pskv.Adagrad(lr=-1) says `Adagrad(lr=-1): ...`."""
     return owner if isinstance(owner, str) else type(owner).__name__
 
@@ -169,14 +169,15 @@ class SGD(Updater):
     def __init__(
         self, lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0
     ) -> None:
-        self.lr = _positive(self, "lr", lr)
+        self.lr = positive(self, "lr", lr)
         if not 0 <= momentum < 1:
-            raise ConfigError(f"{_who(self)}(momentum={momentum!r}): momentum must be in [0, 1)")
+            raise ConfigError(f"{updater_name(self)}(momentum={momentum!r}): momentum must be in [0, 1)")
         if not weight_decay >= 0:
-            raise ConfigError(f"{_who(self)}(weight_decay={weight_decay!r}): weight_decay must be >= 0")
+            raise ConfigError(f"{updater_name(self)}(weight_decay={weight_decay!r}): weight_decay must be >= 0")
         if nesterov and not momentum:
             raise ConfigError(
-                f"{_who(self)}(nesterov=True, momentum={momentum!r}): nesterov needs momentum > 0 (as torch.optim.SGD)"
+                f"{updater_name(self)}(nesterov=True, momentum={momentum!r}): "
+                "nesterov needs momentum > 0 (as torch.optim.SGD)"
             )
         self.momentum, self.nesterov, self.weight_decay = float(momentum), bool(nesterov), float(weight_decay)
         self.in_order = not (self.momentum or self.weight_decay)  # plain: a scatter-add, in order
@@ -199,7 +200,7 @@ class SGD(Updater):
         if self.in_order:
             scatter_sgd(data, idx, upd, data.dtype.type(-self.lr))
             return
-        rows, summed = _dedupe(data, idx, upd)
+        rows, summed = dedupe_rows(data, idx, upd)
         t = data.dtype.type  # torch computes in the parameters' dtype
         sgd_rows(
             data,
@@ -219,11 +220,11 @@ class Adagrad(Updater):
     name = "adagrad"
 
     def __init__(self, lr: float = 0.01, eps: float = 1e-10, initial_accumulator: float = 0.0) -> None:
-        self.lr = _positive(self, "lr", lr)
-        self.eps = _positive(self, "eps", eps)
+        self.lr = positive(self, "lr", lr)
+        self.eps = positive(self, "eps", eps)
         if not initial_accumulator >= 0:
             raise ConfigError(
-                f"{_who(self)}(initial_accumulator={initial_accumulator!r}): initial_accumulator must be >= 0"
+                f"{updater_name(self)}(initial_accumulator={initial_accumulator!r}): initial_accumulator must be >= 0"
             )
         self.initial_accumulator = float(initial_accumulator)
 
@@ -240,7 +241,7 @@ class Adagrad(Updater):
         state.fill(self.initial_accumulator)
 
     def _apply(self, data, state, idx, upd) -> None:
-        rows, summed = _dedupe(data, idx, upd)
+        rows, summed = dedupe_rows(data, idx, upd)
         adagrad_rows(data, state, rows, summed, self.lr, self.eps)
 
 
@@ -250,10 +251,10 @@ class Adam(Updater):
     name = "adam"
 
     def __init__(self, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
-        self.lr = _positive(self, "lr", lr)
+        self.lr = positive(self, "lr", lr)
         self.beta1 = _check_beta(self, "beta1", beta1)
         self.beta2 = _check_beta(self, "beta2", beta2)
-        self.eps = _positive(self, "eps", eps)
+        self.eps = positive(self, "eps", eps)
 
     def _params(self) -> dict[str, Any]:
         return {"lr": self.lr, "beta1": self.beta1, "beta2": self.beta2, "eps": self.eps}
@@ -268,7 +269,7 @@ class Adam(Updater):
         state.fill(0.0)
 
     def _apply(self, data, state, idx, upd) -> None:
-        rows, summed = _dedupe(data, idx, upd)
+        rows, summed = dedupe_rows(data, idx, upd)
         adam_rows(data, state, rows, summed, self.lr, self.beta1, self.beta2, self.eps)
 
 
@@ -304,7 +305,7 @@ class Custom(Updater):
         state.fill(self.init)
 
     def _apply(self, data, state, idx, upd) -> None:
-        rows, summed = _dedupe(data, idx, upd)
+        rows, summed = dedupe_rows(data, idx, upd)
         gathered = data[rows]  # (m, dim) data dtype, a copy
         sub = state[rows] if self.width else None  # (m, width) data dtype, a copy
         out = self.fn(gathered, summed.astype(data.dtype, copy=False), sub)
