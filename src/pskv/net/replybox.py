@@ -95,7 +95,7 @@ class ReplyBox:
     sweep of replies nobody waits for yet: net.dispatch); peers' server threads send to it. Closed
     by Transport.close()."""
 
-    __slots__ = ("port", "thread", "lock", "pumper", "swept", "_sock", "_in", "_ipc", "_timeo", "_into")
+    __slots__ = ("port", "thread", "lock", "pumper", "swept", "_sock", "_in", "_ipc", "_timeo", "_into", "landed")
 
     def __init__(self, ctx: zmq.Context, host: str, keys: ClusterKeys | None, drops: Drops, ipc) -> None:
         self._sock = ctx.socket(zmq.PULL)
@@ -116,6 +116,7 @@ class ReplyBox:
         self._in = Unpacker(drops)
         self._timeo = -1  # the socket's RCVTIMEO, ms
         self._into: tuple | None = None  # (request id, out, dim, dtype code): the reply to land in out (`expect`)
+        self.landed = 0  # replies whose rows landed in the expected `out`, for stats and tests
 
     def expect(self, rid: int, out, dim: int, code: int) -> None:
         """The owner thread, before it sends request `rid`: land its whole plain PULL_REPLY of
@@ -153,7 +154,10 @@ class ReplyBox:
             out = into[1]
             # (a frame after the rows, which a plain PULL_REPLY never has, would come as messages of
             # their own, dropped as garbage: asking RCVMORE costs pyzmq an enum look-up per call)
-            return [frame, LANDED if sock.recv_into(out, flags=flags) == out.nbytes else MISFIT]
+            if sock.recv_into(out, flags=flags) != out.nbytes:
+                return [frame, MISFIT]
+            self.landed += 1
+            return [frame, LANDED]
         frames = [frame]
         while frame.more:
             frame = sock.recv(flags, copy=False)
