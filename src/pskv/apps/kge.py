@@ -13,7 +13,8 @@ entities in one pull when the batch starts (`--prefetch`: while the batch before
 rows one batch stale); `--intent` signals each batch's entities (negatives drawn then) and relations
 `--ahead` batches early (pskv.data.Lookahead), and the keys' managers move those one node intends;
 `--sampling` takes them from pskv's sampling API (each handle prepared one
-batch ahead so that preloc and pool localize meanwhile). It runs a numba kernel for scores, loss
+batch ahead so that preloc and pool localize meanwhile); with no --sampling a run of more than one node
+draws them among the entities its node holds (onlylocal: auto_sampling). It runs a numba kernel for scores, loss
 and gradients, and pushes the gradients. `--localize` moves the next
 batch's entities and relations to the worker's node ahead of use (Lapse), `--replicate N` keeps the
 N hottest rows of both tables on every node (NuPS): the relations first (each triple uses one, and
@@ -35,6 +36,7 @@ relations.tsv, meta.json: pskv.data.trained); `load_embeddings(DIR)` reads them 
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from dataclasses import dataclass, field
@@ -70,9 +72,24 @@ class _Run:
     final: dict = field(default_factory=dict)
 
 
+def auto_sampling(args: argparse.Namespace, nodes: int) -> bool:
+    """With no --sampling, a run of more than one node draws each worker's negatives among the entities its node
+    holds (onlylocal; issue 31): uniform negatives touch a third of the entity rows per batch (6,400 draws of
+    20,000), so with naive sampling about half of them cross the network each batch, pull and push, which
+    costs 2-3x one process's CPU across hosts; among the node's own entities none does. Measured: the same
+    training loss on random:20000,20,40000, test MRR within a point of naive on umls (benchmarks/RESULTS.md,
+    "Efficiency across 2 emulated hosts"). One node, or --localize or --intent (they bring the rows a batch
+    uses, negatives too, to the node): naive. True when it chose onlylocal."""
+    if args.sampling is not None or nodes < 2 or args.localize or args.intent:
+        return False
+    args.sampling = "onlylocal"
+    return True
+
+
 def _setup(s: common.Session, kg: KG) -> _Run:
     """Declare the tables (collective); node 0 prints what runs."""
     args, node = s.args, s.node
+    auto = auto_sampling(args, node.num_nodes)
     init = pskv.Normal(std=args.init_std, seed=args.seed)
     hot_ent, hot_rel = _hottest(kg, args.replicate)
     extra: dict[str, Any] = {"replicate": pskv.Replicate(keys=hot_ent)} if len(hot_ent) else {}
@@ -103,7 +120,8 @@ def _setup(s: common.Session, kg: KG) -> _Run:
     if node.rank == 0:
         print(
             f"kge: {args.model} on {kg!r}, dim {args.dim}, {args.neg} negatives per side, "
-            f"{node.num_nodes} node(s) x {s.threads} thread(s)",
+            f"{node.num_nodes} node(s) x {s.threads} thread(s), negatives {args.sampling or 'naive'}"
+            f"{' (auto; --sampling naive draws among all entities)' if auto else ''}",
             flush=True,
         )
         draws = args.batch * 2 * args.neg if args.sampling in ("preloc", "pool") else 0  # uniform negatives
