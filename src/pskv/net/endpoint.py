@@ -122,7 +122,7 @@ class Endpoint(Delivery):
         if into is not None and reply_to:
             box = self._transport.reply_box()
             if box is not None and box.port == reply_to:
-                box.expect(rid, into, dim, dtype_code(into.dtype))
+                box.expect(rid, into, dim, dtype_code(into.dtype), self.tracker.pending)
         header = pull_header(self._cluster(), self.rank, table, rid, len(keys), dim, reply_to, self._epoch())
         self._transport.send(dest, [header, np.ascontiguousarray(keys, np.int64)], copy=True)
 

@@ -12,8 +12,10 @@ the caller's `out`) before it sends a plain PULL whose rows one node answers who
 reply comes, its rows are received straight into `out` (`recv_into`: one copy, made by libzmq
 without the GIL, no frame or array object), and the message is delivered as `[header, LANDED]`:
 net.endpoint admits it as any reply and completes its request without writing rows again. A
-reply that does not fit (another request, flags, positions, another size) is received as usual. The
-expectation is used once; a later request of the thread replaces it.
+reply that does not fit (another request, flags, positions, another size), or comes when its request
+is no longer pending (failed, expired), is received as usual. The expectation is used once; a later
+request of the thread replaces it. Rows land before net.endpoint admits the message: one it drops (another
+cluster, a fenced node) leaves rows in `out` that the request's own reply overwrites before it completes.
 
 A box's receive waits with the socket's RCVTIMEO (set when the timeout changes), not a poll and
 then a receive: a blocking pull's reply costs one call into libzmq, as raw pyzmq's does.
@@ -95,7 +97,20 @@ class ReplyBox:
     sweep of replies nobody waits for yet: net.dispatch); peers' server threads send to it. Closed
     by Transport.close()."""
 
-    __slots__ = ("port", "thread", "lock", "pumper", "swept", "_sock", "_in", "_ipc", "_timeo", "_into", "landed")
+    __slots__ = (
+        "port",
+        "thread",
+        "lock",
+        "pumper",
+        "swept",
+        "_sock",
+        "_in",
+        "_ipc",
+        "_timeo",
+        "_into",
+        "_pending",
+        "landed",
+    )
 
     def __init__(self, ctx: zmq.Context, host: str, keys: ClusterKeys | None, drops: Drops, ipc) -> None:
         self._sock = ctx.socket(zmq.PULL)
@@ -116,11 +131,14 @@ class ReplyBox:
         self._in = Unpacker(drops)
         self._timeo = -1  # the socket's RCVTIMEO, ms
         self._into: tuple | None = None  # (request id, out, dim, dtype code): the reply to land in out (`expect`)
+        self._pending: Callable[[int], bool] = bool  # whether a request is still pending (`expect`)
         self.landed = 0  # replies whose rows landed in the expected `out`, for stats and tests
 
-    def expect(self, rid: int, out, dim: int, code: int) -> None:
+    def expect(self, rid: int, out, dim: int, code: int, pending: Callable[[int], bool]) -> None:
         """The owner thread, before it sends request `rid`: land its whole plain PULL_REPLY of
-        len(out) rows of `dim` values of dtype `code` in `out` (C-contiguous, writeable)."""
+        len(out) rows of `dim` values of dtype `code` in `out` (C-contiguous, writeable) while
+        pending(rid) (the tracker's)."""
+        self._pending = pending
         self._into = (rid, out, dim, code)
 
     def recv(self, timeout: float) -> list | None:
@@ -149,7 +167,13 @@ class ReplyBox:
         sock = self._sock
         frame = sock.recv(flags, copy=False)
         into = self._into
-        if into is not None and frame.more and len(frame) == HEADER_SIZE and lands(frame.buffer, *into):
+        if (
+            into is not None
+            and frame.more
+            and len(frame) == HEADER_SIZE
+            and lands(frame.buffer, *into)
+            and self._pending(into[0])
+        ):
             self._into = None  # (once)
             out = into[1]
             # (a frame after the rows, which a plain PULL_REPLY never has, would come as messages of

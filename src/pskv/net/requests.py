@@ -207,6 +207,10 @@ class RequestTracker:
                 p.future.resolve(None, exc)
         return len(hit)
 
+    def pending(self, rid: int) -> bool:
+        """Whether request `rid` still waits for replies (any thread; a dict look-up, GIL-atomic)."""
+        return rid in self._pending
+
     def sent_to(self, rid: int, rank: int) -> None:
         p = self._pending.get(rid)
         if p is not None:

@@ -77,7 +77,7 @@ def test_the_expected_reply_lands_in_out_once_with_exact_rows(pair):
     rows = np.arange(N * DIM, dtype=np.float32).reshape(N, DIM) + 0.5
     out = np.zeros((N, DIM), np.float32)
     rid, fut = _request(tracker, out)
-    b.reply_box().expect(rid, out, DIM, wire.dtype_code(np.float32))
+    b.reply_box().expect(rid, out, DIM, wire.dtype_code(np.float32), tracker.pending)
     a.send(1, _reply(rid, rows), port=port)
     box = b.reply_box()
     frames = None
@@ -104,7 +104,9 @@ def test_other_replies_take_the_usual_path(pair, case):
     port = ep.reply_box()
     out = np.zeros((N, DIM), np.float32)
     rid, fut = _request(tracker, out)
-    b.reply_box().expect(rid + 1 if case == "other request" else rid, out, DIM, wire.dtype_code(np.float32))
+    b.reply_box().expect(
+        rid + 1 if case == "other request" else rid, out, DIM, wire.dtype_code(np.float32), tracker.pending
+    )
     rows = np.arange(N * DIM, dtype=np.float32).reshape(N, DIM) + 1
     if case == "positions":  # two replies of half the rows each, by position
         odd, even = np.arange(1, N, 2)[::-1], np.arange(0, N, 2)
@@ -139,7 +141,7 @@ def test_a_rows_frame_of_another_size_fails_the_request(pair):
     port = ep.reply_box()
     out = np.zeros((N, DIM), np.float32)
     rid, fut = _request(tracker, out)
-    b.reply_box().expect(rid, out, DIM, wire.dtype_code(np.float32))
+    b.reply_box().expect(rid, out, DIM, wire.dtype_code(np.float32), tracker.pending)
     frames = _reply(rid, np.ones((N, DIM), np.float32))
     frames[1] = np.ones(N * DIM + 7, np.float32)  # the header says N x DIM, the frame holds 7 values more
     a.send(1, frames, port=port)
@@ -168,3 +170,26 @@ def test_rows_header_is_what_a_reply_encodes():
     rows = np.ones((5, 8), np.float64)
     reply = Header(Kind.PULL_REPLY, cluster=3, sender=0, table=4, request_id=77, part=2, origin=1, epoch=9)
     assert wire.rows_header(3, 0, to, 5, 8, wire.dtype_code(np.float64), 9) == encode(reply, values=rows)[0]
+
+
+def test_a_reply_to_a_request_no_longer_pending_does_not_land(pair):
+    """A request that failed (expired) before its reply came: its rows do not touch `out` any more."""
+    a, b = pair
+    tracker = RequestTracker()
+    ep = Endpoint(1, b, tracker, lambda: CLUSTER)
+    port = ep.reply_box()
+    out = np.zeros((N, DIM), np.float32)
+    rid, fut = _request(tracker, out)
+    b.reply_box().expect(rid, out, DIM, wire.dtype_code(np.float32), tracker.pending)
+    assert tracker.expire(float("inf"), 0.0, lambda *args: ProtocolError("expired")) and fut.done()
+    a.send(1, _reply(rid, np.ones((N, DIM), np.float32)), port=port)
+    box = b.reply_box()
+    got = None
+    while got is None:
+        with box.lock:
+            got = box.recv(5.0)
+    assert got[1] is not LANDED and box.landed == 0
+    ep.deliver(got)  # the tracker drops it: an unknown request
+    assert not out.any()
+    with pytest.raises(ProtocolError, match="expired"):
+        fut.wait(1)
