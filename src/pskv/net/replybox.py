@@ -32,7 +32,8 @@ import zmq
 
 from ..config import zmq_url
 from ..errors import ProtocolError
-from .auth import ClusterKeys, bind_private, ipc_file
+from .auth import ClusterKeys
+from .private_ipc import bind_private, ipc_file
 from .drops import Drops, peer_of
 from .outbox import is_packed, split
 from .wire import HEADER_SIZE, lands

@@ -20,7 +20,7 @@ messages to itself (with backups, a write to a range it heads) go there, not thr
 cluster's keys (net.auth) every TCP socket speaks CURVE: the ones that bind are servers, the ones that
 connect clients, and the transport's `Guard` admits the cluster's key only. With `ipc` (a node's
 PSKV_SHARED_MEMORY) the inbox and reply boxes also listen on files in this user's private directory
-(net.auth.private_dir), without CURVE, and messages to a peer that binds the same host and has such a
+(net.private_ipc.private_dir), without CURVE, and messages to a peer that binds the same host and has such a
 file go there (`url_of`); the coordinator is always reached over TCP. What is dropped here
 (malformed packed frames, failed handshakes) is counted in `drops`. `close()` runs after all
 sending threads have stopped; it closes every socket with LINGER 0 (sockets to the coordinator
@@ -38,7 +38,8 @@ import zmq
 
 from ..config import zmq_url
 from ..errors import TransportError
-from .auth import ClusterKeys, Guard, Handshakes, bind_private, forget, ipc_file, leave, private_dir
+from .auth import ClusterKeys, Guard, Handshakes
+from .private_ipc import bind_private, forget, ipc_file, leave, private_dir
 from .drops import Drops
 from .outbox import Outbox
 from .replybox import ReplyBox, Unpacker, recv_all, unlink, waiting

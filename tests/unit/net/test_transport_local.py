@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from pskv.net import auth
+from pskv.net import auth, private_ipc
 from pskv.net.transport import Transport
 from pskv.net.wire import COORDINATOR
 
@@ -30,7 +30,7 @@ HOST_DIR = f"127.0.0.1-net{os.stat('/proc/self/ns/net').st_ino}"  # the address,
 def root(monkeypatch):
     """A short private root for the ipc directories (a Unix socket path has at most 107 bytes)."""
     path = Path(tempfile.mkdtemp(prefix="pskvt", dir="/tmp"))
-    monkeypatch.setattr(auth, "_IPC_ROOT", str(path))
+    monkeypatch.setattr(private_ipc, "_IPC_ROOT", str(path))
     try:
         yield path
     finally:
@@ -174,7 +174,7 @@ def test_transport_local_off_is_tcp_and_removes_a_stale_file_of_its_port(root, k
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    host = auth.private_dir("127.0.0.1")
+    host = private_ipc.private_dir("127.0.0.1")
     stale = host / f"{port}.ipc"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.bind(str(stale))  # closed without unlink: what SIGKILL leaves
@@ -190,7 +190,7 @@ def test_transport_local_off_is_tcp_and_removes_a_stale_file_of_its_port(root, k
 def test_transport_local_sweeps_files_of_crashed_processes(root, transports):
     """A new transport removes files older than a minute that no socket is bound to; a live listener's old file
     and a fresh file (a process binding right now) stay."""
-    host = auth.private_dir("127.0.0.1")
+    host = private_ipc.private_dir("127.0.0.1")
     dead, fresh, live = host / "1.ipc", host / "2.ipc", host / "3.ipc"
     for path in (dead, fresh):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -204,7 +204,7 @@ def test_transport_local_sweeps_files_of_crashed_processes(root, transports):
             os.utime(path, (old, old), follow_symlinks=False)
         a = transports("127.0.0.1")
         assert sorted(p.name for p in host.iterdir()) == sorted(["2.ipc", "3.ipc", f"{a.port}.ipc"])
-        assert not auth._listens(fresh) and auth._listens(live)  # the probe used where /proc has no list
+        assert not private_ipc._listens(fresh) and private_ipc._listens(live)  # the probe used where /proc has no list
     finally:
         listener.close()
 
@@ -236,7 +236,7 @@ def test_transport_local_refuses_an_unsafe_directory(root, transports, unsafe, c
         base.symlink_to(root / "elsewhere")
     else:
         base.write_text("")
-    auth._warned.discard("dir")
+    private_ipc._warned.discard("dir")
     with caplog.at_level(logging.WARNING):
         a, b = transports("127.0.0.1"), transports("127.0.0.1")
     assert "no ipc between the nodes of this host" in caplog.text and "talk over TCP" in caplog.text
@@ -254,15 +254,15 @@ def test_transport_local_bind_remakes_a_swept_directory_once_or_goes_tcp(root, c
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)
     try:
-        host = auth.private_dir("127.0.0.1")
+        host = private_ipc.private_dir("127.0.0.1")
         shutil.rmtree(host)
-        path = auth.bind_private(sock, None, host / "1.ipc")
+        path = private_ipc.bind_private(sock, None, host / "1.ipc")
         assert path == host / "1.ipc" and _mode(host) == 0o700 and _mode(path) == 0o600
         shutil.rmtree(root / f"pskv-{os.getuid()}")
         (root / "elsewhere").mkdir(mode=0o700)
         (root / f"pskv-{os.getuid()}").symlink_to(root / "elsewhere")
         with caplog.at_level(logging.WARNING):
-            assert auth.bind_private(sock, None, host / "2.ipc") is None
+            assert private_ipc.bind_private(sock, None, host / "2.ipc") is None
         assert "this socket is reached over TCP only" in caplog.text and list((root / "elsewhere").iterdir()) == []
     finally:
         sock.close(linger=0)
