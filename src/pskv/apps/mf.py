@@ -19,7 +19,7 @@ numba nogil kernel, so threads run in parallel), and pushes the change of each r
 very hot item otherwise add up and diverge). `--schedule dsgd` is Lapse's DSGD: item blocks
 rotate over the workers, so with `--localize` every item access is local. The default, `--schedule
 auto`, is dsgd with --localize (lease 0) on more than one node and free on one (auto_schedule): across
-hosts an item row then crosses the network once per sub-epoch instead of once per batch, at the same
+hosts an item row then crosses the network once per sub-epoch instead of once per batch, at about the same
 test RMSE (benchmarks/RESULTS.md, "Efficiency across 2 emulated hosts"). `--intent` signals each
 batch's items `--ahead` batches early (pskv.data.Lookahead): those one node intends move there. Train RMSE is
 measured during the epoch, test RMSE after it; sums go through common.Reducer. `--schedule ccd`

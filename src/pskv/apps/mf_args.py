@@ -61,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
         "item access is local); ccd: model-parallel CCD++ on the STRADS-style scheduler, one "
         "latent column at a time, item blocks per round (apps.mf_ccd); auto: dsgd with --localize "
         "on more than one node (an item row then crosses the network once per block, not once per "
-        "batch: the same test RMSE at a fraction of the CPU), unless --backups, --intent, "
+        "batch: about the same test RMSE at a fraction of the CPU), unless --backups, --intent, "
         "--replicate, --storage disk or --consistency bsp/ssp ask for free, which auto is on one node",
     )
     g.add_argument("--ccd-blocks", type=int, default=16, help="ccd: item blocks (the scheduler's coordinates)")
