@@ -33,9 +33,9 @@ import zmq
 from ..config import zmq_url
 from ..errors import ProtocolError
 from .auth import ClusterKeys
-from .private_ipc import bind_private, ipc_file
 from .drops import Drops, peer_of
 from .outbox import is_packed, split
+from .private_ipc import bind_private, ipc_file
 from .wire import HEADER_SIZE, lands
 
 _EVENTS = int(zmq.EVENTS)

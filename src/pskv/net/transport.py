@@ -39,9 +39,9 @@ import zmq
 from ..config import zmq_url
 from ..errors import TransportError
 from .auth import ClusterKeys, Guard, Handshakes
-from .private_ipc import bind_private, forget, ipc_file, leave, private_dir
 from .drops import Drops
 from .outbox import Outbox
+from .private_ipc import bind_private, forget, ipc_file, leave, private_dir
 from .replybox import ReplyBox, Unpacker, recv_all, unlink, waiting
 from .wire import COORDINATOR
 
