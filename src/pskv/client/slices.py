@@ -3,7 +3,7 @@
 An app's batch is often np.unique's: sorted and distinct. Then each range's keys are one slice of it
 (np.searchsorted on the range bounds), which is served or sent as it is: this node's slice and a
 co-located node's from memory, every other slice as one message to its manager, the arrays views of
-the caller's (no per-key partition, no copy), in one request (client.table.Route.slices). A push of
+the caller's (no per-key partition, no copy), in one request (client.route.Route.slices). A push of
 sorted distinct keys is applied without summing duplicates first (`Shard.push_distinct`). A push whose
 updater sums a key's updates before it applies them (Adagrad) is summed here first when its keys are
 not sorted: np.unique's order, one row per key, fewer bytes on the wire, nothing to sum at the owners.
@@ -35,7 +35,7 @@ def increasing(keys: np.ndarray) -> bool:
 
 
 def request(route, state, h, kind, keys, values, out, gpos, copy, fresh, direct, codec) -> Future | None:
-    """Send a PULL or PUSH of several ranges' keys as slices through `route` (client.table.Route);
+    """Send a PULL or PUSH of several ranges' keys as slices through `route` (client.route.Route);
     None when it is not such a batch (one range, unsorted pulls, a table whose keys moved)."""
     ranges = state.ranges
     if ranges.num_ranges < 2 or not state.shard.static or state.loc_cache.size or ranges.one_range(keys) >= 0:
