@@ -35,7 +35,8 @@ TAG = "@@stats"
 APPS = {
     "kge": (["--data", "random:20000,20,40000", "--epochs", "1", "--eval-every", "0", "--eval-triples", "100"],
             r"([\d,]+) triples/s", "triples/s",
-            [("classic", [], False),
+            [("classic", ["--sampling", "naive"], False),  # (no --sampling on >1 node is onlylocal now: below)
+             ("onlylocal (the default)", [], True),
              ("localize", ["--localize"], True),
              ("replicate 20", ["--replicate", "20"], True),
              ("sampling preloc", ["--sampling", "preloc"], True),
@@ -52,10 +53,10 @@ APPS = {
                   ("replicate 1000 + pool x4", ["--replicate", "1000", "--sampling", "pool", "--reuse", "4"], True),
                   ("intent", ["--intent"], False)]),
     "mf": (["--data", "zipf:20000x5000x500000", "--epochs", "1"], r"\(([\d,]+) ratings/s\)", "ratings/s",
-           [("classic", [], False),
-            ("localize", ["--localize"], True),
-            ("replicate 500", ["--replicate", "500"], True),
-            ("dsgd + localize", ["--schedule", "dsgd", "--localize"], True),
+           [("classic", ["--schedule", "free"], False),  # (--schedule auto, the default, is dsgd + localize: below)
+            ("localize", ["--schedule", "free", "--localize"], True),
+            ("replicate 500", ["--schedule", "free", "--replicate", "500"], True),
+            ("dsgd + localize (the default)", [], True),
             ("intent", ["--intent"], False),
             ("dsgd + intent", ["--schedule", "dsgd", "--intent"], False)]),
 }
