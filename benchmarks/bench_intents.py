@@ -38,7 +38,8 @@ APPS = {
             [("classic", ["--sampling", "naive"], False),  # (no --sampling on >1 node is onlylocal now: below)
              ("onlylocal (the default)", [], True),
              ("localize", ["--localize"], True),
-             ("replicate 20", ["--replicate", "20"], True),
+             ("replicate 20", ["--sampling", "naive", "--replicate", "20"], True),
+             ("onlylocal + replicate 20", ["--replicate", "20"], True),
              ("sampling preloc", ["--sampling", "preloc"], True),
              ("sampling pool x4", ["--sampling", "pool", "--reuse", "4"], True),
              ("localize + pool x4 + replicate 20", ["--localize", "--sampling", "pool", "--reuse", "4",
