@@ -18,21 +18,24 @@ DATA = ("--data", "random:2000,10,4000", "--dim", "16", "--neg", "4", "--epochs"
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
-    ("argv", "nodes", "want"),
+    ("argv", "nodes", "entities", "want"),
     [
-        ((), 2, ("onlylocal", True)),
-        ((), 3, ("onlylocal", True)),
-        ((), 1, (None, False)),
-        (("--localize",), 2, (None, False)),  # it brings a batch's rows here, negatives too
-        (("--intent",), 2, (None, False)),
-        (("--sampling", "naive"), 2, ("naive", False)),
-        (("--sampling", "pool"), 2, ("pool", False)),
-        (("--sampling", "onlylocal"), 1, ("onlylocal", False)),
+        ((), 2, 2000, ("onlylocal", True)),
+        ((), 3, 2000, ("onlylocal", True)),
+        ((), 2, 1000, ("onlylocal", True)),  # 500 per node: kge.ONLYLOCAL_MIN
+        ((), 2, 999, (None, False)),
+        ((), 2, 14, (None, False)),  # Nations: 7 entities per node are too few negatives
+        ((), 1, 2000, (None, False)),
+        (("--localize",), 2, 2000, (None, False)),  # it brings a batch's rows here, negatives too
+        (("--intent",), 2, 2000, (None, False)),
+        (("--sampling", "naive"), 2, 2000, ("naive", False)),
+        (("--sampling", "pool"), 2, 2000, ("pool", False)),
+        (("--sampling", "onlylocal"), 1, 2000, ("onlylocal", False)),
     ],
 )
-def test_auto_sampling_is_onlylocal_on_several_nodes_unless_a_scheme_is_given(argv, nodes, want):
+def test_auto_sampling_is_onlylocal_on_several_nodes_unless_a_scheme_is_given(argv, nodes, entities, want):
     args = kge._parser().parse_args(list(argv))
-    chose = kge.auto_sampling(args, nodes)
+    chose = kge.auto_sampling(args, nodes, entities)
     assert (args.sampling, chose) == want
 
 

@@ -25,8 +25,9 @@ def parser() -> argparse.ArgumentParser:
     g = p.add_argument_group(
         "kge",
         "Negatives: with no --sampling, a run of more than one node draws each worker's among the entities its "
-        "node holds (onlylocal: no negative's row crosses the network; auto_sampling), one node or --localize or "
-        "--intent among all of them (naive); --sampling naive draws among all on any number of nodes.",
+        "node holds (onlylocal: no negative's row crosses the network; auto_sampling), one node, fewer than 500 "
+        "entities per node, --localize or --intent among all of them (naive); --sampling naive draws among all "
+        "on any number of nodes.",
     )
     g.add_argument(
         "--data",
