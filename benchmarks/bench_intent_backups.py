@@ -15,7 +15,6 @@ with the same backups, in the same runs: only ratios mean anything on a loaded m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import signal
@@ -25,9 +24,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_intents import node_stats  # a sibling benchmark: its --stats parsing
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_TIMEOUT = 900.0  # seconds one cell may take on a loaded machine
-TAG = "@@stats"
 
 
 class BenchError(Exception):
@@ -50,15 +51,7 @@ def run_cell(flags: list[str], env: dict[str, str]) -> tuple[float, int, dict]:
     rate = re.search(r"([\d,]+) triples/s", out)
     if proc.returncode != 0 or rate is None:
         raise BenchError(f"{flags}: exit status {proc.returncode}\n{out[-2000:]}")
-    sent, counters = 0, {}
-    for line in out.splitlines():
-        if TAG in line:
-            stats = json.loads(line.split(TAG, 1)[1])
-            sent += int(stats["bytes_sent"])
-            if stats["rank"] == 0:
-                for t in stats["tables"].values():
-                    for k, v in t.items():
-                        counters[k] = counters.get(k, 0) + v
+    sent, counters = node_stats(out)
     return float(rate.group(1).replace(",", "")), sent, counters
 
 DATA = ["--data", "random:20000,20,40000", "--epochs", "1", "--eval-every", "0", "--eval-triples", "100"]

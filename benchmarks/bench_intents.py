@@ -92,6 +92,14 @@ def run_cell(app: str, hosts: int, threads: int, link: str, flags: list[str]) ->
     rate = re.search(pattern, out)
     if rate is None:
         raise BenchError(f"{app} {flags}: no /{pattern}/ in its output\n{out[-2000:]}")
+    sent, counters = node_stats(out)
+    counters = {k: v for k, v in counters.items()
+                if k.startswith("intent_") or k in ("localizes", "local_keys", "remote_keys")}
+    return float(rate.group(1).replace(",", "")), sent, counters
+
+
+def node_stats(out: str) -> tuple[int, dict[str, int]]:
+    """From a run's `--stats` lines: the bytes all nodes sent, and node 0's counters summed over its tables."""
     sent, counters = 0, {}
     for line in out.splitlines():
         if TAG in line:
@@ -100,9 +108,8 @@ def run_cell(app: str, hosts: int, threads: int, link: str, flags: list[str]) ->
             if stats["rank"] == 0:
                 for t in stats["tables"].values():
                     for k, v in t.items():
-                        if k.startswith("intent_") or k in ("localizes", "local_keys", "remote_keys"):
-                            counters[k] = counters.get(k, 0) + v
-    return float(rate.group(1).replace(",", "")), sent, counters
+                        counters[k] = counters.get(k, 0) + v
+    return sent, counters
 
 
 def table(app: str, hosts: int, cells: dict[str, list[tuple[float, int, dict]]]) -> tuple[str, list[str]]:
